@@ -1,0 +1,9 @@
+package main
+
+import "github.com/spf13/cobra"
+
+// subcommands lists every subcommand. Each lives in its own file as a
+// constructor taking the shared *globalConfig.
+func subcommands(g *globalConfig) []*cobra.Command {
+	return []*cobra.Command{}
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/internal/kconf"
+)
+
+// globalConfig holds the settings shared by every subcommand. Fields are
+// filled from the environment, then overridden by persistent flags.
+type globalConfig struct {
+	Kafka          kconf.Config
+	brokers        string // raw --brokers / KAFKA_BROKERS
+	DatabaseURL    string
+	RedisURL       string
+	S3Endpoint     string
+	S3AccessKey    string
+	S3SecretKey    string
+	S3Bucket       string
+	S3Secure       bool
+	ObjectStoreDir string
+	LogLevel       string
+}
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globalConfig{Kafka: kconf.FromEnv()}
+	root := &cobra.Command{
+		Use:           "sluice",
+		Short:         "Stream-processing pipelines over Kafka",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return g.finish()
+		},
+	}
+	f := root.PersistentFlags()
+	f.StringVar(&g.brokers, "brokers", os.Getenv("KAFKA_BROKERS"), "Kafka seed brokers, comma separated (env KAFKA_BROKERS)")
+	f.StringVar(&g.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
+	f.StringVar(&g.RedisURL, "redis-url", os.Getenv("REDIS_URL"), "Redis URL (env REDIS_URL)")
+	f.StringVar(&g.S3Endpoint, "s3-endpoint", os.Getenv("S3_ENDPOINT"), "S3/MinIO endpoint host:port; empty uses OBJECT_STORE_DIR (env S3_ENDPOINT)")
+	f.StringVar(&g.S3AccessKey, "s3-access-key", os.Getenv("S3_ACCESS_KEY"), "S3 access key (env S3_ACCESS_KEY)")
+	f.StringVar(&g.S3SecretKey, "s3-secret-key", os.Getenv("S3_SECRET_KEY"), "S3 secret key (env S3_SECRET_KEY)")
+	f.StringVar(&g.S3Bucket, "s3-bucket", envOr("S3_BUCKET", "sluice"), "S3 bucket (env S3_BUCKET)")
+	f.BoolVar(&g.S3Secure, "s3-secure", strings.EqualFold(os.Getenv("S3_SECURE"), "true"), "use HTTPS for S3 (env S3_SECURE)")
+	f.StringVar(&g.ObjectStoreDir, "object-store-dir", envOr("OBJECT_STORE_DIR", ".sluice/objects"), "local object store directory when no S3 endpoint is set (env OBJECT_STORE_DIR)")
+	f.StringVar(&g.LogLevel, "log-level", envOr("LOG_LEVEL", "info"), "log level: debug, info, warn, error (env LOG_LEVEL)")
+	f.StringVar(&g.Kafka.SASLMechanism, "kafka-sasl-mechanism", g.Kafka.SASLMechanism, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (env KAFKA_SASL_MECHANISM)")
+	f.StringVar(&g.Kafka.SASLUser, "kafka-sasl-user", g.Kafka.SASLUser, "SASL user (env KAFKA_SASL_USER)")
+	f.BoolVar(&g.Kafka.TLS, "kafka-tls", g.Kafka.TLS, "connect to Kafka with TLS (env KAFKA_TLS)")
+	f.StringVar(&g.Kafka.TLSCAFile, "kafka-tls-ca-file", g.Kafka.TLSCAFile, "CA bundle for Kafka TLS (env KAFKA_TLS_CA_FILE)")
+
+	root.AddCommand(subcommands(g)...)
+	return root
+}
+
+// finish validates the global settings after flags were parsed.
+func (g *globalConfig) finish() error {
+	g.Kafka.Brokers = kconf.SplitBrokers(g.brokers)
+	switch strings.ToLower(g.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("invalid --log-level %q (want debug, info, warn or error)", g.LogLevel)
+	}
+	return nil
+}
+
+// needKafka validates the Kafka settings for commands that talk to Kafka.
+func (g *globalConfig) needKafka() error {
+	if err := g.Kafka.Validate(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// needDatabase validates DATABASE_URL for commands that talk to PostgreSQL.
+func (g *globalConfig) needDatabase() error {
+	if g.DatabaseURL == "" {
+		return errors.New("no database: set DATABASE_URL or --database-url")
+	}
+	return nil
+}
+
+// logger returns a JSON slog logger at the configured level.
+func (g *globalConfig) logger() *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(g.LogLevel))
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
