@@ -5,5 +5,8 @@ import "github.com/spf13/cobra"
 // subcommands lists every subcommand. Each lives in its own file as a
 // constructor taking the shared *globalConfig.
 func subcommands(g *globalConfig) []*cobra.Command {
-	return []*cobra.Command{}
+	return []*cobra.Command{
+		newTopicsCmd(g),
+		newMigrateCmd(g),
+	}
 }

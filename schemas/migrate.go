@@ -1,0 +1,190 @@
+package schemas
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// VersionTable is the table, created in the migrated schema, where goose
+// records which migrations are applied.
+const VersionTable = "sluice_schema_migrations"
+
+// MigrationNames returns the file name of every embedded migration, in the
+// order they apply.
+func MigrationNames() []string {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil { // cannot happen: the directory is embedded
+		panic(fmt.Sprintf("schemas: embedded migrations directory: %v", err))
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".sql") {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Open opens databaseURL with pgx's database/sql driver and pings it within
+// ctx. Settings in the URL (e.g. search_path=s, or options=-csearch_path%3Ds)
+// apply to every pooled connection.
+func Open(ctx context.Context, databaseURL string) (*sql.DB, error) {
+	db, err := sql.Open("pgx", databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("schemas: open database: %w", err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("schemas: connect to database: %w", err)
+	}
+	return db, nil
+}
+
+// Migrate opens databaseURL, applies every pending migration with MigrateDB
+// and closes the connection. It returns the file names it applied, in order
+// (empty when the schema was up to date).
+func Migrate(ctx context.Context, databaseURL string) ([]string, error) {
+	db, err := Open(ctx, databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return MigrateDB(ctx, db)
+}
+
+// MigrateDB applies every pending migration to db and returns the file names
+// it applied, in order. Tables, indexes and VersionTable are created in the
+// connection's current schema (the first existing schema of its
+// search_path), so each schema is migrated independently; every connection
+// of db must have the same search_path. Each migration runs in its own
+// transaction. Concurrent callers on the same schema are serialised by a
+// PostgreSQL advisory lock derived from the schema name (waiting up to a
+// minute).
+func MigrateDB(ctx context.Context, db *sql.DB) ([]string, error) {
+	p, err := newProvider(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	results, err := p.Up(ctx)
+	applied := resultNames(results)
+	var pe *goose.PartialError
+	if errors.As(err, &pe) {
+		applied = resultNames(pe.Applied)
+	}
+	if err != nil {
+		return applied, fmt.Errorf("schemas: migrate up: %w", err)
+	}
+	return applied, nil
+}
+
+// ResetDB rolls back every applied migration of db's current schema, newest
+// first, and returns the file names it rolled back. The version table stays.
+func ResetDB(ctx context.Context, db *sql.DB) ([]string, error) {
+	p, err := newProvider(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	results, err := p.DownTo(ctx, 0)
+	rolled := resultNames(results)
+	var pe *goose.PartialError
+	if errors.As(err, &pe) {
+		rolled = resultNames(pe.Applied)
+	}
+	if err != nil {
+		return rolled, fmt.Errorf("schemas: migrate down: %w", err)
+	}
+	return rolled, nil
+}
+
+// MigrationState is the state of one migration in a schema.
+type MigrationState struct {
+	Version   int64
+	Name      string
+	Applied   bool
+	AppliedAt time.Time // zero when pending
+}
+
+// StatusDB reports every embedded migration and whether it is applied to
+// db's current schema, in version order.
+func StatusDB(ctx context.Context, db *sql.DB) ([]MigrationState, error) {
+	p, err := newProvider(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("schemas: migration status: %w", err)
+	}
+	out := make([]MigrationState, 0, len(st))
+	for _, s := range st {
+		out = append(out, MigrationState{
+			Version:   s.Source.Version,
+			Name:      path.Base(s.Source.Path),
+			Applied:   s.State == goose.StateApplied,
+			AppliedAt: s.AppliedAt,
+		})
+	}
+	return out, nil
+}
+
+func newProvider(ctx context.Context, db *sql.DB) (*goose.Provider, error) {
+	// goose looks for its version table in current_schema(); with no
+	// existing schema on the search_path that is NULL and goose would
+	// match a version table in any schema.
+	var schema sql.NullString
+	if err := db.QueryRowContext(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return nil, fmt.Errorf("schemas: read current schema: %w", err)
+	}
+	if !schema.Valid || schema.String == "" {
+		return nil, errors.New("schemas: no schema of the search_path exists; create it first")
+	}
+	h := fnv.New64a()
+	h.Write([]byte(schema.String))
+	locker, err := lock.NewPostgresSessionLocker(
+		lock.WithLockID(lock.DefaultLockID^int64(h.Sum64()>>1)),
+		lock.WithLockTimeout(1, 60),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("schemas: migration lock: %w", err)
+	}
+	fsys, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, fmt.Errorf("schemas: embedded migrations: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
+		goose.WithTableName(VersionTable),
+		goose.WithSessionLocker(locker),
+		goose.WithDisableGlobalRegistry(true),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("schemas: migration provider: %w", err)
+	}
+	return p, nil
+}
+
+func resultNames(rs []*goose.MigrationResult) []string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		if r != nil && r.Source != nil {
+			out = append(out, path.Base(r.Source.Path))
+		}
+	}
+	return out
+}
