@@ -1,0 +1,146 @@
+package run
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Config holds the runtime settings of one pipeline. Zero fields take the
+// defaults documented on each field; Validate reports invalid values.
+type Config struct {
+	// Name identifies the pipeline in metrics, logs and DLQ headers. Required.
+	Name string
+	// Group is the consumer group (default: Name).
+	Group string
+	// Topics are consumed. Required.
+	Topics []string
+	// DLQTopic receives dead-lettered records. Required.
+	DLQTopic string
+	// BatchMaxRecords bounds a batch by record count (default 500).
+	BatchMaxRecords int
+	// BatchMaxBytes bounds a batch by the sum of record value sizes (default 4 MiB).
+	BatchMaxBytes int
+	// BatchLinger is how long a worker waits for more records to fill a
+	// batch once it has at least one (default 50ms).
+	BatchLinger time.Duration
+	// MaxInFlight bounds the records buffered per partition; above it the
+	// partition's fetches pause (default 4 × BatchMaxRecords).
+	MaxInFlight int
+	// Retry is the stage retry policy (default 5 attempts, 100ms → 10s).
+	Retry RetryPolicy
+	// SinkRetry is the backoff for transient sink and DLQ-produce failures;
+	// its MaxAttempts is ignored: transient sink failures retry until they
+	// succeed or the worker stops (default 200ms → 10s).
+	SinkRetry RetryPolicy
+	// CommitInterval is the period of automatic commits of marked offsets
+	// (default 1s).
+	CommitInterval time.Duration
+	// RevokeTimeout bounds how long a revoked or stopping worker may take to
+	// finish its batch before it is abandoned (default 20s).
+	RevokeTimeout time.Duration
+	// StartOffset is where a group without committed offsets starts:
+	// "earliest" (default) or "latest".
+	StartOffset string
+}
+
+// RetryPolicy is exponential backoff with jitter.
+type RetryPolicy struct {
+	// MaxAttempts is the total number of attempts, the first included (default 5).
+	MaxAttempts int
+	// Initial is the first backoff (default 100ms).
+	Initial time.Duration
+	// Max caps the backoff (default 10s).
+	Max time.Duration
+	// Jitter is the random fraction added or removed, 0..1 (default 0.2).
+	Jitter float64
+}
+
+func (p RetryPolicy) withDefaults(initial time.Duration) RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 5
+	}
+	if p.Initial <= 0 {
+		p.Initial = initial
+	}
+	if p.Max <= 0 {
+		p.Max = 10 * time.Second
+	}
+	if p.Jitter <= 0 {
+		p.Jitter = 0.2
+	}
+	return p
+}
+
+// Backoff returns the wait before attempt number attempt+1 (attempt ≥ 1).
+func (p RetryPolicy) Backoff(attempt int) time.Duration {
+	d := p.Initial
+	for i := 1; i < attempt && d < p.Max; i++ {
+		d *= 2
+	}
+	if d > p.Max {
+		d = p.Max
+	}
+	j := (rand.Float64()*2 - 1) * p.Jitter
+	return time.Duration(float64(d) * (1 + j))
+}
+
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.Group == "" {
+		c.Group = c.Name
+	}
+	if c.BatchMaxRecords <= 0 {
+		c.BatchMaxRecords = 500
+	}
+	if c.BatchMaxBytes <= 0 {
+		c.BatchMaxBytes = 4 << 20
+	}
+	if c.BatchLinger <= 0 {
+		c.BatchLinger = 50 * time.Millisecond
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 4 * c.BatchMaxRecords
+	}
+	c.Retry = c.Retry.withDefaults(100 * time.Millisecond)
+	c.SinkRetry = c.SinkRetry.withDefaults(200 * time.Millisecond)
+	if c.CommitInterval <= 0 {
+		c.CommitInterval = time.Second
+	}
+	if c.RevokeTimeout <= 0 {
+		c.RevokeTimeout = 20 * time.Second
+	}
+	if c.StartOffset == "" {
+		c.StartOffset = "earliest"
+	}
+	return c
+}
+
+// Validate reports the first invalid setting.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("pipeline name is required"))
+	}
+	if len(c.Topics) == 0 {
+		errs = append(errs, errors.New("at least one topic is required"))
+	}
+	if c.DLQTopic == "" {
+		errs = append(errs, errors.New("a DLQ topic is required"))
+	}
+	for _, t := range c.Topics {
+		if t == c.DLQTopic && t != "" {
+			errs = append(errs, fmt.Errorf("topic %q is both input and DLQ", t))
+		}
+	}
+	switch c.StartOffset {
+	case "", "earliest", "latest":
+	default:
+		errs = append(errs, fmt.Errorf("start offset %q: want earliest or latest", c.StartOffset))
+	}
+	if c.Retry.Jitter > 1 || c.SinkRetry.Jitter > 1 {
+		errs = append(errs, errors.New("retry jitter must be within 0..1"))
+	}
+	return errors.Join(errs...)
+}

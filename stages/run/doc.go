@@ -1,0 +1,51 @@
+// Package run is the sluice runtime: it consumes Kafka topics as a consumer
+// group and drives a pipeline of decode → stage → sink for every record.
+//
+// # Ordering
+//
+// Every assigned partition gets one worker goroutine. A worker handles its
+// partition's records strictly in offset order, so records of one key (which
+// Kafka puts in one partition) are processed in the order they were produced.
+// Parallelism comes from partitions and from more members in the group.
+//
+// # Delivery
+//
+// At-least-once. A worker collects a batch (bounded by record count, bytes
+// and a linger time), runs the stage for every record, writes the outputs
+// with one Sink.Write, produces the batch's dead-letter records and waits for
+// the broker's acknowledgement, and only then marks the batch's last offset
+// for commit. Marked offsets are committed periodically, when partitions are
+// revoked and on shutdown. A crash therefore re-delivers at most the records
+// after the last commit; sinks and stages must be idempotent.
+//
+// # Errors
+//
+// Stage errors are interpreted with [stages.Classify]: dead-letter errors go
+// to the DLQ topic at once with the DLQ headers of the design; retry errors
+// are retried with exponential backoff and jitter while the partition's
+// fetches are paused, up to Config.Retry.MaxAttempts, then dead-lettered as
+// retries_exhausted; a fatal error stops the runner without committing the
+// failing record. Sink errors other than [*stages.Rejections] are transient:
+// the batch is retried (never dead-lettered) and no offset moves past it.
+//
+// # Backpressure
+//
+// A worker buffers at most Config.MaxInFlight records; beyond that the
+// partition's fetches are paused (kgo PauseFetchPartitions) until the worker
+// drains, so a slow or paused partition never blocks the others and memory
+// stays bounded.
+//
+// # Rebalances
+//
+// The group uses the cooperative-sticky balancer. On revoke, workers of the
+// revoked partitions finish their current batch (or abandon it after
+// Config.RevokeTimeout), their offsets are committed synchronously, and only
+// then does the callback return and the partitions move. On partitions lost
+// (a fatal group error), workers are abandoned without committing.
+//
+// # Thread safety
+//
+// A Runner is started once with Run. Ready and Metrics may be called from any
+// goroutine. Stages and sinks are shared by all partition workers and must be
+// safe for concurrent use.
+package run

@@ -1,0 +1,332 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/stages"
+)
+
+// Option configures optional runner knobs.
+type Option func(*options)
+
+type options struct {
+	reg        prometheus.Registerer
+	log        *slog.Logger
+	kopts      []kgo.Opt
+	onAssigned func(ctx context.Context, assigned map[string][]int32) error
+	onRevoked  func(ctx context.Context, revoked map[string][]int32)
+	stageName  string
+}
+
+// WithRegisterer registers the runner's metrics on reg (default: a private
+// registry, i.e. metrics are kept but not exported).
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithKafkaOpts adds client options, typically the connection settings from
+// kconf.Config.Opts (seed brokers, SASL, TLS). Group, topics, balancer and
+// commit options are set by the runner and must not be passed here.
+func WithKafkaOpts(opts ...kgo.Opt) Option {
+	return func(o *options) { o.kopts = append(o.kopts, opts...) }
+}
+
+// WithAssignHook sets a function called with newly assigned partitions
+// before their workers start, e.g. to restore state from a changelog topic.
+// The runner reports ready only after the hook returned; an error stops the
+// runner.
+func WithAssignHook(fn func(ctx context.Context, assigned map[string][]int32) error) Option {
+	return func(o *options) { o.onAssigned = fn }
+}
+
+// WithRevokeHook sets a function called after the workers of revoked
+// partitions stopped and their offsets were committed.
+func WithRevokeHook(fn func(ctx context.Context, revoked map[string][]int32)) Option {
+	return func(o *options) { o.onRevoked = fn }
+}
+
+// WithStageName sets the dlq.stage header of records dead-lettered by the
+// stage (default: the pipeline name). Decode failures carry
+// "<name>/decode" and sink rejections "<name>/sink".
+func WithStageName(name string) Option { return func(o *options) { o.stageName = name } }
+
+// Runner consumes Config.Topics as Config.Group and runs decode → stage →
+// sink for every record. See the package documentation for its contracts.
+type Runner[In, Out any] struct {
+	cfg    Config
+	decode stages.Decoder[In]
+	stage  stages.Func[In, Out]
+	sink   stages.Sink[Out]
+	o      options
+	m      *metrics
+
+	cl      *kgo.Client
+	base    context.Context // workers' parent: survives the caller's cancel until the shutdown deadline
+	mu      sync.Mutex
+	workers map[tp]*worker[In, Out]
+	ready   atomic.Bool
+	started atomic.Bool
+
+	failMu  sync.Mutex
+	failErr error
+	stopRun context.CancelCauseFunc
+}
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// New builds a runner. It validates cfg and registers metrics; it does not
+// connect until Run.
+func New[In, Out any](cfg Config, decode stages.Decoder[In], stage stages.Func[In, Out], sink stages.Sink[Out], opts ...Option) (*Runner[In, Out], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("pipeline config: %w", err)
+	}
+	if decode == nil || stage == nil || sink == nil {
+		return nil, errors.New("pipeline needs a decoder, a stage and a sink")
+	}
+	r := &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, workers: map[tp]*worker[In, Out]{}}
+	for _, opt := range opts {
+		opt(&r.o)
+	}
+	if r.o.log == nil {
+		r.o.log = slog.Default()
+	}
+	r.o.log = r.o.log.With("pipeline", cfg.Name)
+	if r.o.stageName == "" {
+		r.o.stageName = cfg.Name
+	}
+	m, err := newMetrics(r.o.reg, cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("register metrics of pipeline %s: %w", cfg.Name, err)
+	}
+	r.m = m
+	return r, nil
+}
+
+// Name returns the pipeline name.
+func (r *Runner[In, Out]) Name() string { return r.cfg.Name }
+
+// Ready reports whether the runner joined its group, restored the state of
+// its assigned partitions (assign hook) and has not failed.
+func (r *Runner[In, Out]) Ready() bool {
+	r.failMu.Lock()
+	failed := r.failErr != nil
+	r.failMu.Unlock()
+	return r.ready.Load() && !failed
+}
+
+// Run consumes until ctx is cancelled or a fatal error occurs. On return,
+// every worker stopped (finishing its batch within Config.RevokeTimeout),
+// marked offsets were committed and the member left the group. It returns
+// nil after a cancel of ctx and the fatal error otherwise. Run may be called
+// once.
+func (r *Runner[In, Out]) Run(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return errors.New("runner already started")
+	}
+	hard, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardCancel()
+	r.base = hard
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	r.stopRun = stop
+
+	reset := kgo.NewOffset().AtStart()
+	if r.cfg.StartOffset == "latest" {
+		reset = kgo.NewOffset().AtEnd()
+	}
+	opts := append([]kgo.Opt{}, r.o.kopts...)
+	opts = append(opts,
+		kgo.ConsumerGroup(r.cfg.Group),
+		kgo.ConsumeTopics(r.cfg.Topics...),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(r.cfg.CommitInterval),
+		kgo.ConsumeResetOffset(reset),
+		kgo.OnPartitionsAssigned(r.onAssigned),
+		kgo.OnPartitionsRevoked(r.onRevoked),
+		kgo.OnPartitionsLost(r.onLost),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("pipeline %s: kafka client: %w", r.cfg.Name, err)
+	}
+	r.cl = cl
+	r.o.log.Info("pipeline starting", "group", r.cfg.Group, "topics", r.cfg.Topics)
+
+	for runCtx.Err() == nil {
+		fetches := cl.PollRecords(runCtx, r.cfg.MaxInFlight)
+		if fetches.IsClientClosed() {
+			break
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return
+			}
+			r.m.errors.WithLabelValues("fetch").Inc()
+			r.o.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+		})
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			last := p.Records[len(p.Records)-1]
+			r.m.lag.WithLabelValues(p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - last.Offset - 1))
+			r.mu.Lock()
+			w := r.workers[tp{p.Topic, p.Partition}]
+			r.mu.Unlock()
+			if w == nil {
+				return // revoked meanwhile: the new owner re-reads from the committed offset
+			}
+			w.push(p.Records)
+		})
+	}
+
+	// Shutdown: finish or abandon in-flight batches, commit, leave.
+	r.mu.Lock()
+	all := make([]*worker[In, Out], 0, len(r.workers))
+	for k, w := range r.workers {
+		all = append(all, w)
+		delete(r.workers, k)
+	}
+	r.mu.Unlock()
+	r.stopWorkers(all)
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RevokeTimeout)
+	if err := cl.CommitMarkedOffsets(cctx); err != nil {
+		r.m.errors.WithLabelValues("commit").Inc()
+		r.o.log.Error("final commit failed", "err", err)
+	}
+	ccancel()
+	cl.Close()
+	r.ready.Store(false)
+
+	r.failMu.Lock()
+	ferr := r.failErr
+	r.failMu.Unlock()
+	if ferr != nil {
+		return fmt.Errorf("pipeline %s: %w", r.cfg.Name, ferr)
+	}
+	r.o.log.Info("pipeline stopped")
+	return nil
+}
+
+// fail records a fatal error and stops the runner.
+func (r *Runner[In, Out]) fail(err error) {
+	r.failMu.Lock()
+	if r.failErr == nil {
+		r.failErr = err
+	}
+	r.failMu.Unlock()
+	r.m.errors.WithLabelValues("fatal").Inc()
+	r.o.log.Error("fatal error, stopping", "err", err)
+	if r.stopRun != nil {
+		r.stopRun(err)
+	}
+}
+
+func (r *Runner[In, Out]) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	if r.o.onAssigned != nil && len(assigned) > 0 {
+		if err := r.o.onAssigned(ctx, assigned); err != nil {
+			r.fail(fmt.Errorf("assign hook: %w", err))
+			return
+		}
+	}
+	r.mu.Lock()
+	for topic, ps := range assigned {
+		for _, p := range ps {
+			k := tp{topic, p}
+			if r.workers[k] != nil {
+				continue
+			}
+			w := newWorker(r, k)
+			r.workers[k] = w
+			r.m.assigned.Inc()
+			go w.loop()
+		}
+	}
+	r.mu.Unlock()
+	r.ready.Store(true)
+	r.o.log.Info("partitions assigned", "partitions", assigned)
+}
+
+func (r *Runner[In, Out]) detach(ps map[string][]int32) []*worker[In, Out] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ws []*worker[In, Out]
+	for topic, parts := range ps {
+		for _, p := range parts {
+			k := tp{topic, p}
+			if w := r.workers[k]; w != nil {
+				ws = append(ws, w)
+				delete(r.workers, k)
+			}
+			r.m.lag.DeleteLabelValues(topic, strconv.Itoa(int(p)))
+		}
+	}
+	return ws
+}
+
+func (r *Runner[In, Out]) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	ws := r.detach(revoked)
+	r.stopWorkers(ws)
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.RevokeTimeout)
+	defer cancel()
+	if err := cl.CommitMarkedOffsets(cctx); err != nil {
+		r.m.errors.WithLabelValues("commit").Inc()
+		r.o.log.Error("commit on revoke failed", "err", err)
+	}
+	if r.o.onRevoked != nil && len(revoked) > 0 {
+		r.o.onRevoked(ctx, revoked)
+	}
+	if len(revoked) > 0 {
+		r.o.log.Info("partitions revoked", "partitions", revoked)
+	}
+}
+
+func (r *Runner[In, Out]) onLost(ctx context.Context, cl *kgo.Client, lost map[string][]int32) {
+	ws := r.detach(lost)
+	for _, w := range ws {
+		w.lost.Store(true)
+		w.cancel()
+	}
+	for _, w := range ws {
+		<-w.done
+	}
+	if r.o.onRevoked != nil && len(lost) > 0 {
+		r.o.onRevoked(ctx, lost)
+	}
+	r.o.log.Warn("partitions lost", "partitions", lost)
+}
+
+// stopWorkers asks workers to finish their current batch and waits for them,
+// abandoning those still busy after RevokeTimeout.
+func (r *Runner[In, Out]) stopWorkers(ws []*worker[In, Out]) {
+	for _, w := range ws {
+		close(w.stopping)
+	}
+	deadline := time.NewTimer(r.cfg.RevokeTimeout)
+	defer deadline.Stop()
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-deadline.C:
+			for _, w := range ws {
+				w.cancel()
+			}
+			<-w.done
+		}
+	}
+}

@@ -1,0 +1,426 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/stages"
+)
+
+// Pause reasons of a partition; fetches are paused while any is set.
+const (
+	pauseBackpressure uint8 = 1 << iota
+	pauseRetry
+)
+
+// errAbandoned reports that a worker was asked to stop while it still had
+// uncommitted work; that work is left for redelivery.
+var errAbandoned = errors.New("abandoned")
+
+// worker processes one partition in offset order.
+type worker[In, Out any] struct {
+	r  *Runner[In, Out]
+	tp tp
+
+	mu     sync.Mutex
+	queue  []*kgo.Record
+	wake   chan struct{} // cap 1: records were pushed
+	paused uint8         // pause reasons, guarded by pmu
+	pmu    sync.Mutex
+
+	stopping chan struct{} // closed: finish the current batch, then exit
+	ctx      context.Context
+	cancel   context.CancelFunc // abandon now
+	done     chan struct{}
+	lost     atomic.Bool
+}
+
+func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
+	ctx, cancel := context.WithCancel(r.base)
+	return &worker[In, Out]{
+		r: r, tp: k,
+		wake:     make(chan struct{}, 1),
+		stopping: make(chan struct{}),
+		ctx:      ctx, cancel: cancel,
+		done: make(chan struct{}),
+	}
+}
+
+// push appends fetched records; it never blocks. Above MaxInFlight buffered
+// records the partition's fetches pause until the worker drains.
+func (w *worker[In, Out]) push(recs []*kgo.Record) {
+	w.mu.Lock()
+	w.queue = append(w.queue, recs...)
+	n := len(w.queue)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	if n >= w.r.cfg.MaxInFlight {
+		w.setPause(pauseBackpressure, true)
+	}
+}
+
+func (w *worker[In, Out]) queued() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue)
+}
+
+func (w *worker[In, Out]) setPause(reason uint8, on bool) {
+	w.pmu.Lock()
+	defer w.pmu.Unlock()
+	old := w.paused
+	if on {
+		w.paused |= reason
+	} else {
+		w.paused &^= reason
+	}
+	parts := map[string][]int32{w.tp.topic: {w.tp.partition}}
+	switch {
+	case old == 0 && w.paused != 0:
+		w.r.cl.PauseFetchPartitions(parts)
+		w.r.m.paused.Inc()
+	case old != 0 && w.paused == 0:
+		w.r.cl.ResumeFetchPartitions(parts)
+		w.r.m.paused.Dec()
+	}
+}
+
+func (w *worker[In, Out]) isStopping() bool {
+	select {
+	case <-w.stopping:
+		return true
+	default:
+		return w.ctx.Err() != nil
+	}
+}
+
+// take waits for records and returns the next batch, or nil when the worker
+// must stop.
+func (w *worker[In, Out]) take() []*kgo.Record {
+	cfg := &w.r.cfg
+	for w.queued() == 0 {
+		select {
+		case <-w.wake:
+		case <-w.stopping:
+			return nil
+		case <-w.ctx.Done():
+			return nil
+		}
+	}
+	if w.isStopping() {
+		return nil
+	}
+	if w.queued() < cfg.BatchMaxRecords {
+		linger := time.NewTimer(cfg.BatchLinger)
+	fill:
+		for {
+			select {
+			case <-w.wake:
+				if w.queued() >= cfg.BatchMaxRecords {
+					break fill
+				}
+			case <-linger.C:
+				break fill
+			case <-w.stopping:
+				break fill
+			case <-w.ctx.Done():
+				break fill
+			}
+		}
+		linger.Stop()
+	}
+	w.mu.Lock()
+	n, bytes := 0, 0
+	for n < len(w.queue) && n < cfg.BatchMaxRecords {
+		bytes += len(w.queue[n].Value)
+		if n > 0 && bytes > cfg.BatchMaxBytes {
+			break
+		}
+		n++
+	}
+	batch := make([]*kgo.Record, n)
+	copy(batch, w.queue[:n])
+	rest := copy(w.queue, w.queue[n:])
+	clear(w.queue[rest:])
+	w.queue = w.queue[:rest]
+	left := rest
+	w.mu.Unlock()
+	if left <= cfg.MaxInFlight/2 {
+		w.setPause(pauseBackpressure, false)
+	}
+	return batch
+}
+
+func (w *worker[In, Out]) loop() {
+	defer func() {
+		w.pmu.Lock()
+		if w.paused != 0 {
+			w.paused = 0
+			w.r.cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
+			w.r.m.paused.Dec()
+		}
+		w.pmu.Unlock()
+		w.r.m.assigned.Dec()
+		close(w.done)
+	}()
+	for {
+		batch := w.take()
+		if batch == nil {
+			return
+		}
+		if err := w.handle(batch); err != nil {
+			if !errors.Is(err, errAbandoned) {
+				w.r.fail(err)
+			}
+			return
+		}
+	}
+}
+
+// sleep waits d with the partition's fetches paused. It returns false when
+// the worker must stop instead.
+func (w *worker[In, Out]) sleep(d time.Duration) bool {
+	w.setPause(pauseRetry, true)
+	defer w.setPause(pauseRetry, false)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stopping:
+		return false
+	case <-w.ctx.Done():
+		return false
+	}
+}
+
+// pending accumulates the effects of a batch until they are flushed.
+type pending[Out any] struct {
+	outs   []Out
+	owners []int // owners[i] is the batch index of the record that produced outs[i]
+	dlq    []*kgo.Record
+	dlqIdx map[int]bool
+}
+
+// handle processes a batch. Records before a stop or a fatal error are still
+// flushed and committed; the rest is left for redelivery.
+func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
+	r := w.r
+	r.m.batchSize.Observe(float64(len(batch)))
+	var p pending[Out]
+	done := len(batch)
+	var stopErr error
+	start := time.Now()
+	for i, rec := range batch {
+		r.m.in.WithLabelValues(rec.Topic).Inc()
+		outs, dl, err := w.processOne(rec)
+		if err != nil {
+			done, stopErr = i, err
+			break
+		}
+		if dl != nil {
+			p.addDLQ(i, dl)
+			continue
+		}
+		for _, o := range outs {
+			p.outs = append(p.outs, o)
+			p.owners = append(p.owners, i)
+		}
+	}
+	r.m.batchDur.WithLabelValues("process").Observe(time.Since(start).Seconds())
+	if done > 0 {
+		if err := w.flush(batch[:done], &p); err != nil {
+			return err
+		}
+	}
+	return stopErr
+}
+
+func (p *pending[Out]) addDLQ(i int, rec *kgo.Record) {
+	if p.dlqIdx == nil {
+		p.dlqIdx = map[int]bool{}
+	}
+	if p.dlqIdx[i] {
+		return
+	}
+	p.dlqIdx[i] = true
+	p.dlq = append(p.dlq, rec)
+}
+
+// processOne decodes and runs the stage for one record, with retries. It
+// returns the outputs, or a DLQ record, or an error (errAbandoned or fatal).
+func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, *kgo.Record, error) {
+	r := w.r
+	in, err := r.decode(rec.Key, rec.Value)
+	if err != nil {
+		c := stages.Classify(err)
+		if c.Kind != stages.KindDeadLetter {
+			c = &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonDecodeError, Err: err}
+		}
+		return nil, w.dlqRecord(rec, c, 1, r.cfg.Name+"/decode"), nil
+	}
+	msg := stages.Msg[In]{Key: string(rec.Key), Value: in, Source: stages.Source{
+		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp,
+	}}
+	if len(rec.Headers) > 0 {
+		msg.Headers = make([]stages.Header, len(rec.Headers))
+		for i, h := range rec.Headers {
+			msg.Headers[i] = stages.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		t0 := time.Now()
+		outs, err := w.callStage(msg)
+		r.m.stageDur.Observe(time.Since(t0).Seconds())
+		if err == nil {
+			r.m.out.Add(float64(len(outs)))
+			return outs, nil, nil
+		}
+		if w.ctx.Err() != nil {
+			return nil, nil, errAbandoned
+		}
+		c := stages.Classify(err)
+		switch c.Kind {
+		case stages.KindDeadLetter:
+			return nil, w.dlqRecord(rec, c, attempt, r.o.stageName), nil
+		case stages.KindFatal:
+			return nil, nil, fmt.Errorf("stage %s at %s/%d@%d: %w", r.o.stageName, rec.Topic, rec.Partition, rec.Offset, err)
+		}
+		if attempt >= r.cfg.Retry.MaxAttempts {
+			ex := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonRetriesExhausted, Rule: c.Rule, Err: c.Err}
+			return nil, w.dlqRecord(rec, ex, attempt, r.o.stageName), nil
+		}
+		r.m.retries.WithLabelValues("stage").Inc()
+		wait := max(c.After, r.cfg.Retry.Backoff(attempt))
+		r.o.log.Debug("stage retry", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "attempt", attempt, "wait", wait, "err", err)
+		if !w.sleep(wait) {
+			return nil, nil, errAbandoned
+		}
+	}
+}
+
+// callStage runs the stage, turning a panic into an "exception" dead letter
+// so that one bad record cannot stop its partition.
+func (w *worker[In, Out]) callStage(msg stages.Msg[In]) (outs []Out, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			outs, err = nil, stages.DeadLetter(stages.ReasonException, "", fmt.Errorf("stage panic: %v", p))
+		}
+	}()
+	return w.r.stage(w.ctx, msg)
+}
+
+// flush writes the batch's outputs, dead-letters rejected and failed records,
+// and marks the batch's offsets for commit — in that order, each step durable
+// before the next.
+func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
+	r := w.r
+	if len(p.outs) > 0 {
+		t0 := time.Now()
+		for attempt := 1; ; attempt++ {
+			ts := time.Now()
+			err := r.sink.Write(w.ctx, p.outs)
+			r.m.sinkDur.Observe(time.Since(ts).Seconds())
+			if err == nil {
+				break
+			}
+			var rej *stages.Rejections
+			if errors.As(err, &rej) {
+				for _, it := range rej.Items {
+					if it.Index < 0 || it.Index >= len(p.owners) {
+						return fmt.Errorf("sink rejected item %d of a %d-item batch", it.Index, len(p.owners))
+					}
+					i := p.owners[it.Index]
+					c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: it.Rule, Err: it.Err}
+					p.addDLQ(i, w.dlqRecord(batch[i], c, attempt, r.cfg.Name+"/sink"))
+				}
+				break
+			}
+			if c := stages.Classify(err); c.Kind == stages.KindFatal {
+				return fmt.Errorf("sink: %w", err)
+			}
+			r.m.retries.WithLabelValues("sink").Inc()
+			r.o.log.Warn("sink write failed, retrying", "topic", w.tp.topic, "partition", w.tp.partition, "attempt", attempt, "err", err)
+			if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
+				return errAbandoned
+			}
+		}
+		r.m.batchDur.WithLabelValues("write").Observe(time.Since(t0).Seconds())
+	}
+	if len(p.dlq) > 0 {
+		t0 := time.Now()
+		for attempt := 1; ; attempt++ {
+			err := r.cl.ProduceSync(w.ctx, p.dlq...).FirstErr()
+			if err == nil {
+				break
+			}
+			r.m.retries.WithLabelValues("dlq").Inc()
+			r.o.log.Warn("DLQ produce failed, retrying", "topic", r.cfg.DLQTopic, "attempt", attempt, "err", err)
+			if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
+				return errAbandoned
+			}
+		}
+		for _, d := range p.dlq {
+			reason, rule := "", ""
+			for _, h := range d.Headers {
+				switch h.Key {
+				case stages.HeaderReason:
+					reason = string(h.Value)
+				case stages.HeaderRule:
+					rule = string(h.Value)
+				}
+			}
+			r.m.dlq.WithLabelValues(reason, rule).Inc()
+		}
+		r.m.batchDur.WithLabelValues("dlq").Observe(time.Since(t0).Seconds())
+	}
+	if w.lost.Load() {
+		return errAbandoned
+	}
+	last := batch[len(batch)-1]
+	r.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
+		last.Topic: {last.Partition: {Epoch: last.LeaderEpoch, Offset: last.Offset + 1}},
+	})
+	r.m.committed.WithLabelValues(last.Topic).Add(float64(len(batch)))
+	return nil
+}
+
+// dlqRecord builds the dead-letter record of rec: original key, value and
+// non-DLQ headers, plus the DLQ headers of DESIGN §3. A redrive count header
+// from an earlier redrive is kept for the redrive loop guard.
+func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts int, stage string) *kgo.Record {
+	hs := make([]kgo.RecordHeader, 0, len(rec.Headers)+9)
+	for _, h := range rec.Headers {
+		if strings.HasPrefix(h.Key, "dlq.") && h.Key != stages.HeaderRedriveCount {
+			continue
+		}
+		hs = append(hs, h)
+	}
+	msg := ""
+	if c.Err != nil {
+		msg = c.Err.Error()
+	}
+	hs = append(hs,
+		kgo.RecordHeader{Key: stages.HeaderReason, Value: []byte(c.Reason)},
+		kgo.RecordHeader{Key: stages.HeaderRule, Value: []byte(c.Rule)},
+		kgo.RecordHeader{Key: stages.HeaderError, Value: []byte(msg)},
+		kgo.RecordHeader{Key: stages.HeaderStage, Value: []byte(stage)},
+		kgo.RecordHeader{Key: stages.HeaderSourceTopic, Value: []byte(rec.Topic)},
+		kgo.RecordHeader{Key: stages.HeaderSourcePartition, Value: []byte(strconv.Itoa(int(rec.Partition)))},
+		kgo.RecordHeader{Key: stages.HeaderSourceOffset, Value: []byte(strconv.FormatInt(rec.Offset, 10))},
+		kgo.RecordHeader{Key: stages.HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
+		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339))},
+	)
+	return &kgo.Record{Topic: w.r.cfg.DLQTopic, Key: rec.Key, Value: rec.Value, Headers: hs}
+}
