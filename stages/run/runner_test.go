@@ -49,7 +49,10 @@ func TestRebalanceMidBatchLosesNothing(t *testing.T) {
 	produce(t, cl, cfg.Topics[0], n, 97, nil)
 
 	// 5 ms per record: each partition takes ~5 s, long enough to rebalance mid-way.
-	slow := func(batch []msg, _ int) error { time.Sleep(time.Duration(len(batch)) * 5 * time.Millisecond); return nil }
+	slow := func(batch []msg, _ int) error {
+		time.Sleep(time.Duration(len(batch)) * 5 * time.Millisecond)
+		return nil
+	}
 	sinkA := memsink.New(memsink.WithFailure(slow))
 	sinkB := memsink.New(memsink.WithFailure(slow))
 
