@@ -1,0 +1,312 @@
+package testkit
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+)
+
+// PostgresImage is the container image NewPostgres runs when it uses Docker.
+const PostgresImage = "postgres:16-alpine"
+
+// postgresBinGlob is searched for initdb and postgres after PATH.
+const postgresBinGlob = "/usr/lib/postgresql/*/bin"
+
+// PostgresServer is a PostgreSQL server that hands out isolated schemas.
+// Share one between the subtests of a test to start a local server once.
+type PostgresServer struct {
+	// URL is the superuser (or DATABASE_URL) DSN. It may contain a
+	// password: do not log it.
+	URL string
+	// Real is always true: there is no PostgreSQL fake.
+	Real bool
+	// Kind is where the server came from: "env" (DATABASE_URL), "local"
+	// (initdb + postgres started for this test) or "container".
+	Kind string
+}
+
+// Postgres is a fresh schema on a PostgreSQL server, private to one test.
+type Postgres struct {
+	// URL is a DSN whose search_path is Schema (set as the search_path
+	// runtime parameter, which pgx, pgx/stdlib and lib/pq all send), so
+	// unqualified names resolve in Schema only. It may contain a password.
+	URL string
+	// Schema is the schema's name (see Name); it is dropped with CASCADE on
+	// cleanup.
+	Schema string
+	// Pool is a pgx pool on URL, closed on cleanup.
+	Pool *pgxpool.Pool
+	// Real is always true.
+	Real bool
+	// Kind is the server's Kind.
+	Kind string
+}
+
+// NewPostgres returns a fresh schema on a PostgreSQL server:
+// NewPostgresServer(t).Postgres(t).
+func NewPostgres(t testing.TB) *Postgres {
+	t.Helper()
+	return NewPostgresServer(t).Postgres(t)
+}
+
+// NewPostgresServer returns a PostgreSQL server for t. Order: DATABASE_URL;
+// local binaries (initdb and postgres on PATH or in
+// /usr/lib/postgresql/*/bin) started in a temporary directory on a free
+// port with trust auth for superuser "postgres" — as the "postgres" OS user
+// when the test runs as root — and stopped on cleanup; a postgres container
+// when a Docker engine answers; else the test is skipped (failed under
+// CI=true).
+func NewPostgresServer(t testing.TB) *PostgresServer {
+	t.Helper()
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return &PostgresServer{URL: u, Real: true, Kind: "env"}
+	}
+	var why reasons
+	why.add("DATABASE_URL unset")
+	u, err := startLocalPostgres(t)
+	switch {
+	case err == nil:
+		return &PostgresServer{URL: u, Real: true, Kind: "local"}
+	case errors.Is(err, errNotFound):
+		why.add("%v", err)
+	default:
+		t.Logf("testkit: local PostgreSQL failed: %v", err)
+		why.add("local PostgreSQL failed (see log)")
+	}
+	if err := dockerEngine(t); err != nil {
+		why.add("%v", err)
+	} else if u, err := startPostgresContainer(t); err != nil {
+		why.add("postgres container: %v", err)
+	} else {
+		return &PostgresServer{URL: u, Real: true, Kind: "container"}
+	}
+	unavailable(t, "no PostgreSQL: %s", why)
+	return nil
+}
+
+// IsReal implements Service.
+func (s *PostgresServer) IsReal() bool { return s.Real }
+
+// String implements Service; it never includes the URL.
+func (s *PostgresServer) String() string { return "PostgreSQL (" + s.Kind + ")" }
+
+// Postgres creates a schema named Name(t, "t") on s and returns a URL and a
+// pool that use it. The pool is closed and the schema dropped on t's
+// cleanup, so a subtest may call it on its parent's server.
+func (s *PostgresServer) Postgres(t testing.TB) *Postgres {
+	t.Helper()
+	schema := Name(t, "t")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatalf("testkit: create schema %s on %s: %v", schema, s, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := cleanupContext()
+		defer cancel()
+		// A lock held by a connection the test forgot to close must not
+		// hang the cleanup.
+		if err := s.exec(ctx, "SET lock_timeout = '10s'", "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Logf("testkit: drop schema %s: %v", schema, err)
+		}
+	})
+	dsn, err := withSearchPath(s.URL, schema)
+	if err != nil {
+		t.Fatalf("testkit: %s: %v", s, err)
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatalf("testkit: pool on %s: %v", s, err)
+	}
+	t.Cleanup(pool.Close)
+	var current string
+	if err := pool.QueryRow(ctx, "SELECT current_schema()").Scan(&current); err != nil {
+		t.Fatalf("testkit: query %s: %v", s, err)
+	}
+	if current != schema {
+		t.Fatalf("testkit: %s ignores the search_path parameter: current_schema() = %q, want %q", s, current, schema)
+	}
+	return &Postgres{URL: dsn, Schema: schema, Pool: pool, Real: s.Real, Kind: s.Kind}
+}
+
+// exec runs statements in order on one new connection to s.
+func (s *PostgresServer) exec(ctx context.Context, stmts ...string) error {
+	conn, err := pgx.Connect(ctx, s.URL)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	for _, q := range stmts {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// IsReal implements Service.
+func (p *Postgres) IsReal() bool { return p.Real }
+
+// String implements Service; it never includes the URL.
+func (p *Postgres) String() string { return "PostgreSQL (" + p.Kind + ") schema " + p.Schema }
+
+// DB returns a database/sql handle (pgx/stdlib) on URL, for code such as
+// goose that wants *sql.DB. It is closed on cleanup.
+func (p *Postgres) DB(t testing.TB) *sql.DB {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(p.URL)
+	if err != nil {
+		t.Fatalf("testkit: parse %s URL: %v", p, err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// withSearchPath returns dsn with its search_path runtime parameter set to
+// schema. dsn is a postgres:// URL or a keyword/value string.
+func withSearchPath(dsn, schema string) (string, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "", fmt.Errorf("parse database URL: %w", err) // url.Error never prints the password
+		}
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	}
+	return strings.TrimSpace(dsn) + " search_path=" + schema, nil
+}
+
+// startLocalPostgres initializes and starts a throwaway cluster and returns
+// its superuser URL. The error wraps errNotFound when there are no binaries.
+func startLocalPostgres(t testing.TB) (string, error) {
+	t.Helper()
+	initdb, err := findBinary("initdb", postgresBinGlob)
+	if err != nil {
+		return "", err
+	}
+	// /usr/local/bin/initdb may be a symlink into /usr/lib/postgresql/N/bin,
+	// where its postgres lives.
+	if r, err := filepath.EvalSymlinks(initdb); err == nil {
+		initdb = r
+	}
+	postgres := filepath.Join(filepath.Dir(initdb), "postgres")
+	if _, err := os.Stat(postgres); err != nil {
+		return "", fmt.Errorf("postgres next to %s: %w", initdb, errNotFound)
+	}
+	var runAs *osUser
+	if os.Geteuid() == 0 { // initdb and postgres refuse to run as root
+		if runAs, err = lookupUser("postgres"); err != nil {
+			return "", fmt.Errorf("running as root, and %w", err)
+		}
+	}
+	base, err := sharedTempDir(t, "testkit-pg-", runAs)
+	if err != nil {
+		return "", err
+	}
+	data := filepath.Join(base, "data")
+	env := []string{"LC_ALL=C", "TZ=UTC"}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, initdb, "-D", data, "-U", "postgres", "-A", "trust",
+		"-E", "UTF8", "--locale=C", "--no-sync")
+	cmd.Dir, cmd.Env, cmd.SysProcAttr = base, append(os.Environ(), env...), sysProcAttr(runAs)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("initdb: %w; output:\n%s", err, out)
+	}
+
+	_, port, err := startLocal(t, "postgres",
+		func(port int) (*proc, error) {
+			return startProc(procSpec{
+				name: "postgres",
+				path: postgres,
+				args: []string{"-D", data, "-p", strconv.Itoa(port),
+					"-c", "listen_addresses=127.0.0.1",
+					"-c", "unix_socket_directories=" + base,
+					"-c", "fsync=off",
+					"-c", "synchronous_commit=off",
+					"-c", "full_page_writes=off",
+					"-c", "max_connections=200",
+				},
+				env:  env,
+				dir:  base,
+				user: runAs,
+				stop: syscall.SIGINT, // fast shutdown
+			})
+		},
+		func(ctx context.Context, port int) error {
+			conn, err := pgx.Connect(ctx, localPostgresURL(port))
+			if err != nil {
+				return err
+			}
+			return conn.Close(ctx)
+		})
+	if err != nil {
+		return "", err
+	}
+	return localPostgresURL(port), nil
+}
+
+func localPostgresURL(port int) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+}
+
+// lookupUser returns the uid and gid of the named OS account.
+func lookupUser(name string) (*osUser, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return nil, fmt.Errorf("no %q OS user: %w", name, err)
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("uid of %q: %w", name, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("gid of %q: %w", name, err)
+	}
+	return &osUser{name: name, uid: uint32(uid), gid: uint32(gid)}, nil
+}
+
+// startPostgresContainer runs PostgresImage and returns its superuser URL.
+func startPostgresContainer(t testing.TB) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), containerStartTimeout)
+	defer cancel()
+	ctr, err := tcpostgres.Run(ctx, PostgresImage,
+		testcontainers.WithLogger(newTCLogger(t)),
+		tcpostgres.WithDatabase("sluice"),
+		tcpostgres.WithUsername("postgres"),
+		tcpostgres.WithPassword("postgres"),
+		tcpostgres.BasicWaitStrategies(),
+	)
+	testcontainers.CleanupContainer(t, ctr)
+	if err != nil {
+		return "", err
+	}
+	u, err := ctr.ConnectionString(ctx, "sslmode=disable")
+	if err != nil {
+		return "", fmt.Errorf("connection string: %w", err)
+	}
+	return u, nil
+}
