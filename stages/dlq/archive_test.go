@@ -1,0 +1,151 @@
+package dlq_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/schemas"
+	"github.com/sluicehq/sluice/stages/dlq"
+)
+
+// archiveDB returns a pool on a private schema migrated with the project's
+// migrations (which create dlq_archive).
+func archiveDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pg := testkit.NewPostgres(t)
+	if _, err := schemas.Migrate(ctxT(t), pg.URL); err != nil {
+		t.Fatal(err)
+	}
+	return pg.Pool
+}
+
+func rowCount(t *testing.T, db *pgxpool.Pool, topic string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(ctxT(t), `SELECT count(*) FROM dlq_archive WHERE dlq_topic = $1`, topic).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestArchiveOnceIsIdempotent(t *testing.T) {
+	t.Parallel()
+	db := archiveDB(t)
+	const dlqTopic, src = "archive.dlq", "archive.src"
+	e := newEnv(t, dlqTopic, src)
+	e.write(t, dlqTopic, fixture(src)...)
+	ctx := ctxT(t)
+
+	res, err := dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (dlq.ArchiveResult{Read: 5, Inserted: 5}) || rowCount(t, db, dlqTopic) != 5 {
+		t.Fatalf("first run %+v, %d rows; want 5 read, 5 inserted, 5 rows", res, rowCount(t, db, dlqTopic))
+	}
+
+	// The default group committed: nothing left to read.
+	res, err = dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, dlq.DefaultArchiveGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (dlq.ArchiveResult{}) {
+		t.Fatalf("second run %+v, want nothing read", res)
+	}
+	// Another group reads everything again; the table ignores the repeats.
+	res, err = dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, "archive-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (dlq.ArchiveResult{Read: 5, Inserted: 0}) || rowCount(t, db, dlqTopic) != 5 {
+		t.Fatalf("re-read run %+v, %d rows; want 5 read, 0 inserted, 5 rows", res, rowCount(t, db, dlqTopic))
+	}
+	// A new DLQ record is archived by the next run.
+	e.write(t, dlqTopic, spec{key: "NEW", value: `{"n":1}`, partition: 1, reason: "exception", redrives: -1})
+	res, err = dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (dlq.ArchiveResult{Read: 1, Inserted: 1}) || rowCount(t, db, dlqTopic) != 6 {
+		t.Fatalf("third run %+v, %d rows; want 1/1 and 6 rows", res, rowCount(t, db, dlqTopic))
+	}
+
+	// The columns of one row.
+	var (
+		part, srcPart, attempts     int
+		off, srcOff                 int64
+		srcTopic, reason, rule      string
+		errMsg, stage, key, payload string
+		asJSON                      *string
+		failedAt                    time.Time
+	)
+	err = db.QueryRow(ctx, `SELECT dlq_partition, dlq_offset, source_topic, source_partition, source_offset, reason, rule_id,
+		error_msg, stage, attempts, record_key, convert_from(payload, 'UTF8'), payload_json::text, failed_at
+		FROM dlq_archive WHERE dlq_topic = $1 AND record_key = 'FPT'`, dlqTopic).Scan(
+		&part, &off, &srcTopic, &srcPart, &srcOff, &reason, &rule, &errMsg, &stage, &attempts, &key, &payload, &asJSON, &failedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if part != 0 || off != 0 || srcTopic != src || srcPart != 1 || srcOff != 5 || reason != "sanity_fail" || rule != "ta.symbol" ||
+		errMsg != "error of FPT" || stage != "validate" || attempts != 1 || key != "FPT" || payload != `{"task_type":"ta.bar"}` ||
+		asJSON == nil || *asJSON != `{"task_type": "ta.bar"}` || !failedAt.Equal(t0) {
+		t.Fatalf("FPT row: %d %d %q %d %d %q %q %q %q %d %q %q %v %v", part, off, srcTopic, srcPart, srcOff, reason, rule, errMsg, stage, attempts, key, payload, asJSON, failedAt)
+	}
+	// A value that is not JSON keeps its bytes and has no payload_json;
+	// absent source headers are NULL.
+	var notJSON *string
+	var vnmPayload []byte
+	if err := db.QueryRow(ctx, `SELECT payload, payload_json::text FROM dlq_archive WHERE dlq_topic = $1 AND record_key = 'VNM'`, dlqTopic).Scan(&vnmPayload, &notJSON); err != nil {
+		t.Fatal(err)
+	}
+	if string(vnmPayload) != "not json" || notJSON != nil {
+		t.Fatalf("VNM payload %q json %v", vnmPayload, notJSON)
+	}
+	var nullSource bool
+	if err := db.QueryRow(ctx, `SELECT source_topic IS NULL AND source_partition IS NULL AND source_offset IS NULL AND failed_at IS NULL
+		FROM dlq_archive WHERE dlq_topic = $1 AND record_key = 'NEW'`, dlqTopic).Scan(&nullSource); err != nil || !nullSource {
+		t.Fatalf("NEW row source columns not NULL (%v)", err)
+	}
+}
+
+func TestArchiveRunsUntilCancelled(t *testing.T) {
+	t.Parallel()
+	db := archiveDB(t)
+	const dlqTopic, src = "archivec.dlq", "archivec.src"
+	e := newEnv(t, dlqTopic, src)
+	e.write(t, dlqTopic, fixture(src)...)
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() { done <- dlq.Archive(ctx, e.opts, db, dlqTopic, "archive-cont") }()
+	deadline := time.Now().Add(20 * time.Second)
+	for rowCount(t, db, dlqTopic) < 5 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Records written while it runs are archived too.
+	e.write(t, dlqTopic, spec{key: "LATE", value: `{}`, reason: "exception", redrives: -1})
+	for rowCount(t, db, dlqTopic) < 6 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Archive returned %v after cancel, want nil", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Archive did not return after cancel")
+	}
+	if n := rowCount(t, db, dlqTopic); n != 6 {
+		t.Fatalf("%d rows, want 6", n)
+	}
+	// Its commits stick: a one-shot run of the same group has nothing to do.
+	res, err := dlq.ArchiveOnce(ctxT(t), e.opts, db, dlqTopic, "archive-cont")
+	if err != nil || res.Read != 0 {
+		t.Fatalf("after Archive, ArchiveOnce read %d (%v), want 0", res.Read, err)
+	}
+}

@@ -1,0 +1,404 @@
+package dlq_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/dlq"
+)
+
+var t0 = time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
+
+// spec describes one DLQ record to write.
+type spec struct {
+	key, value   string
+	partition    int32 // DLQ partition
+	reason, rule string
+	srcTopic     string // "" omits the source headers
+	srcPartition int32
+	srcOffset    int64
+	failedAt     time.Time // zero omits dlq.failed_at
+	redrives     int       // < 0 omits dlq.redrive_count
+	extra        []kgo.RecordHeader
+}
+
+func (s spec) record(topic string) *kgo.Record {
+	h := []kgo.RecordHeader{
+		{Key: stages.HeaderReason, Value: []byte(s.reason)},
+		{Key: stages.HeaderRule, Value: []byte(s.rule)},
+		{Key: stages.HeaderError, Value: []byte("error of " + s.key)},
+		{Key: stages.HeaderStage, Value: []byte("validate")},
+		{Key: stages.HeaderAttempts, Value: []byte("1")},
+	}
+	if s.srcTopic != "" {
+		h = append(h,
+			kgo.RecordHeader{Key: stages.HeaderSourceTopic, Value: []byte(s.srcTopic)},
+			kgo.RecordHeader{Key: stages.HeaderSourcePartition, Value: []byte(strconv.Itoa(int(s.srcPartition)))},
+			kgo.RecordHeader{Key: stages.HeaderSourceOffset, Value: []byte(strconv.FormatInt(s.srcOffset, 10))})
+	}
+	if !s.failedAt.IsZero() {
+		h = append(h, kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(s.failedAt.Format(time.RFC3339))})
+	}
+	if s.redrives >= 0 {
+		h = append(h, kgo.RecordHeader{Key: stages.HeaderRedriveCount, Value: []byte(strconv.Itoa(s.redrives))})
+	}
+	h = append(h, s.extra...)
+	return &kgo.Record{Topic: topic, Partition: s.partition, Key: []byte(s.key), Value: []byte(s.value), Headers: h}
+}
+
+type env struct {
+	opts []kgo.Opt
+	cl   *kgo.Client
+}
+
+// newEnv starts a kfake cluster with a 2-partition DLQ topic and a
+// 3-partition source topic.
+func newEnv(t *testing.T, dlqTopic, srcTopic string) env {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, dlqTopic), kfake.SeedTopics(3, srcTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
+	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return env{opts: opts, cl: cl}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (e env) write(t *testing.T, topic string, specs ...spec) {
+	t.Helper()
+	for _, s := range specs {
+		if err := e.cl.ProduceSync(ctxT(t), s.record(topic)).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readAll reads every record of topic, up to its current end offsets, with a
+// direct consumer.
+func (e env) readAll(t *testing.T, topic string) []*kgo.Record {
+	t.Helper()
+	ctx := ctxT(t)
+	ends, err := kadm.NewClient(e.cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	ends.Each(func(o kadm.ListedOffset) { left += int(o.Offset) })
+	if left == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(append(e.opts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	for len(out) < left {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records of %s", len(out), left, topic)
+		}
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+// fixture is the DLQ content most tests use.
+func fixture(src string) []spec {
+	return []spec{
+		{key: "FPT", value: `{"task_type":"ta.bar"}`, partition: 0, reason: "sanity_fail", rule: "ta.symbol", srcTopic: src, srcPartition: 1, srcOffset: 5, failedAt: t0, redrives: -1,
+			extra: []kgo.RecordHeader{{Key: "trace", Value: []byte("abc")}}},
+		{key: "VNM", value: `not json`, partition: 1, reason: "decode_error", srcTopic: src, srcPartition: 0, srcOffset: 7, failedAt: t0.Add(time.Hour), redrives: -1},
+		{key: "HPG", value: `{"x":1}`, partition: 0, reason: "sanity_fail", rule: "ta.price", srcTopic: src, srcPartition: 2, srcOffset: 9, failedAt: t0.Add(2 * time.Hour), redrives: 3},
+		{key: "MWG", value: `{"x":2}`, partition: 1, reason: "sanity_fail", rule: "ta.price", failedAt: t0.Add(3 * time.Hour), redrives: 0},
+		{key: "SSI", value: `{"x":3}`, partition: 1, reason: "sanity_fail", rule: "ta.volume", srcTopic: src, srcPartition: 2, srcOffset: 11, failedAt: t0.Add(4 * time.Hour), redrives: 2},
+	}
+}
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	full := spec{key: "FPT", value: `{}`, partition: 1, reason: "sanity_fail", rule: "ta.symbol", srcTopic: "bronze.records", srcPartition: 4, srcOffset: 42, failedAt: t0, redrives: 2}.record("bronze.dlq")
+	full.Offset, full.Timestamp = 17, t0.Add(time.Minute)
+	cases := []struct {
+		name    string
+		rec     *kgo.Record
+		want    dlq.Record
+		wantErr string
+	}{
+		{"all headers", full, dlq.Record{Topic: "bronze.dlq", Partition: 1, Offset: 17, Timestamp: t0.Add(time.Minute), Key: []byte("FPT"), Value: []byte(`{}`),
+			Reason: "sanity_fail", Rule: "ta.symbol", Error: "error of FPT", Stage: "validate", SourceTopic: "bronze.records", SourcePartition: 4, SourceOffset: 42,
+			Attempts: 1, FailedAt: t0, RedriveCount: 2}, ""},
+		{"no headers", &kgo.Record{Topic: "d", Key: []byte("k"), Value: []byte("v")}, dlq.Record{Topic: "d", Key: []byte("k"), Value: []byte("v"), SourcePartition: -1, SourceOffset: -1}, ""},
+		{"malformed headers", &kgo.Record{Topic: "d", Headers: []kgo.RecordHeader{
+			{Key: stages.HeaderReason, Value: []byte("exception")},
+			{Key: stages.HeaderSourcePartition, Value: []byte("x")},
+			{Key: stages.HeaderFailedAt, Value: []byte("yesterday")},
+			{Key: stages.HeaderRedriveCount, Value: []byte("-2")},
+		}}, dlq.Record{Topic: "d", Reason: "exception", SourcePartition: -1, SourceOffset: -1}, "dlq.source.partition"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := dlq.Parse(tc.rec)
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("err = %v", err)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "dlq.failed_at") || !strings.Contains(err.Error(), "dlq.redrive_count") {
+					t.Fatalf("err = %v, want one naming every malformed header", err)
+				}
+			}
+			if len(got.Headers) != len(tc.rec.Headers) {
+				t.Fatalf("headers %v, want all %d", got.Headers, len(tc.rec.Headers))
+			}
+			got.Headers = nil
+			if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", tc.want) {
+				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFilterMatch(t *testing.T) {
+	t.Parallel()
+	r := dlq.Record{Reason: "sanity_fail", Rule: "ta.price", SourceTopic: "bronze.records", FailedAt: t0}
+	noFailedAt := dlq.Record{Reason: "decode_error", Timestamp: t0}
+	cases := []struct {
+		name string
+		f    dlq.Filter
+		r    dlq.Record
+		want bool
+	}{
+		{"zero filter", dlq.Filter{}, r, true},
+		{"reason in list", dlq.Filter{Reasons: []string{"decode_error", "sanity_fail"}}, r, true},
+		{"reason not in list", dlq.Filter{Reasons: []string{"decode_error"}}, r, false},
+		{"rule", dlq.Filter{Rules: []string{"ta.price"}}, r, true},
+		{"other rule", dlq.Filter{Rules: []string{"ta.volume"}}, r, false},
+		{"since inclusive", dlq.Filter{Since: t0}, r, true},
+		{"since after", dlq.Filter{Since: t0.Add(time.Nanosecond)}, r, false},
+		{"until exclusive", dlq.Filter{Until: t0}, r, false},
+		{"until after", dlq.Filter{Until: t0.Add(time.Second)}, r, true},
+		{"source topic", dlq.Filter{SourceTopic: "bronze.records"}, r, true},
+		{"other source topic", dlq.Filter{SourceTopic: "ingest.tasks"}, r, false},
+		{"all criteria", dlq.Filter{Reasons: []string{"sanity_fail"}, Rules: []string{"ta.price"}, Since: t0.Add(-time.Hour), Until: t0.Add(time.Hour), SourceTopic: "bronze.records"}, r, true},
+		{"one criterion fails", dlq.Filter{Reasons: []string{"sanity_fail"}, Rules: []string{"ta.symbol"}, Since: t0.Add(-time.Hour)}, r, false},
+		{"time falls back to timestamp", dlq.Filter{Since: t0.Add(-time.Second), Until: t0.Add(time.Second)}, noFailedAt, true},
+		{"time falls back to timestamp, outside", dlq.Filter{Since: t0.Add(time.Second)}, noFailedAt, false},
+	}
+	for _, tc := range cases {
+		if got := tc.f.Match(tc.r); got != tc.want {
+			t.Errorf("%s: Match = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestInspect(t *testing.T) {
+	t.Parallel()
+	const dlqTopic, src = "inspect.dlq", "inspect.src"
+	e := newEnv(t, dlqTopic, src)
+	e.write(t, dlqTopic, fixture(src)...)
+
+	keys := func(f dlq.Filter, limit int) []string {
+		var out []string
+		err := dlq.Inspect(ctxT(t), e.opts, dlqTopic, f, limit, func(r dlq.Record) error {
+			out = append(out, string(r.Key))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(out)
+		return out
+	}
+	cases := []struct {
+		name  string
+		f     dlq.Filter
+		limit int
+		want  []string
+	}{
+		{"all", dlq.Filter{}, 0, []string{"FPT", "HPG", "MWG", "SSI", "VNM"}},
+		{"reason", dlq.Filter{Reasons: []string{"decode_error"}}, 0, []string{"VNM"}},
+		{"rule", dlq.Filter{Rules: []string{"ta.price"}}, 0, []string{"HPG", "MWG"}},
+		{"time window", dlq.Filter{Since: t0.Add(time.Hour), Until: t0.Add(3 * time.Hour)}, 0, []string{"HPG", "VNM"}},
+		{"reason and since", dlq.Filter{Reasons: []string{"sanity_fail"}, Since: t0.Add(2 * time.Hour)}, 0, []string{"HPG", "MWG", "SSI"}},
+		{"source topic", dlq.Filter{SourceTopic: src}, 0, []string{"FPT", "HPG", "SSI", "VNM"}},
+		{"limit", dlq.Filter{Reasons: []string{"sanity_fail"}}, 2, nil}, // checked by count below
+	}
+	for _, tc := range cases {
+		got := keys(tc.f, tc.limit)
+		if tc.limit > 0 {
+			if len(got) != tc.limit {
+				t.Errorf("%s: got %v, want %d records", tc.name, got, tc.limit)
+			}
+			continue
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	// Every header is shown, typed and raw.
+	var fpt dlq.Record
+	err := dlq.Inspect(ctxT(t), e.opts, dlqTopic, dlq.Filter{Rules: []string{"ta.symbol"}}, 0, func(r dlq.Record) error { fpt = r; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fpt.Reason != "sanity_fail" || fpt.Rule != "ta.symbol" || fpt.Error != "error of FPT" || fpt.Stage != "validate" || fpt.SourceTopic != src ||
+		fpt.SourcePartition != 1 || fpt.SourceOffset != 5 || fpt.Attempts != 1 || !fpt.FailedAt.Equal(t0) || fpt.Topic != dlqTopic || fpt.Partition != 0 || fpt.Offset != 0 ||
+		string(fpt.Value) != `{"task_type":"ta.bar"}` {
+		t.Fatalf("record = %+v", fpt)
+	}
+	var names []string
+	for _, h := range fpt.Headers {
+		names = append(names, h.Key)
+	}
+	wantNames := []string{stages.HeaderReason, stages.HeaderRule, stages.HeaderError, stages.HeaderStage, stages.HeaderAttempts,
+		stages.HeaderSourceTopic, stages.HeaderSourcePartition, stages.HeaderSourceOffset, stages.HeaderFailedAt, "trace"}
+	if !slices.Equal(names, wantNames) {
+		t.Fatalf("headers %v, want %v", names, wantNames)
+	}
+	if v, _ := fpt.Header("trace"); v != "abc" {
+		t.Fatalf("trace header = %q", v)
+	}
+
+	// An error from fn stops the scan and is returned.
+	calls := 0
+	err = dlq.Inspect(ctxT(t), e.opts, dlqTopic, dlq.Filter{}, 0, func(dlq.Record) error { calls++; return fmt.Errorf("boom") })
+	if err == nil || !strings.Contains(err.Error(), "boom") || calls != 1 {
+		t.Fatalf("err = %v after %d calls, want boom after 1", err, calls)
+	}
+	// A missing topic is an error, not a hang.
+	if err := dlq.Inspect(ctxT(t), e.opts, "inspect.missing", dlq.Filter{}, 0, func(dlq.Record) error { return nil }); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("missing topic: err = %v", err)
+	}
+}
+
+func TestInspectEmptyTopicReturns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "empty.dlq", "empty.src")
+	n := 0
+	if err := dlq.Inspect(ctxT(t), e.opts, "empty.dlq", dlq.Filter{}, 0, func(dlq.Record) error { n++; return nil }); err != nil || n != 0 {
+		t.Fatalf("err %v, %d records", err, n)
+	}
+}
+
+func TestRedrive(t *testing.T) {
+	t.Parallel()
+	const dlqTopic, src = "redrive.dlq", "redrive.src"
+	e := newEnv(t, dlqTopic, src)
+	e.write(t, dlqTopic, fixture(src)...)
+	req := dlq.RedriveRequest{DLQTopic: dlqTopic, Filter: dlq.Filter{Reasons: []string{"sanity_fail"}}, DryRun: true}
+	decisions := map[string]dlq.Decision{}
+	req.Each = func(r dlq.Record, d dlq.Decision) { decisions[string(r.Key)] = d }
+
+	// Dry run: decides, sends nothing.
+	res, err := dlq.Redrive(ctxT(t), e.opts, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRes := dlq.RedriveResult{Scanned: 5, Sent: 2, Filtered: 1, Refused: 1, Unroutable: 1}
+	res.StartedAt = time.Time{}
+	if res != wantRes {
+		t.Fatalf("dry run result %+v, want %+v", res, wantRes)
+	}
+	wantDecisions := map[string]dlq.Decision{"FPT": dlq.Send, "HPG": dlq.Refuse, "MWG": dlq.Unroutable, "SSI": dlq.Send}
+	if fmt.Sprint(decisions) != fmt.Sprint(wantDecisions) {
+		t.Fatalf("decisions %v, want %v", decisions, wantDecisions)
+	}
+	if got := e.readAll(t, src); len(got) != 0 {
+		t.Fatalf("dry run produced %d records", len(got))
+	}
+
+	// Real run: exactly the sendable filtered records reach the source topic.
+	req.DryRun, req.Each = false, nil
+	before := time.Now().UTC()
+	res, err = dlq.Redrive(ctxT(t), e.opts, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StartedAt.Before(before.Add(-time.Second)) || res.StartedAt.After(time.Now()) {
+		t.Fatalf("StartedAt %v not the start of the run", res.StartedAt)
+	}
+	res.StartedAt = time.Time{}
+	if res != wantRes {
+		t.Fatalf("result %+v, want %+v", res, wantRes)
+	}
+	got := e.readAll(t, src)
+	if len(got) != 2 {
+		t.Fatalf("source topic has %d records, want 2", len(got))
+	}
+	byKey := map[string]*kgo.Record{}
+	for _, r := range got {
+		byKey[string(r.Key)] = r
+	}
+	check := func(key, value string, partition int32, redrives string, extra map[string]string) {
+		t.Helper()
+		r := byKey[key]
+		if r == nil {
+			t.Fatalf("record %s not re-driven; got %v", key, byKey)
+		}
+		if string(r.Value) != value || r.Partition != partition {
+			t.Fatalf("%s: value %q partition %d, want %q %d", key, r.Value, r.Partition, value, partition)
+		}
+		hs := map[string]string{}
+		for _, h := range r.Headers {
+			hs[h.Key] = string(h.Value)
+		}
+		want := map[string]string{stages.HeaderRedriveCount: redrives}
+		for k, v := range extra {
+			want[k] = v
+		}
+		if fmt.Sprint(hs) != fmt.Sprint(want) {
+			t.Fatalf("%s: headers %v, want %v", key, hs, want)
+		}
+	}
+	check("FPT", `{"task_type":"ta.bar"}`, 1, "1", map[string]string{"trace": "abc"})
+	check("SSI", `{"x":3}`, 2, "3", nil)
+
+	// A missing DLQ topic is an error.
+	if _, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: "redrive.missing"}); err == nil {
+		t.Fatal("redrive of a missing topic succeeded")
+	}
+}
+
+func TestRedriveLimit(t *testing.T) {
+	t.Parallel()
+	const dlqTopic, src = "limit.dlq", "limit.src"
+	e := newEnv(t, dlqTopic, src)
+	e.write(t, dlqTopic,
+		spec{key: "a", value: "1", reason: "exception", srcTopic: src, failedAt: t0, redrives: 0},
+		spec{key: "b", value: "2", reason: "exception", srcTopic: src, failedAt: t0, redrives: 1},
+		spec{key: "c", value: "3", reason: "exception", srcTopic: src, failedAt: t0, redrives: -1, extra: []kgo.RecordHeader{{Key: stages.HeaderRedriveCount, Value: []byte("many")}}},
+	)
+	res, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: dlqTopic, MaxRedrives: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent != 1 || res.Refused != 2 {
+		t.Fatalf("result %+v, want 1 sent (a) and 2 refused (b at the limit, c unreadable)", res)
+	}
+	got := e.readAll(t, src)
+	if len(got) != 1 || string(got[0].Key) != "a" {
+		t.Fatalf("source got %d records, want only a", len(got))
+	}
+}

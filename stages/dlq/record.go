@@ -1,0 +1,201 @@
+// Package dlq operates on dead-letter topics: it parses DLQ records into
+// typed views, filters them, prints them (Inspect), re-publishes them to the
+// topic they came from (Redrive) and archives them into PostgreSQL (Archive).
+//
+// DLQ records carry the original key and value and the dlq.* headers named in
+// package stages (DESIGN §3). Nothing here deletes from a DLQ topic: Kafka
+// topics are append-only, so a record stays in the DLQ after it was re-driven
+// or archived, until retention removes it.
+//
+// Functions that talk to Kafka take the connection options ([]kgo.Opt: seed
+// brokers, SASL, TLS, client id — for example kconf.Config.Opts) and create
+// and close their own clients; they are safe to call concurrently.
+package dlq
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/stages"
+)
+
+// Record is a typed view of one DLQ record.
+type Record struct {
+	// Topic, Partition, Offset and Timestamp locate the record in the DLQ.
+	Topic     string
+	Partition int32
+	Offset    int64
+	Timestamp time.Time
+
+	// Key and Value are the original record's bytes, unchanged.
+	Key, Value []byte
+	// Headers are all headers of the DLQ record, in order, dlq.* included.
+	Headers []kgo.RecordHeader
+
+	Reason string // dlq.reason
+	Rule   string // dlq.rule, empty when no rule applied
+	Error  string // dlq.error
+	Stage  string // dlq.stage
+	// SourceTopic, SourcePartition and SourceOffset locate the original
+	// record; partition and offset are -1 when their header is absent.
+	SourceTopic     string
+	SourcePartition int32
+	SourceOffset    int64
+	Attempts        int       // dlq.attempts, 0 when absent
+	FailedAt        time.Time // dlq.failed_at, zero when absent
+	// RedriveCount is how many times the record was already re-driven
+	// (dlq.redrive_count, 0 when absent).
+	RedriveCount int
+}
+
+// Time is when the record failed: FailedAt, or the DLQ record's timestamp
+// when the dlq.failed_at header is absent. Filters compare against it.
+func (r Record) Time() time.Time {
+	if !r.FailedAt.IsZero() {
+		return r.FailedAt
+	}
+	return r.Timestamp
+}
+
+// Header returns the value of the last header named key.
+func (r Record) Header(key string) (string, bool) {
+	for i := len(r.Headers) - 1; i >= 0; i-- {
+		if r.Headers[i].Key == key {
+			return string(r.Headers[i].Value), true
+		}
+	}
+	return "", false
+}
+
+// Parse builds the typed view of a DLQ record. Missing headers leave their
+// field at its zero value (-1 for the source partition and offset), so a
+// record written by hand with kcat parses. A header that is present but
+// malformed (a partition that is not a number, a failed_at that is not RFC
+// 3339) also leaves its field unset and is reported in the returned error;
+// the Record is complete in every other respect and usable.
+func Parse(kr *kgo.Record) (Record, error) {
+	if kr == nil {
+		return Record{}, errors.New("dlq: nil record")
+	}
+	r := Record{
+		Topic:           kr.Topic,
+		Partition:       kr.Partition,
+		Offset:          kr.Offset,
+		Timestamp:       kr.Timestamp,
+		Key:             kr.Key,
+		Value:           kr.Value,
+		Headers:         slices.Clone(kr.Headers),
+		SourcePartition: -1,
+		SourceOffset:    -1,
+	}
+	var errs []error
+	bad := func(h kgo.RecordHeader, err error) {
+		errs = append(errs, fmt.Errorf("header %s=%q: %w", h.Key, h.Value, err))
+	}
+	for _, h := range kr.Headers {
+		v := string(h.Value)
+		switch h.Key {
+		case stages.HeaderReason:
+			r.Reason = v
+		case stages.HeaderRule:
+			r.Rule = v
+		case stages.HeaderError:
+			r.Error = v
+		case stages.HeaderStage:
+			r.Stage = v
+		case stages.HeaderSourceTopic:
+			r.SourceTopic = v
+		case stages.HeaderSourcePartition:
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
+			if err != nil || n < 0 {
+				bad(h, errOr(err, "negative"))
+				r.SourcePartition = -1
+				continue
+			}
+			r.SourcePartition = int32(n)
+		case stages.HeaderSourceOffset:
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil || n < 0 {
+				bad(h, errOr(err, "negative"))
+				r.SourceOffset = -1
+				continue
+			}
+			r.SourceOffset = n
+		case stages.HeaderAttempts:
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n < 0 {
+				bad(h, errOr(err, "negative"))
+				r.Attempts = 0
+				continue
+			}
+			r.Attempts = n
+		case stages.HeaderFailedAt:
+			ts, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
+			if err != nil {
+				bad(h, err)
+				r.FailedAt = time.Time{}
+				continue
+			}
+			r.FailedAt = ts
+		case stages.HeaderRedriveCount:
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n < 0 {
+				bad(h, errOr(err, "negative"))
+				r.RedriveCount = 0
+				continue
+			}
+			r.RedriveCount = n
+		}
+	}
+	if len(errs) > 0 {
+		return r, fmt.Errorf("dlq: record %s[%d]@%d: %w", kr.Topic, kr.Partition, kr.Offset, errors.Join(errs...))
+	}
+	return r, nil
+}
+
+func errOr(err error, msg string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// Filter selects DLQ records. A zero Filter matches everything; each set
+// field narrows the match (all set fields must match).
+type Filter struct {
+	// Reasons matches records whose dlq.reason is any of these.
+	Reasons []string
+	// Rules matches records whose dlq.rule is any of these.
+	Rules []string
+	// Since (inclusive) and Until (exclusive) bound Record.Time.
+	Since, Until time.Time
+	// SourceTopic matches records whose dlq.source.topic is this.
+	SourceTopic string
+}
+
+// Match reports whether r passes every set criterion of f.
+func (f Filter) Match(r Record) bool {
+	if len(f.Reasons) > 0 && !slices.Contains(f.Reasons, r.Reason) {
+		return false
+	}
+	if len(f.Rules) > 0 && !slices.Contains(f.Rules, r.Rule) {
+		return false
+	}
+	t := r.Time()
+	if !f.Since.IsZero() && t.Before(f.Since) {
+		return false
+	}
+	if !f.Until.IsZero() && !t.Before(f.Until) {
+		return false
+	}
+	if f.SourceTopic != "" && r.SourceTopic != f.SourceTopic {
+		return false
+	}
+	return true
+}

@@ -1,0 +1,208 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/stages"
+)
+
+// DefaultMaxRedrives is the loop guard used when RedriveRequest.MaxRedrives
+// is not set: a record already re-driven this many times is refused.
+const DefaultMaxRedrives = 3
+
+// redriveBatch is how many records Redrive produces per synchronous batch.
+const redriveBatch = 500
+
+// Decision is what Redrive does with a record that matched the filter.
+type Decision int
+
+const (
+	// Send re-publishes the record to its source topic.
+	Send Decision = iota
+	// Refuse skips a record whose redrive count reached the limit (or is
+	// unreadable): the loop guard.
+	Refuse
+	// Unroutable skips a record without a dlq.source.topic header.
+	Unroutable
+)
+
+func (d Decision) String() string {
+	switch d {
+	case Send:
+		return "send"
+	case Refuse:
+		return "refuse"
+	case Unroutable:
+		return "unroutable"
+	default:
+		return "decision(" + strconv.Itoa(int(d)) + ")"
+	}
+}
+
+// RedriveRequest says which DLQ records to re-publish.
+type RedriveRequest struct {
+	DLQTopic string
+	Filter   Filter
+	// DryRun reads and decides but produces nothing.
+	DryRun bool
+	// MaxRedrives refuses records whose dlq.redrive_count is already at
+	// least this (default DefaultMaxRedrives when <= 0).
+	MaxRedrives int
+	// Each, when set, is called for every record that matched the filter,
+	// with the decision, in DLQ partition order, before it is produced.
+	Each func(Record, Decision)
+}
+
+// RedriveResult counts what Redrive did.
+type RedriveResult struct {
+	// Scanned is how many DLQ records were read.
+	Scanned int
+	// Sent is how many were re-published (with DryRun: would have been).
+	Sent int
+	// Filtered is how many did not match the filter.
+	Filtered int
+	// Refused is how many matched but hit the loop guard.
+	Refused int
+	// Unroutable is how many matched but carry no source topic.
+	Unroutable int
+	// StartedAt is when the redrive started reading. The records stay in
+	// the DLQ (topics are append-only), so a later redrive with the same
+	// filter would send them again; pass StartedAt as Filter.Since to
+	// consider only records that failed after this redrive began (those
+	// include any re-driven record that failed again).
+	StartedAt time.Time
+}
+
+// Redrive re-publishes the DLQ records that match req.Filter to their
+// dlq.source.topic with the original key, value and non-dlq headers, and
+// with dlq.redrive_count set to one more than before (all other dlq.*
+// headers are dropped). A record goes back to the partition it came from
+// (dlq.source.partition) when that partition exists, so a key keeps its
+// partition and its order; otherwise the key is hashed. Records whose
+// redrive count reached req.MaxRedrives are refused. Records are produced
+// synchronously in batches, in DLQ partition order; on a produce error
+// Redrive stops and returns the counts so far with the error.
+//
+// The DLQ is read from its start up to the end captured at the call, as
+// [Inspect] does. Nothing is deleted from the DLQ.
+func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveResult, error) {
+	res := RedriveResult{StartedAt: time.Now().UTC()}
+	if req.DLQTopic == "" {
+		return res, errors.New("dlq redrive: no DLQ topic")
+	}
+	limit := req.MaxRedrives
+	if limit <= 0 {
+		limit = DefaultMaxRedrives
+	}
+	var prod *kgo.Client
+	if !req.DryRun {
+		var err error
+		prod, err = kgo.NewClient(append(opts[:len(opts):len(opts)], kgo.RecordPartitioner(sourcePartitioner()))...)
+		if err != nil {
+			return res, fmt.Errorf("dlq redrive: kafka producer: %w", err)
+		}
+		defer prod.Close()
+	}
+	var batch []*kgo.Record
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		results := prod.ProduceSync(ctx, batch...)
+		batch = batch[:0]
+		for _, r := range results {
+			if r.Err != nil {
+				return fmt.Errorf("produce to %s: %w", r.Record.Topic, r.Err)
+			}
+			res.Sent++
+		}
+		return nil
+	}
+	err := scan(ctx, opts, req.DLQTopic, func(kr *kgo.Record) error {
+		res.Scanned++
+		r, perr := Parse(kr)
+		if !req.Filter.Match(r) {
+			res.Filtered++
+			return nil
+		}
+		d := Send
+		switch {
+		case r.SourceTopic == "":
+			d = Unroutable
+			res.Unroutable++
+		case r.RedriveCount >= limit || (perr != nil && hasBadHeader(kr, stages.HeaderRedriveCount)):
+			d = Refuse
+			res.Refused++
+		}
+		if req.Each != nil {
+			req.Each(r, d)
+		}
+		if d != Send {
+			return nil
+		}
+		if req.DryRun {
+			res.Sent++
+			return nil
+		}
+		batch = append(batch, redriven(r))
+		if len(batch) >= redriveBatch {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil && !req.DryRun {
+		err = flush()
+	}
+	if err != nil {
+		return res, fmt.Errorf("dlq redrive %s: %w", req.DLQTopic, err)
+	}
+	return res, nil
+}
+
+// redriven builds the record to re-publish: source topic, original key and
+// value, non-dlq headers, incremented redrive count, source partition or -1.
+func redriven(r Record) *kgo.Record {
+	out := &kgo.Record{Topic: r.SourceTopic, Key: r.Key, Value: r.Value, Partition: r.SourcePartition}
+	for _, h := range r.Headers {
+		if !strings.HasPrefix(h.Key, "dlq.") {
+			out.Headers = append(out.Headers, h)
+		}
+	}
+	out.Headers = append(out.Headers, kgo.RecordHeader{Key: stages.HeaderRedriveCount, Value: []byte(strconv.Itoa(r.RedriveCount + 1))})
+	return out
+}
+
+// hasBadHeader reports whether kr's header key fails to parse as a
+// non-negative integer.
+func hasBadHeader(kr *kgo.Record, key string) bool {
+	for _, h := range kr.Headers {
+		if h.Key == key {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(h.Value))); err != nil || n < 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sourcePartitioner sends a record to its Partition field when that is a
+// valid partition and hashes its key (Kafka's murmur2, as the Java client
+// does) otherwise.
+func sourcePartitioner() kgo.Partitioner {
+	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
+		hash := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+		return func(r *kgo.Record, n int) int {
+			if r.Partition >= 0 && int(r.Partition) < n {
+				return int(r.Partition)
+			}
+			return hash.Partition(r, n)
+		}
+	})
+}
