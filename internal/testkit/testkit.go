@@ -193,6 +193,7 @@ func dockerEngine(t testing.TB) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), dockerCheckTimeout)
 	defer cancel()
+	logger := newTCLogger(t)
 	res := make(chan error, 1)
 	go func() {
 		var err error
@@ -203,7 +204,7 @@ func dockerEngine(t testing.TB) error {
 			res <- err
 		}()
 		var p *testcontainers.DockerProvider
-		p, err = testcontainers.NewDockerProvider(testcontainers.WithLogger(newTCLogger(t)))
+		p, err = testcontainers.NewDockerProvider(testcontainers.WithLogger(logger))
 		if err != nil {
 			return
 		}
