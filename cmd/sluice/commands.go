@@ -8,5 +8,8 @@ func subcommands(g *globalConfig) []*cobra.Command {
 	return []*cobra.Command{
 		newTopicsCmd(g),
 		newMigrateCmd(g),
+		newReplayCmd(g),
+		newLagCmd(g),
+		newDLQCmd(g),
 	}
 }

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/stages/dlq"
+	"github.com/sluicehq/sluice/topics"
+)
+
+// dlqValuePreview is how many bytes of a value `dlq inspect` prints without
+// --json.
+const dlqValuePreview = 200
+
+func newDLQCmd(g *globalConfig) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "Inspect, re-drive and archive dead-letter topics",
+	}
+	cmd.AddCommand(newDLQInspectCmd(g), newDLQRedriveCmd(g), newDLQArchiveCmd(g))
+	return cmd
+}
+
+// dlqFilterFlags are the record filters shared by inspect and redrive.
+type dlqFilterFlags struct {
+	reasons, rules []string
+	since, until   string
+	sourceTopic    string
+}
+
+func (ff *dlqFilterFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringSliceVar(&ff.reasons, "reason", nil, "only records with this dlq.reason; repeat or comma-separate for several")
+	f.StringSliceVar(&ff.rules, "rule", nil, "only records with this dlq.rule id; repeat or comma-separate for several")
+	f.StringVar(&ff.since, "since", "", "only records that failed at or after this time: RFC 3339 or a duration ago like -1h")
+	f.StringVar(&ff.until, "until", "", "only records that failed before this time: RFC 3339 or a duration ago")
+	f.StringVar(&ff.sourceTopic, "source-topic", "", "only records that came from this topic")
+}
+
+func (ff *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
+	f := dlq.Filter{Reasons: ff.reasons, Rules: ff.rules, SourceTopic: ff.sourceTopic}
+	var err error
+	if ff.since != "" {
+		if f.Since, err = parseTimeArg(ff.since, now); err != nil {
+			return f, fmt.Errorf("invalid --since: %w", err)
+		}
+	}
+	if ff.until != "" {
+		if f.Until, err = parseTimeArg(ff.until, now); err != nil {
+			return f, fmt.Errorf("invalid --until: %w", err)
+		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		return f, fmt.Errorf("--until %s is not after --since %s", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
+	}
+	return f, nil
+}
+
+// dlqKafkaOpts checks within kafkaConnectTimeout that Kafka answers and
+// returns the connection options for the dlq package's own clients.
+func dlqKafkaOpts(ctx context.Context, g *globalConfig) ([]kgo.Opt, error) {
+	_, closeFn, err := kafkaAdmin(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	closeFn()
+	return g.Kafka.Opts()
+}
+
+func newDLQInspectCmd(g *globalConfig) *cobra.Command {
+	var (
+		topic   string
+		ff      dlqFilterFlags
+		limit   int
+		asJSON  bool
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "inspect",
+		Short: "Print the records of a DLQ topic with their failure headers",
+		Long: `inspect reads the DLQ topic from its start up to its current end and prints
+every record that matches the filters: coordinates, key, every header and
+the value (cut at 200 bytes; --json prints one complete JSON object per
+line instead). It joins no consumer group and commits nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := ff.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			if limit < 0 {
+				return fmt.Errorf("invalid --limit %d (want ≥ 0)", limit)
+			}
+			opts, err := dlqKafkaOpts(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			out := cmd.OutOrStdout()
+			n := 0
+			err = dlq.Inspect(ctx, opts, topic, f, limit, func(r dlq.Record) error {
+				n++
+				if asJSON {
+					return writeDLQJSON(out, r)
+				}
+				return writeDLQText(out, r)
+			})
+			if err != nil {
+				return singleLineErr(err)
+			}
+			if !asJSON {
+				fmt.Fprintf(out, "%d record(s)", n)
+				if limit > 0 && n == limit {
+					fmt.Fprintf(out, " (limit reached; --limit 0 prints all)")
+				}
+				fmt.Fprintln(out)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&topic, "topic", topics.BronzeDLQ, "DLQ topic")
+	ff.register(cmd)
+	f.IntVar(&limit, "limit", 100, "print at most this many records (0: all)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per record, value complete")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "time limit for the operation once connected")
+	return cmd
+}
+
+func writeDLQText(w io.Writer, r dlq.Record) error {
+	fmt.Fprintf(w, "%s[%d]@%d  %s  key=%q\n", r.Topic, r.Partition, r.Offset, r.Timestamp.UTC().Format(time.RFC3339), r.Key)
+	for _, h := range r.Headers {
+		fmt.Fprintf(w, "  %s: %s\n", h.Key, h.Value)
+	}
+	v := r.Value
+	suffix := ""
+	if len(v) > dlqValuePreview {
+		cut := dlqValuePreview
+		for cut > 0 && !utf8.RuneStart(v[cut]) {
+			cut--
+		}
+		v, suffix = v[:cut], fmt.Sprintf(" … (%d bytes)", len(r.Value))
+	}
+	_, err := fmt.Fprintf(w, "  value: %s%s\n\n", v, suffix)
+	return err
+}
+
+// dlqJSON is the --json form of a DLQ record.
+type dlqJSON struct {
+	Topic           string          `json:"topic"`
+	Partition       int32           `json:"partition"`
+	Offset          int64           `json:"offset"`
+	Timestamp       time.Time       `json:"timestamp"`
+	Key             string          `json:"key"`
+	Reason          string          `json:"reason"`
+	Rule            string          `json:"rule"`
+	Error           string          `json:"error"`
+	Stage           string          `json:"stage"`
+	SourceTopic     string          `json:"source_topic,omitempty"`
+	SourcePartition int32           `json:"source_partition"`
+	SourceOffset    int64           `json:"source_offset"`
+	Attempts        int             `json:"attempts"`
+	FailedAt        *time.Time      `json:"failed_at,omitempty"`
+	RedriveCount    int             `json:"redrive_count"`
+	Headers         []dlqJSONHeader `json:"headers"`
+	// Value is the value itself when it is JSON, else a JSON string.
+	Value json.RawMessage `json:"value"`
+}
+
+type dlqJSONHeader struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+func writeDLQJSON(w io.Writer, r dlq.Record) error {
+	j := dlqJSON{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UTC(), Key: string(r.Key),
+		Reason: r.Reason, Rule: r.Rule, Error: r.Error, Stage: r.Stage, SourceTopic: r.SourceTopic,
+		SourcePartition: r.SourcePartition, SourceOffset: r.SourceOffset, Attempts: r.Attempts, RedriveCount: r.RedriveCount,
+		Headers: []dlqJSONHeader{}}
+	if !r.FailedAt.IsZero() {
+		t := r.FailedAt.UTC()
+		j.FailedAt = &t
+	}
+	for _, h := range r.Headers {
+		j.Headers = append(j.Headers, dlqJSONHeader{Key: h.Key, Value: string(h.Value)})
+	}
+	if json.Valid(r.Value) {
+		j.Value = r.Value
+	} else {
+		s, _ := json.Marshal(string(r.Value))
+		j.Value = s
+	}
+	b, err := json.Marshal(j)
+	if err != nil {
+		return fmt.Errorf("encode record %s[%d]@%d: %w", r.Topic, r.Partition, r.Offset, err)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+func newDLQRedriveCmd(g *globalConfig) *cobra.Command {
+	var (
+		topic       string
+		ff          dlqFilterFlags
+		dryRun      bool
+		maxRedrives int
+		timeout     time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "redrive",
+		Short: "Re-publish DLQ records to the topic they came from",
+		Long: `redrive re-publishes the DLQ records that match the filters to their
+dlq.source.topic (and source partition) with the original key and value,
+without the dlq.* headers except dlq.redrive_count, incremented. Records
+already re-driven --max-redrives times are refused (loop guard). --dry-run
+lists what would be sent and sends nothing.
+
+Kafka topics are append-only: re-driven records stay in the DLQ, and running
+the same redrive again sends them again. The command prints the --since
+value that limits a later redrive to records that failed after this one
+started.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := ff.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			if maxRedrives < 1 {
+				return fmt.Errorf("invalid --max-redrives %d (want ≥ 1)", maxRedrives)
+			}
+			opts, err := dlqKafkaOpts(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			out := cmd.OutOrStdout()
+			req := dlq.RedriveRequest{DLQTopic: topic, Filter: f, DryRun: dryRun, MaxRedrives: maxRedrives}
+			if dryRun {
+				req.Each = func(r dlq.Record, d dlq.Decision) {
+					fmt.Fprintf(out, "%-10s %s[%d]@%d key=%q reason=%s rule=%s -> %s[%d] (redrives %d)\n",
+						d, r.Topic, r.Partition, r.Offset, r.Key, r.Reason, r.Rule, r.SourceTopic, r.SourcePartition, r.RedriveCount)
+				}
+			}
+			res, err := dlq.Redrive(ctx, opts, req)
+			verb := "sent"
+			if dryRun {
+				verb = "would send"
+			}
+			fmt.Fprintf(out, "%s: %d\nskipped by filter: %d\nrefused by loop guard (redrive count ≥ %d): %d\nunroutable (no dlq.source.topic): %d\n",
+				verb, res.Sent, res.Filtered, maxRedrives, res.Refused, res.Unroutable)
+			if err != nil {
+				return singleLineErr(err)
+			}
+			if !dryRun && res.Sent > 0 {
+				fmt.Fprintf(out, "re-driven records stay in %s; to skip them next time add --since %s\n", topic, res.StartedAt.Format(time.RFC3339Nano))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&topic, "topic", topics.BronzeDLQ, "DLQ topic")
+	ff.register(cmd)
+	f.BoolVar(&dryRun, "dry-run", false, "list what would be sent; send nothing")
+	f.IntVar(&maxRedrives, "max-redrives", dlq.DefaultMaxRedrives, "refuse records already re-driven this many times")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "time limit for the operation once connected")
+	return cmd
+}
+
+func newDLQArchiveCmd(g *globalConfig) *cobra.Command {
+	var (
+		topic, group string
+		once         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "archive",
+		Short: "Copy DLQ records into the dlq_archive table of DATABASE_URL",
+		Long: `archive consumes the DLQ topic as a consumer group and inserts every record
+into dlq_archive (created by sluice migrate), committing offsets only after
+the rows are stored; records already archived are ignored, so it is safe to
+repeat. It runs until interrupted; --once archives up to the current end
+and exits.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.needDatabase(); err != nil {
+				return err
+			}
+			opts, err := dlqKafkaOpts(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			pool, err := archivePool(cmd.Context(), g.DatabaseURL)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if once {
+				res, err := dlq.ArchiveOnce(cmd.Context(), opts, pool, topic, group)
+				if err != nil {
+					return singleLineErr(err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "archived %d new record(s) of %d read from %s\n", res.Inserted, res.Read, topic)
+				return nil
+			}
+			return singleLineErr(dlq.Archive(cmd.Context(), opts, pool, topic, group))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&topic, "topic", topics.BronzeDLQ, "DLQ topic")
+	f.StringVar(&group, "group", dlq.DefaultArchiveGroup, "consumer group of the archiver")
+	f.BoolVar(&once, "once", false, "archive up to the current end and exit")
+	return cmd
+}
+
+// archivePool connects to PostgreSQL within databaseConnectTimeout and checks
+// that the dlq_archive table exists.
+func archivePool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cctx, cancel := context.WithTimeout(ctx, databaseConnectTimeout)
+	defer cancel()
+	pool, err := pgxpool.New(cctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	var exists bool
+	if err := pool.QueryRow(cctx, `SELECT to_regclass('dlq_archive') IS NOT NULL`).Scan(&exists); err != nil {
+		pool.Close()
+		if cctx.Err() != nil {
+			return nil, fmt.Errorf("database unreachable: no answer within %v", databaseConnectTimeout)
+		}
+		return nil, singleLineErr(fmt.Errorf("database: %w", err))
+	}
+	if !exists {
+		pool.Close()
+		return nil, fmt.Errorf("table dlq_archive does not exist: run sluice migrate first")
+	}
+	return pool, nil
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/schemas"
+	"github.com/sluicehq/sluice/stages"
+)
+
+func dlqTestRecord(topic, key, value, reason, rule, src string, srcPartition string, failedAt time.Time) *kgo.Record {
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: []byte(value), Headers: []kgo.RecordHeader{
+		{Key: stages.HeaderReason, Value: []byte(reason)},
+		{Key: stages.HeaderRule, Value: []byte(rule)},
+		{Key: stages.HeaderError, Value: []byte("bad " + key)},
+		{Key: stages.HeaderStage, Value: []byte("validate")},
+		{Key: stages.HeaderSourceTopic, Value: []byte(src)},
+		{Key: stages.HeaderSourcePartition, Value: []byte(srcPartition)},
+		{Key: stages.HeaderSourceOffset, Value: []byte("3")},
+		{Key: stages.HeaderAttempts, Value: []byte("1")},
+		{Key: stages.HeaderFailedAt, Value: []byte(failedAt.Format(time.RFC3339))},
+	}}
+}
+
+func dlqFixture(t *testing.T, dlqTopic, src string) string {
+	t.Helper()
+	brokers, cl := opsCluster(t, 1, dlqTopic, src)
+	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
+	long := `{"text":"` + strings.Repeat("x", 300) + `"}`
+	produceOps(t, cl,
+		dlqTestRecord(dlqTopic, "FPT", `{"symbol":"fpt"}`, "sanity_fail", "ta.symbol", src, "0", t0),
+		dlqTestRecord(dlqTopic, "VNM", long, "sanity_fail", "ta.price", src, "0", t0.Add(time.Hour)),
+		dlqTestRecord(dlqTopic, "HPG", `not json`, "decode_error", "", src, "0", t0.Add(2*time.Hour)),
+	)
+	return brokers
+}
+
+func TestDLQInspectCommand(t *testing.T) {
+	t.Parallel()
+	const dlqTopic, src = "cli.inspect.dlq", "cli.inspect.src"
+	brokers := dlqFixture(t, dlqTopic, src)
+
+	out, err := runCLI(t, "dlq", "inspect", "--brokers", brokers, "--topic", dlqTopic, "--reason", "sanity_fail")
+	if err != nil {
+		t.Fatalf("inspect: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		dlqTopic + `[0]@0  2`, `key="FPT"`, "  dlq.reason: sanity_fail", "  dlq.rule: ta.symbol", "  dlq.error: bad FPT", "  dlq.stage: validate",
+		"  dlq.source.topic: " + src, "  dlq.source.partition: 0", "  dlq.source.offset: 3", "  dlq.attempts: 1",
+		"  dlq.failed_at: 2024-05-01T09:00:00Z", `  value: {"symbol":"fpt"}`, "… (311 bytes)", "2 record(s)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "HPG") || strings.Contains(out, strings.Repeat("x", 250)) {
+		t.Errorf("inspect printed a filtered record or an uncut value:\n%s", out)
+	}
+
+	out, err = runCLI(t, "dlq", "inspect", "--brokers", brokers, "--topic", dlqTopic, "--json", "--since", "2024-05-01T09:30:00Z")
+	if err != nil {
+		t.Fatalf("inspect --json: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("inspect --json printed %d lines, want 2:\n%s", len(lines), out)
+	}
+	var recs []dlqJSON
+	for _, l := range lines {
+		var j dlqJSON
+		if err := json.Unmarshal([]byte(l), &j); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		recs = append(recs, j)
+	}
+	if recs[0].Key != "VNM" || len(recs[0].Value) != 311 || recs[0].Rule != "ta.price" || len(recs[0].Headers) != 9 ||
+		recs[1].Key != "HPG" || string(recs[1].Value) != `"not json"` || recs[1].Reason != "decode_error" {
+		t.Fatalf("json records: %+v", recs)
+	}
+
+	out, err = runCLI(t, "dlq", "inspect", "--brokers", brokers, "--topic", dlqTopic, "--limit", "1")
+	if err != nil || !strings.Contains(out, "1 record(s) (limit reached") {
+		t.Fatalf("inspect --limit 1: %v\n%s", err, out)
+	}
+	_, err = runCLI(t, "dlq", "inspect", "--brokers", brokers, "--topic", "cli.nope")
+	singleLine(t, err, `topic "cli.nope" does not exist`)
+}
+
+func TestDLQRedriveCommand(t *testing.T) {
+	t.Parallel()
+	const dlqTopic, src = "cli.redrive.dlq", "cli.redrive.src"
+	brokers := dlqFixture(t, dlqTopic, src)
+	srcEnd := func() int64 {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := ends.Lookup(src, 0)
+		return o.Offset
+	}
+
+	out, err := runCLI(t, "dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic, "--rule", "ta.symbol,ta.price", "--dry-run")
+	if err != nil {
+		t.Fatalf("redrive dry run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "would send: 2\nskipped by filter: 1\n") || !hasRow(out, "send", dlqTopic+"[0]@0", `key="FPT"`) || srcEnd() != 0 {
+		t.Fatalf("redrive dry run output (source end %d):\n%s", srcEnd(), out)
+	}
+
+	out, err = runCLI(t, "dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic, "--reason", "decode_error")
+	if err != nil {
+		t.Fatalf("redrive: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "sent: 1\nskipped by filter: 2\nrefused by loop guard (redrive count ≥ 3): 0\n") || !strings.Contains(out, "--since 20") || srcEnd() != 1 {
+		t.Fatalf("redrive output (source end %d):\n%s", srcEnd(), out)
+	}
+}
+
+func TestDLQArchiveCommand(t *testing.T) {
+	t.Parallel()
+	const dlqTopic, src = "cli.archive.dlq", "cli.archive.src"
+	brokers := dlqFixture(t, dlqTopic, src)
+	srv := testkit.NewPostgresServer(t)
+
+	bare := srv.Postgres(t) // no migrations: the command says what to do
+	_, err := runCLI(t, "dlq", "archive", "--once", "--brokers", brokers, "--topic", dlqTopic, "--database-url", bare.URL)
+	singleLine(t, err, "run sluice migrate first")
+
+	pg := srv.Postgres(t)
+	if _, err := schemas.Migrate(context.Background(), pg.URL); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"dlq", "archive", "--once", "--brokers", brokers, "--topic", dlqTopic, "--database-url", pg.URL}
+	out, err := runCLI(t, args...)
+	if err != nil || !strings.Contains(out, "archived 3 new record(s) of 3 read from "+dlqTopic) {
+		t.Fatalf("archive: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, append(args, "--group", "cli-other")...)
+	if err != nil || !strings.Contains(out, "archived 0 new record(s) of 3 read") {
+		t.Fatalf("archive with another group: %v\n%s", err, out)
+	}
+	var n int
+	if err := pg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM dlq_archive WHERE dlq_topic = $1`, dlqTopic).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("%d rows (%v), want 3", n, err)
+	}
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/internal/groupctl"
+)
+
+func newReplayCmd(g *globalConfig) *cobra.Command {
+	var (
+		group      string
+		topicNames []string
+		partitions []int32
+		earliest   bool
+		latest     bool
+		toOffset   int64
+		toTime     string
+		dryRun     bool
+		timeout    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "replay --group G --topic T (--to-earliest | --to-latest | --to-offset N | --to-time T)",
+		Short: "Move a stopped consumer group's offsets to replay or skip records",
+		Long: `replay commits new offsets for a consumer group so that its next consumer
+starts there: the earliest retained record, the end (skip everything), an
+offset (clamped to the partition's range) or the first record at or after a
+time. --to-time takes RFC 3339 (2024-05-01T09:00:00Z) or a duration ago
+(-1h, 90m). --partition restricts every --topic to those partitions.
+
+The group must be stopped: replay refuses while it has members, because
+their next commit would undo the replay. --dry-run prints the plan and
+commits nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			to, err := replayTarget(cmd, earliest, latest, toOffset, toTime, time.Now())
+			if err != nil {
+				return err
+			}
+			req := groupctl.ReplayRequest{Group: group, Topics: topicNames, To: to, DryRun: dryRun}
+			if len(partitions) > 0 {
+				req.Partitions = map[string][]int32{}
+				for _, t := range topicNames {
+					req.Partitions[t] = partitions
+				}
+			}
+			adm, closeFn, err := kafkaAdmin(cmd.Context(), g)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			plan, err := groupctl.Replay(ctx, adm, req)
+			if err != nil {
+				return singleLineErr(err)
+			}
+			out := cmd.OutOrStdout()
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "TOPIC\tPARTITION\tCURRENT\tNEW")
+			for _, m := range plan.Moves {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", m.Topic, m.Partition, offsetText(m.Current), m.New)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if plan.Committed {
+				fmt.Fprintf(out, "group %s moved to %s\n", plan.Group, plan.To)
+			} else {
+				fmt.Fprintf(out, "dry run: group %s not changed\n", plan.Group)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&group, "group", "", "consumer group to move (required)")
+	f.StringSliceVar(&topicNames, "topic", nil, "topic to replay; repeat for several (required)")
+	f.Int32SliceVar(&partitions, "partition", nil, "only these partitions, e.g. 0,1 (empty: all)")
+	f.BoolVar(&earliest, "to-earliest", false, "move to the earliest retained offset")
+	f.BoolVar(&latest, "to-latest", false, "move to the end offset (skip every existing record)")
+	f.Int64Var(&toOffset, "to-offset", 0, "move to this offset (clamped to each partition's range)")
+	f.StringVar(&toTime, "to-time", "", "move to the first record at or after this time: RFC 3339 or a duration ago like -1h")
+	f.BoolVar(&dryRun, "dry-run", false, "print the plan without committing it")
+	f.DurationVar(&timeout, "timeout", 30*time.Second, "time limit for the operation once connected")
+	_ = cmd.MarkFlagRequired("group")
+	_ = cmd.MarkFlagRequired("topic")
+	targets := []string{"to-earliest", "to-latest", "to-offset", "to-time"}
+	cmd.MarkFlagsMutuallyExclusive(targets...)
+	cmd.MarkFlagsOneRequired(targets...)
+	return cmd
+}
+
+// replayTarget turns the --to-* flags into a target.
+func replayTarget(cmd *cobra.Command, earliest, latest bool, offset int64, at string, now time.Time) (groupctl.Target, error) {
+	switch {
+	case earliest:
+		return groupctl.Target{Kind: groupctl.Earliest}, nil
+	case latest:
+		return groupctl.Target{Kind: groupctl.Latest}, nil
+	case cmd.Flags().Changed("to-offset"):
+		if offset < 0 {
+			return groupctl.Target{}, fmt.Errorf("invalid --to-offset %d (want ≥ 0)", offset)
+		}
+		return groupctl.Target{Kind: groupctl.Offset, Offset: offset}, nil
+	case cmd.Flags().Changed("to-time"):
+		t, err := parseTimeArg(at, now)
+		if err != nil {
+			return groupctl.Target{}, fmt.Errorf("invalid --to-time: %w", err)
+		}
+		return groupctl.Target{Kind: groupctl.Timestamp, Time: t}, nil
+	}
+	return groupctl.Target{}, errors.New("one of --to-earliest, --to-latest, --to-offset, --to-time is required")
+}
+
+// parseTimeArg reads an RFC 3339 time, or a duration before now: "-1h" and
+// "1h" both mean one hour ago.
+func parseTimeArg(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither RFC 3339 (2024-05-01T09:00:00Z) nor a duration ago (-1h)", s)
+	}
+	if d > 0 {
+		d = -d
+	}
+	return now.Add(d), nil
+}
+
+// offsetText prints an offset, "-" for none.
+func offsetText(o int64) string {
+	if o < 0 {
+		return "-"
+	}
+	return strconv.FormatInt(o, 10)
+}
+
+// singleLineErr keeps an error on one line (joined errors carry newlines),
+// so that main prints exactly one line.
+func singleLineErr(err error) error {
+	if err == nil || !strings.Contains(err.Error(), "\n") {
+		return err
+	}
+	return lineErr{err}
+}
+
+// lineErr prints its wrapped error with newlines replaced by "; ".
+type lineErr struct{ err error }
+
+func (e lineErr) Error() string { return strings.ReplaceAll(e.err.Error(), "\n", "; ") }
+func (e lineErr) Unwrap() error { return e.err }

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// opsCluster starts a kfake cluster seeded with topics (partitions each) and
+// returns the broker list and a client that produces to explicit partitions.
+func opsCluster(t *testing.T, partitions int32, topicNames ...string) (string, *kgo.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topicNames...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return strings.Join(c.ListenAddrs(), ","), cl
+}
+
+func produceOps(t *testing.T, cl *kgo.Client, rs ...*kgo.Record) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// singleLine fails unless err is a short one-line error containing want.
+func singleLine(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want one containing %q", want)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "\n") || len(msg) > 300 || !strings.Contains(msg, want) {
+		t.Fatalf("error %q: want one short line containing %q", msg, want)
+	}
+}
+
+func TestOpsCommandsUnreachableKafka(t *testing.T) {
+	t.Parallel()
+	cmds := [][]string{
+		{"lag"},
+		{"lag", "--group", "g"},
+		{"replay", "--group", "g", "--topic", "t", "--to-earliest"},
+		{"dlq", "inspect"},
+		{"dlq", "redrive", "--dry-run"},
+		{"dlq", "archive", "--once", "--database-url", "postgres://u@127.0.0.1:1/db"},
+	}
+	for _, args := range cmds {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			_, err := runCLI(t, append(args, "--brokers", "127.0.0.1:1")...)
+			singleLine(t, err, "kafka unreachable at 127.0.0.1:1")
+			if d := time.Since(start); d > 12*time.Second {
+				t.Fatalf("took %v to give up", d)
+			}
+		})
+	}
+}
+
+func TestOpsCommandsBadFlags(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", "--group", "g", "--topic", "t"}, "at least one of the flags"},
+		{[]string{"replay", "--group", "g", "--topic", "t", "--to-earliest", "--to-offset", "3"}, "none of the others can be"},
+		{[]string{"replay", "--topic", "t", "--to-earliest"}, `required flag(s) "group" not set`},
+		{[]string{"replay", "--group", "g", "--to-earliest"}, `required flag(s) "topic" not set`},
+		{[]string{"replay", "--group", "g", "--topic", "t", "--to-time", "yesterday"}, "invalid --to-time"},
+		{[]string{"replay", "--group", "g", "--topic", "t", "--to-offset", "-4"}, "invalid --to-offset -4"},
+		{[]string{"replay", "--group", "g", "--topic", "t", "--to-latest", "--partition", "x"}, "invalid argument"},
+		{[]string{"lag", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"dlq", "inspect", "--limit", "-1"}, "invalid --limit -1"},
+		{[]string{"dlq", "inspect", "--since", "last week"}, "invalid --since"},
+		{[]string{"dlq", "inspect", "--since", "-1h", "--until", "-2h"}, "is not after --since"},
+		{[]string{"dlq", "redrive", "--max-redrives", "0"}, "invalid --max-redrives 0"},
+		{[]string{"dlq", "archive"}, "no database"},
+	}
+	for _, tc := range cases {
+		_, err := runCLI(t, append(tc.args, "--brokers", "127.0.0.1:1")...)
+		singleLine(t, err, tc.want)
+		if strings.Contains(err.Error(), "unreachable") {
+			t.Errorf("%v: connected before validating flags", tc.args)
+		}
+	}
+}
+
+func TestReplayAndLagCommands(t *testing.T) {
+	t.Parallel()
+	const topic, group = "cli.replay", "cli-replay"
+	brokers, cl := opsCluster(t, 1, topic)
+	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
+	for i := range 10 {
+		produceOps(t, cl, &kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte(fmt.Sprint(i)), Timestamp: t0.Add(time.Duration(i) * time.Second)})
+	}
+	adm := kadm.NewClient(cl)
+	if err := adm.CommitAllOffsets(context.Background(), group, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: 4, LeaderEpoch: -1}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := runCLI(t, "lag", "--brokers", brokers, "--group", group)
+	if err != nil {
+		t.Fatalf("lag: %v\n%s", err, out)
+	}
+	if !hasRow(out, group, topic, "0", "4", "10", "6") || !hasRow(out, group, "total", "(Empty,", "0", "members)", "6") {
+		t.Fatalf("lag output:\n%s", out)
+	}
+
+	out, err = runCLI(t, "replay", "--brokers", brokers, "--group", group, "--topic", topic, "--to-time", t0.Add(7*time.Second).Format(time.RFC3339), "--dry-run")
+	if err != nil {
+		t.Fatalf("replay dry run: %v\n%s", err, out)
+	}
+	if !hasRow(out, "TOPIC", "PARTITION", "CURRENT", "NEW") || !hasRow(out, topic, "0", "4", "7") || !strings.Contains(out, "dry run") {
+		t.Fatalf("replay dry run output:\n%s", out)
+	}
+	out, _ = runCLI(t, "lag", "--brokers", brokers, "--group", group)
+	if !hasRow(out, group, topic, "0", "4", "10", "6") {
+		t.Fatalf("dry run moved the group:\n%s", out)
+	}
+
+	out, err = runCLI(t, "replay", "--brokers", brokers, "--group", group, "--topic", topic, "--partition", "0", "--to-earliest")
+	if err != nil || !hasRow(out, topic, "0", "4", "0") || !strings.Contains(out, "moved to earliest") {
+		t.Fatalf("replay: %v\n%s", err, out)
+	}
+	out, _ = runCLI(t, "lag", "--brokers", brokers, "--group", group)
+	if !hasRow(out, group, topic, "0", "0", "10", "10") {
+		t.Fatalf("lag after replay:\n%s", out)
+	}
+
+	// A live member makes replay refuse with one line naming the group.
+	member, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for member.PollFetches(ctx).NumRecords() == 0 && ctx.Err() == nil {
+	}
+	_, err = runCLI(t, "replay", "--brokers", brokers, "--group", group, "--topic", topic, "--to-latest")
+	singleLine(t, err, `group "cli-replay" has 1 active members; stop them before replaying`)
+
+	// A named group that does not exist fails lag after the table.
+	out, err = runCLI(t, "lag", "--brokers", brokers, "--group", "cli-nobody")
+	singleLine(t, err, "cli-nobody")
+	if !strings.Contains(out, "cli-nobody") {
+		t.Fatalf("lag output lacks the missing group:\n%s", out)
+	}
+}
+
+func TestParseTimeArg(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		in   string
+		want time.Time
+		ok   bool
+	}{
+		{"2024-05-01T09:00:00Z", time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC), true},
+		{"2024-05-01T16:00:00+07:00", time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC), true},
+		{"-1h", now.Add(-time.Hour), true},
+		{"90m", now.Add(-90 * time.Minute), true},
+		{"2024-05-01", time.Time{}, false},
+		{"soon", time.Time{}, false},
+	}
+	for _, tc := range cases {
+		got, err := parseTimeArg(tc.in, now)
+		if (err == nil) != tc.ok || (tc.ok && !got.Equal(tc.want)) {
+			t.Errorf("parseTimeArg(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
