@@ -105,6 +105,14 @@ stack_apt_ensure() {
 
 # --- processes ----------------------------------------------------------------
 
+# stack_alive PID: the process exists and is not a zombie waiting to be reaped.
+stack_alive() {
+	local state
+	kill -0 "$1" 2>/dev/null || return 1
+	state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
+	[[ $state != Z && $state != X ]]
+}
+
 # stack_pid PIDFILE MARKER: prints the pid recorded in PIDFILE when that process is
 # alive and its command line contains MARKER (guards against a recycled pid).
 stack_pid() {
@@ -112,7 +120,7 @@ stack_pid() {
 	[[ -s $pidfile ]] || return 1
 	read -r pid <"$pidfile" || true
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	kill -0 "$pid" 2>/dev/null || return 1
+	stack_alive "$pid" || return 1
 	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$marker" || return 1
 	echo "$pid"
 }
@@ -150,10 +158,10 @@ stack_stop_pid() {
 	stack_log "$name: stopping pid $pid"
 	kill -TERM "$pid" 2>/dev/null || true
 	for ((i = 0; i < timeout * 10; i++)); do
-		kill -0 "$pid" 2>/dev/null || break
+		stack_alive "$pid" || break
 		sleep 0.1
 	done
-	if kill -0 "$pid" 2>/dev/null; then
+	if stack_alive "$pid"; then
 		stack_log "$name: still alive after ${timeout}s, SIGKILL"
 		kill -KILL "$pid" 2>/dev/null || true
 		sleep 0.5

@@ -49,9 +49,9 @@ minio_running() { stack_pid "$MINIO_PIDFILE" "$MINIO_MARKER" >/dev/null; }
 minio_start() {
 	stack_port_free_or_fail minio "$MINIO_PORT" "$MINIO_CONSOLE_PORT" || return
 	stack_rotate_log "$MINIO_LOG"
-	stack_start_bg "$MINIO_PIDFILE" "$MINIO_LOG" \
-		env MINIO_ROOT_USER="$MINIO_USER" MINIO_ROOT_PASSWORD="$MINIO_PASSWORD" MINIO_UPDATE=off \
-		"$MINIO_BIN" server "$MINIO_HOME/data" --quiet \
+	# Credentials go through the environment, not the logged command line.
+	MINIO_ROOT_USER="$MINIO_USER" MINIO_ROOT_PASSWORD="$MINIO_PASSWORD" MINIO_UPDATE=off \
+		stack_start_bg "$MINIO_PIDFILE" "$MINIO_LOG" "$MINIO_BIN" server "$MINIO_HOME/data" --quiet \
 		--address "127.0.0.1:$MINIO_PORT" --console-address "127.0.0.1:$MINIO_CONSOLE_PORT"
 }
 
