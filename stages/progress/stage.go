@@ -1,0 +1,116 @@
+package progress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/stages"
+)
+
+// Item identifies one processed item in an input record.
+type Item struct {
+	Job    string // job id, e.g. a project id
+	ID     string // item id, unique within the job
+	Failed bool   // the item's processing failed (counts in errors too)
+}
+
+// Completion asks the sink to publish the completion of a job.
+type Completion struct {
+	State
+	// Repeat: an earlier decision for this job was never marked done, so
+	// the completion may have been published before (same event id).
+	Repeat bool
+}
+
+// Stage returns a stage that counts the item of every input record with t
+// and outputs a Completion when the count decides (or re-decides) the job's
+// completion. item extracts the item; its error dead-letters the record
+// (the caller classifies it, e.g. stages.DeadLetter). A job without state
+// (ErrMissing) is retried after missingWait (≥ 0), like a Redis failure, so
+// that an operator can rebuild the state meanwhile; the runner's retry
+// policy bounds the attempts.
+func Stage[In any](t *Tracker, item func(stages.Msg[In]) (Item, error), missingWait time.Duration) stages.Func[In, Completion] {
+	return func(ctx context.Context, m stages.Msg[In]) ([]Completion, error) {
+		it, err := item(m)
+		if err != nil {
+			return nil, err
+		}
+		d, err := t.Count(ctx, it.Job, it.ID, it.Failed)
+		if errors.Is(err, ErrMissing) {
+			return nil, stages.RetryAfter(missingWait, err)
+		}
+		if err != nil {
+			return nil, stages.Retry(err)
+		}
+		if !d.Publish {
+			return nil, nil
+		}
+		return []Completion{{State: d.State, Repeat: d.Repeat}}, nil
+	}
+}
+
+// Sink publishes completions and marks them done. Write de-duplicates the
+// batch by job, calls publish with the remaining completions (in first-seen
+// order) and, only when publish returned nil (every event acknowledged),
+// calls MarkDone for each job. A publish or MarkDone failure is returned as
+// a transient error: the runtime retries the batch, so the completion may
+// be published again with the same event id, never lost.
+type Sink struct {
+	t         *Tracker
+	publish   func(ctx context.Context, cs []Completion) error
+	afterDone func(ctx context.Context, cs []Completion)
+}
+
+// SinkOption configures a Sink.
+type SinkOption func(*Sink)
+
+// WithAfterDone sets a best-effort hook called after MarkDone with the
+// completed jobs (e.g. to record the completion in a database); it cannot
+// fail the batch, so it must handle its own errors.
+func WithAfterDone(fn func(ctx context.Context, cs []Completion)) SinkOption {
+	return func(s *Sink) { s.afterDone = fn }
+}
+
+// NewSink returns a completion sink; publish must return only after every
+// completion is durable (e.g. acknowledged by the broker).
+func NewSink(t *Tracker, publish func(ctx context.Context, cs []Completion) error, opts ...SinkOption) *Sink {
+	s := &Sink{t: t, publish: publish}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Write implements stages.Sink.
+func (s *Sink) Write(ctx context.Context, batch []Completion) error {
+	seen := make(map[string]bool, len(batch))
+	cs := make([]Completion, 0, len(batch))
+	for _, c := range batch {
+		if seen[c.ID] {
+			continue
+		}
+		seen[c.ID] = true
+		cs = append(cs, c)
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	if err := s.publish(ctx, cs); err != nil {
+		return fmt.Errorf("progress: publish %d completion(s): %w", len(cs), err)
+	}
+	for i, c := range cs {
+		st, err := s.t.MarkDone(ctx, c.ID)
+		if err != nil && !errors.Is(err, ErrMissing) {
+			return fmt.Errorf("progress: mark %s done: %w", c.ID, err)
+		}
+		if err == nil {
+			cs[i].State = st
+		}
+	}
+	if s.afterDone != nil {
+		s.afterDone(ctx, cs)
+	}
+	return nil
+}
