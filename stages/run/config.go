@@ -26,7 +26,11 @@ type Config struct {
 	// batch once it has at least one (default 50ms).
 	BatchLinger time.Duration
 	// MaxInFlight bounds the records buffered per partition; above it the
-	// partition's fetches pause (default 4 × BatchMaxRecords).
+	// partition's fetches pause until the worker drained half of them
+	// (default max(4 × BatchMaxRecords, 10000)). Keep it above the records of
+	// one fetch (FetchMaxPartitionBytes, 1 MiB by default): kgo drops and later
+	// re-fetches the buffered data of a paused partition, so a bound below one
+	// fetch makes every fetch pause.
 	MaxInFlight int
 	// Retry is the stage retry policy (default 5 attempts, 100ms → 10s).
 	Retry RetryPolicy
@@ -101,7 +105,7 @@ func (c Config) withDefaults() Config {
 		c.BatchLinger = 50 * time.Millisecond
 	}
 	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 4 * c.BatchMaxRecords
+		c.MaxInFlight = max(4*c.BatchMaxRecords, 10000)
 	}
 	c.Retry = c.Retry.withDefaults(100 * time.Millisecond)
 	c.SinkRetry = c.SinkRetry.withDefaults(200 * time.Millisecond)

@@ -75,6 +75,7 @@ type Runner[In, Out any] struct {
 	base    context.Context // workers' parent: survives the caller's cancel until the shutdown deadline
 	mu      sync.Mutex
 	workers map[tp]*worker[In, Out]
+	drained chan struct{} // cap 1: a worker took a batch off its queue
 	ready   atomic.Bool
 	started atomic.Bool
 
@@ -97,7 +98,7 @@ func New[In, Out any](cfg Config, decode stages.Decoder[In], stage stages.Func[I
 	if decode == nil || stage == nil || sink == nil {
 		return nil, errors.New("pipeline needs a decoder, a stage and a sink")
 	}
-	r := &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, workers: map[tp]*worker[In, Out]{}}
+	r := &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, workers: map[tp]*worker[In, Out]{}, drained: make(chan struct{}, 1)}
 	for _, opt := range opts {
 		opt(&r.o)
 	}
@@ -148,7 +149,9 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	if r.cfg.StartOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()
 	}
-	opts := append([]kgo.Opt{}, r.o.kopts...)
+	// A short fetch wait bounds how long a resumed partition waits for the
+	// next fetch round; callers may override it.
+	opts := append([]kgo.Opt{kgo.FetchMaxWait(time.Second)}, r.o.kopts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(r.cfg.Group),
 		kgo.ConsumeTopics(r.cfg.Topics...),
@@ -168,6 +171,7 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	r.o.log.Info("pipeline starting", "group", r.cfg.Group, "topics", r.cfg.Topics)
 
 	for runCtx.Err() == nil {
+		r.waitForCapacity(runCtx)
 		fetches := cl.PollRecords(runCtx, r.cfg.MaxInFlight)
 		if fetches.IsClientClosed() {
 			break
@@ -222,6 +226,49 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	r.o.log.Info("pipeline stopped")
 	return nil
 }
+
+// waitForCapacity implements backpressure. Before polling again it waits,
+// up to backpressureWait, for workers whose queue reached MaxInFlight to
+// drain; a worker still full after that has its partition's fetches paused
+// (resumed once it drained half its queue) so that one slow partition does
+// not hold back the others. Pausing is the slow path on purpose: kgo drops
+// the buffered data of a paused partition and a resumed partition waits for
+// the next fetch round, so pausing on every full queue would thrash.
+func (r *Runner[In, Out]) waitForCapacity(ctx context.Context) {
+	var deadline <-chan time.Time
+	for {
+		var full []*worker[In, Out]
+		r.mu.Lock()
+		for _, w := range r.workers {
+			if w.full() {
+				full = append(full, w)
+			}
+		}
+		r.mu.Unlock()
+		if len(full) == 0 {
+			return
+		}
+		if deadline == nil {
+			t := time.NewTimer(backpressureWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-r.drained:
+		case <-ctx.Done():
+			return
+		case <-deadline:
+			for _, w := range full {
+				w.setPause(pauseBackpressure, true)
+			}
+			return
+		}
+	}
+}
+
+// backpressureWait is how long the poll loop waits for a full partition queue
+// to drain before pausing that partition.
+const backpressureWait = 250 * time.Millisecond
 
 // fail records a fatal error and stops the runner.
 func (r *Runner[In, Out]) fail(err error) {

@@ -54,20 +54,27 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 	}
 }
 
-// push appends fetched records; it never blocks. Above MaxInFlight buffered
-// records the partition's fetches pause until the worker drains.
+// push appends fetched records; it never blocks. The poll loop bounds the
+// queue (see Runner.waitForCapacity).
 func (w *worker[In, Out]) push(recs []*kgo.Record) {
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
-	n := len(w.queue)
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
-	if n >= w.r.cfg.MaxInFlight {
-		w.setPause(pauseBackpressure, true)
+}
+
+// full reports whether the queue is at MaxInFlight and the partition is not
+// already paused for backpressure.
+func (w *worker[In, Out]) full() bool {
+	if w.queued() < w.r.cfg.MaxInFlight {
+		return false
 	}
+	w.pmu.Lock()
+	defer w.pmu.Unlock()
+	return w.paused&pauseBackpressure == 0
 }
 
 func (w *worker[In, Out]) queued() int {
@@ -158,6 +165,10 @@ func (w *worker[In, Out]) take() []*kgo.Record {
 	w.mu.Unlock()
 	if left <= cfg.MaxInFlight/2 {
 		w.setPause(pauseBackpressure, false)
+	}
+	select {
+	case w.r.drained <- struct{}{}:
+	default:
 	}
 	return batch
 }
