@@ -68,6 +68,9 @@ func Warnings(changes []Change) []Change {
 //   - a topic that needed nothing gets one ActionOK change, so a second call
 //     reports only ActionOK (and the same warnings).
 //
+// Before returning, Ensure waits (up to 10 s) until brokers show every
+// change it made, so a caller that reads right after sees them.
+//
 // specs are validated first. The error reports a failure to talk to the
 // cluster or a rejected create/alter; the changes made before it are
 // returned with it. Ensure is safe to run concurrently from several processes
@@ -132,7 +135,96 @@ func Ensure(ctx context.Context, adm *kadm.Client, specs []Spec) ([]Change, erro
 				Detail: fmt.Sprintf("has %d partitions but co-partitioned %s has %d", a, s.CoPartitionedWith, b)})
 		}
 	}
-	return sortChanges(specs, changes), nil
+	changes = sortChanges(specs, changes)
+
+	// Wait until what changed is visible, so that a caller (or a second
+	// Ensure) that reads right after sees it.
+	var touched []Spec
+	for _, s := range specs {
+		for _, c := range changes {
+			if c.Topic == s.Name && (c.Action == ActionCreated || c.Action == ActionConfig || c.Action == ActionPartitions) {
+				touched = append(touched, s)
+				break
+			}
+		}
+	}
+	if err := settle(ctx, adm, touched, actual); err != nil {
+		return changes, err
+	}
+	return changes, nil
+}
+
+// settleWithin bounds how long Ensure waits for its changes to become
+// visible in broker metadata and described configs.
+const settleWithin = 10 * time.Second
+
+// settle waits until every spec's topic is in broker metadata with
+// partitions[name] partitions and describes its managed configs with the
+// spec's values. Brokers apply creations, partition changes and config
+// changes from the controller asynchronously, so a read right after the
+// change may still see the old state.
+func settle(ctx context.Context, adm *kadm.Client, specs []Spec, partitions map[string]int32) error {
+	if len(specs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, settleWithin)
+	defer cancel()
+	names := Names(specs)
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		pending, err := unsettled(ctx, adm, specs, names, partitions)
+		if err == nil && pending == "" {
+			return nil
+		}
+		if err != nil {
+			pending = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("topics: changes not visible within %v: %s", settleWithin, pending)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// unsettled describes the first difference between the cluster and specs,
+// or "" when there is none.
+func unsettled(ctx context.Context, adm *kadm.Client, specs []Spec, names []string, partitions map[string]int32) (string, error) {
+	details, err := describeTopics(ctx, adm, names...)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range specs {
+		d := details[s.Name]
+		if d.Err != nil {
+			return fmt.Sprintf("%s: %v", s.Name, d.Err), nil
+		}
+		if n := int32(len(d.Partitions)); n != partitions[s.Name] {
+			return fmt.Sprintf("%s: %d partitions, want %d", s.Name, n, partitions[s.Name]), nil
+		}
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range specs {
+		rc, err := rcs.On(s.Name, nil)
+		if err == nil {
+			err = rc.Err
+		}
+		if err != nil {
+			return fmt.Sprintf("%s: describe configs: %v", s.Name, err), nil
+		}
+		have := make(map[string]string, len(rc.Configs))
+		for _, c := range rc.Configs {
+			have[c.Key] = c.MaybeValue()
+		}
+		for k, v := range s.TopicConfigs() {
+			if !sameConfig(have[k], v) {
+				return fmt.Sprintf("%s: %s=%q, want %q", s.Name, k, have[k], v), nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // align brings existing topics in line with their specs and records their
@@ -147,9 +239,9 @@ func align(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 		}
 	}
 	if len(missing) > 0 {
-		more, err := describeTopics(ctx, adm, missing...)
+		more, err := awaitTopics(ctx, adm, missing)
 		if err != nil {
-			return nil, fmt.Errorf("topics: describe %s: %w", strings.Join(missing, ", "), err)
+			return nil, err
 		}
 		details = maps.Clone(details)
 		maps.Copy(details, more)
@@ -246,6 +338,41 @@ func align(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 // the cache that later offset and config requests use.
 func describeTopics(ctx context.Context, adm *kadm.Client, topics ...string) (kadm.TopicDetails, error) {
 	return adm.ListTopics(kadm.WithAuthorizedOps(ctx), topics...)
+}
+
+// awaitTopicsFor bounds how long Ensure waits for a topic that the cluster
+// says exists (TopicAlreadyExists) to appear in broker metadata.
+const awaitTopicsFor = 10 * time.Second
+
+// awaitTopics describes topics that were just created by someone else,
+// retrying while brokers still answer "unknown topic": a KRaft broker's
+// metadata lags the controller's by a moment.
+func awaitTopics(ctx context.Context, adm *kadm.Client, topics []string) (kadm.TopicDetails, error) {
+	ctx, cancel := context.WithTimeout(ctx, awaitTopicsFor)
+	defer cancel()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		d, err := describeTopics(ctx, adm, topics...)
+		if err != nil {
+			return nil, fmt.Errorf("topics: describe %s: %w", strings.Join(topics, ", "), err)
+		}
+		var unknown error
+		for _, t := range topics {
+			if e := d[t].Err; e != nil {
+				if !errors.Is(e, kerr.UnknownTopicOrPartition) && !errors.Is(e, kerr.LeaderNotAvailable) {
+					return nil, fmt.Errorf("topics: describe %s: %w", t, e)
+				}
+				unknown = fmt.Errorf("topics: describe %s: %w", t, e)
+			}
+		}
+		if unknown == nil {
+			return d, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (the topic exists but did not appear in metadata within %v)", unknown, awaitTopicsFor)
+		case <-time.After(wait):
+		}
+	}
 }
 
 // sortChanges orders changes by the topic's position in specs, keeping the

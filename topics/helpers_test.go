@@ -34,7 +34,32 @@ func cluster(t *testing.T) (*kgo.Client, *kadm.Client, string) {
 		t.Fatalf("kgo client: %v", err)
 	}
 	t.Cleanup(cl.Close)
-	return cl, kadm.NewClient(cl), prefix(t)
+	adm := kadm.NewClient(cl)
+	p := prefix(t)
+	if os.Getenv("KAFKA_BROKERS") != "" {
+		// A shared broker keeps topics: delete this test's ones.
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			d, err := adm.ListTopics(kadm.WithAuthorizedOps(ctx))
+			if err != nil {
+				t.Logf("cleanup: list topics: %v", err)
+				return
+			}
+			var mine []string
+			for _, n := range d.Names() {
+				if strings.HasPrefix(n, p) {
+					mine = append(mine, n)
+				}
+			}
+			if len(mine) > 0 {
+				if _, err := adm.DeleteTopics(ctx, mine...); err != nil {
+					t.Logf("cleanup: delete topics: %v", err)
+				}
+			}
+		})
+	}
+	return cl, adm, p
 }
 
 var (
