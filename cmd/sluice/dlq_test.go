@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,9 +31,12 @@ func dlqTestRecord(topic, key, value, reason, rule, src string, srcPartition str
 	}}
 }
 
-func dlqFixture(t *testing.T, dlqTopic, src string) string {
+// dlqFixture writes three DLQ records to a fresh DLQ topic and returns the
+// brokers, the DLQ topic and the (empty) source topic.
+func dlqFixture(t *testing.T) (brokers, dlqTopic, src string) {
 	t.Helper()
-	brokers, cl := opsCluster(t, 1, dlqTopic, src)
+	brokers, cl, names := opsCluster(t, 1, "dlq", "src")
+	dlqTopic, src = names[0], names[1]
 	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
 	long := `{"text":"` + strings.Repeat("x", 300) + `"}`
 	produceOps(t, cl,
@@ -39,13 +44,12 @@ func dlqFixture(t *testing.T, dlqTopic, src string) string {
 		dlqTestRecord(dlqTopic, "VNM", long, "sanity_fail", "ta.price", src, "0", t0.Add(time.Hour)),
 		dlqTestRecord(dlqTopic, "HPG", `not json`, "decode_error", "", src, "0", t0.Add(2*time.Hour)),
 	)
-	return brokers
+	return brokers, dlqTopic, src
 }
 
 func TestDLQInspectCommand(t *testing.T) {
 	t.Parallel()
-	const dlqTopic, src = "cli.inspect.dlq", "cli.inspect.src"
-	brokers := dlqFixture(t, dlqTopic, src)
+	brokers, dlqTopic, src := dlqFixture(t)
 
 	out, err := runCLI(t, "dlq", "inspect", "--brokers", brokers, "--topic", dlqTopic, "--reason", "sanity_fail")
 	if err != nil {
@@ -89,14 +93,14 @@ func TestDLQInspectCommand(t *testing.T) {
 	if err != nil || !strings.Contains(out, "1 record(s) (limit reached") {
 		t.Fatalf("inspect --limit 1: %v\n%s", err, out)
 	}
-	_, err = runCLI(t, "dlq", "inspect", "--brokers", brokers, "--topic", "cli.nope")
-	singleLine(t, err, `topic "cli.nope" does not exist`)
+	missing := testkit.Name(t, "missing")
+	_, err = runCLI(t, "dlq", "inspect", "--brokers", brokers, "--topic", missing)
+	singleLine(t, err, fmt.Sprintf("topic %q does not exist", missing))
 }
 
 func TestDLQRedriveCommand(t *testing.T) {
 	t.Parallel()
-	const dlqTopic, src = "cli.redrive.dlq", "cli.redrive.src"
-	brokers := dlqFixture(t, dlqTopic, src)
+	brokers, dlqTopic, src := dlqFixture(t)
 	srcEnd := func() int64 {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
 		if err != nil {
@@ -130,8 +134,8 @@ func TestDLQRedriveCommand(t *testing.T) {
 
 func TestDLQArchiveCommand(t *testing.T) {
 	t.Parallel()
-	const dlqTopic, src = "cli.archive.dlq", "cli.archive.src"
-	brokers := dlqFixture(t, dlqTopic, src)
+	brokers, dlqTopic, _ := dlqFixture(t)
+	group := testkit.Name(t, "g")
 	srv := testkit.NewPostgresServer(t)
 
 	bare := srv.Postgres(t) // no migrations: the command says what to do
@@ -143,11 +147,13 @@ func TestDLQArchiveCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []string{"dlq", "archive", "--once", "--brokers", brokers, "--topic", dlqTopic, "--database-url", pg.URL}
+	other := append(slices.Clone(args), "--group", testkit.Name(t, "other"))
+	args = append(args, "--group", group)
 	out, err := runCLI(t, args...)
 	if err != nil || !strings.Contains(out, "archived 3 new record(s) of 3 read from "+dlqTopic) {
 		t.Fatalf("archive: %v\n%s", err, out)
 	}
-	out, err = runCLI(t, append(args, "--group", "cli-other")...)
+	out, err = runCLI(t, other...)
 	if err != nil || !strings.Contains(out, "archived 0 new record(s) of 3 read") {
 		t.Fatalf("archive with another group: %v\n%s", err, out)
 	}

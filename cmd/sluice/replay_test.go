@@ -8,25 +8,23 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
-// opsCluster starts a kfake cluster seeded with topics (partitions each) and
-// returns the broker list and a client that produces to explicit partitions.
-func opsCluster(t *testing.T, partitions int32, topicNames ...string) (string, *kgo.Client) {
+// opsCluster hands the test a Kafka cluster (KAFKA_BROKERS when set, else
+// kfake) with fresh topics named after bases (partitions each), and returns
+// the broker list, a client that produces to explicit partitions, and the
+// topic names.
+func opsCluster(t *testing.T, partitions int32, bases ...string) (string, *kgo.Client, []string) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topicNames...))
-	if err != nil {
-		t.Fatal(err)
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	var names []string
+	for _, b := range bases {
+		names = append(names, k.Topic(t, b, partitions))
 	}
-	t.Cleanup(c.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return strings.Join(c.ListenAddrs(), ","), cl
+	return strings.Join(k.Brokers, ","), k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner())), names
 }
 
 func produceOps(t *testing.T, cl *kgo.Client, rs ...*kgo.Record) {
@@ -91,7 +89,7 @@ func TestOpsCommandsBadFlags(t *testing.T) {
 		{[]string{"dlq", "inspect", "--since", "last week"}, "invalid --since"},
 		{[]string{"dlq", "inspect", "--since", "-1h", "--until", "-2h"}, "is not after --since"},
 		{[]string{"dlq", "redrive", "--max-redrives", "0"}, "invalid --max-redrives 0"},
-		{[]string{"dlq", "archive"}, "no database"},
+		{[]string{"dlq", "archive", "--database-url="}, "no database"},
 	}
 	for _, tc := range cases {
 		_, err := runCLI(t, append(tc.args, "--brokers", "127.0.0.1:1")...)
@@ -104,8 +102,8 @@ func TestOpsCommandsBadFlags(t *testing.T) {
 
 func TestReplayAndLagCommands(t *testing.T) {
 	t.Parallel()
-	const topic, group = "cli.replay", "cli-replay"
-	brokers, cl := opsCluster(t, 1, topic)
+	brokers, cl, names := opsCluster(t, 1, "cli.replay")
+	topic, group, nobody := names[0], testkit.Name(t, "g"), testkit.Name(t, "nobody")
 	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
 	for i := range 10 {
 		produceOps(t, cl, &kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte(fmt.Sprint(i)), Timestamp: t0.Add(time.Duration(i) * time.Second)})
@@ -155,12 +153,12 @@ func TestReplayAndLagCommands(t *testing.T) {
 	for member.PollFetches(ctx).NumRecords() == 0 && ctx.Err() == nil {
 	}
 	_, err = runCLI(t, "replay", "--brokers", brokers, "--group", group, "--topic", topic, "--to-latest")
-	singleLine(t, err, `group "cli-replay" has 1 active members; stop them before replaying`)
+	singleLine(t, err, fmt.Sprintf(`group %q has 1 active members; stop them before replaying`, group))
 
 	// A named group that does not exist fails lag after the table.
-	out, err = runCLI(t, "lag", "--brokers", brokers, "--group", "cli-nobody")
-	singleLine(t, err, "cli-nobody")
-	if !strings.Contains(out, "cli-nobody") {
+	out, err = runCLI(t, "lag", "--brokers", brokers, "--group", nobody)
+	singleLine(t, err, nobody)
+	if !strings.Contains(out, nobody) {
 		t.Fatalf("lag output lacks the missing group:\n%s", out)
 	}
 }

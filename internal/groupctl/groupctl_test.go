@@ -11,28 +11,23 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/groupctl"
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
-// cluster starts a kfake cluster with the given topics (partitions each) and
-// returns its seed addresses and an admin client.
-func cluster(t *testing.T, partitions int32, topics ...string) ([]string, *kadm.Client) {
+// cluster hands the test a Kafka cluster (KAFKA_BROKERS when set, else
+// kfake) with fresh topics named after bases (partitions each), and returns
+// connection options, an admin client and the topic names.
+func cluster(t *testing.T, partitions int32, bases ...string) ([]kgo.Opt, *kadm.Client, []string) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...))
-	if err != nil {
-		t.Fatal(err)
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	var names []string
+	for _, b := range bases {
+		names = append(names, k.Topic(t, b, partitions))
 	}
-	t.Cleanup(c.Close)
-	addrs := c.ListenAddrs()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return addrs, kadm.NewClient(cl)
+	return k.Opts(t), k.Admin(t), names
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -42,9 +37,9 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // produce writes n records to topic/partition with timestamps t0+i*step.
-func produce(t *testing.T, addrs []string, topic string, partition int32, n int, t0 time.Time, step time.Duration) {
+func produce(t *testing.T, opts []kgo.Opt, topic string, partition int32, n int, t0 time.Time, step time.Duration) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +54,10 @@ func produce(t *testing.T, addrs []string, topic string, partition int32, n int,
 
 // consume joins group on topic and returns the offsets of the first n
 // records it receives, committing them; it then leaves the group.
-func consume(t *testing.T, addrs []string, group, topic string, n int) []int64 {
+func consume(t *testing.T, opts []kgo.Opt, group, topic string, n int) []int64 {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,14 +99,14 @@ func committed(t *testing.T, adm *kadm.Client, group string) map[string]map[int3
 
 func TestReplayRefusesActiveMemberThenReplaysToTimestamp(t *testing.T) {
 	t.Parallel()
-	const topic, group = "replay.ts", "replay-ts-group"
-	addrs, adm := cluster(t, 1, topic)
+	opts, adm, names := cluster(t, 1, "replay.ts")
+	topic, group := names[0], testkit.Name(t, "g")
 	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
-	produce(t, addrs, topic, 0, 10, t0, time.Second)
+	produce(t, opts, topic, 0, 10, t0, time.Second)
 
 	// A live member that consumed everything.
-	member, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	member, err := kgo.NewClient(append(opts, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +127,7 @@ func TestReplayRefusesActiveMemberThenReplaysToTimestamp(t *testing.T) {
 	if !errors.As(err, &active) {
 		t.Fatalf("replay with a live member: err = %v, want *ActiveMembersError", err)
 	}
-	if want := `group "replay-ts-group" has 1 active members; stop them before replaying`; err.Error() != want {
+	if want := fmt.Sprintf(`group %q has 1 active members; stop them before replaying`, group); err.Error() != want {
 		t.Fatalf("error = %q, want %q", err, want)
 	}
 	if got := committed(t, adm, group)[topic][0]; got != 10 {
@@ -151,7 +146,7 @@ func TestReplayRefusesActiveMemberThenReplaysToTimestamp(t *testing.T) {
 	}
 
 	// A new consumer of the group re-reads exactly offsets 5..9.
-	got := consume(t, addrs, group, topic, 5)
+	got := consume(t, opts, group, topic, 5)
 	if !slices.Equal(got, []int64{5, 6, 7, 8, 9}) {
 		t.Fatalf("re-read offsets %v, want 5..9", got)
 	}
@@ -159,11 +154,11 @@ func TestReplayRefusesActiveMemberThenReplaysToTimestamp(t *testing.T) {
 
 func TestReplayTargets(t *testing.T) {
 	t.Parallel()
-	const topic = "replay.targets"
-	addrs, adm := cluster(t, 2, topic)
+	opts, adm, names := cluster(t, 2, "replay.targets")
+	topic := names[0]
 	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
-	produce(t, addrs, topic, 0, 10, t0, time.Second)  // p0: offsets 0..9 at t0..t9
-	produce(t, addrs, topic, 1, 4, t0, 3*time.Second) // p1: offsets 0..3 at t0, t3, t6, t9
+	produce(t, opts, topic, 0, 10, t0, time.Second)  // p0: offsets 0..9 at t0..t9
+	produce(t, opts, topic, 1, 4, t0, 3*time.Second) // p1: offsets 0..3 at t0, t3, t6, t9
 
 	cases := []struct {
 		name       string
@@ -182,7 +177,7 @@ func TestReplayTargets(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			group := fmt.Sprintf("targets-%d", i) // never committed before
+			group := testkit.Name(t, fmt.Sprint("g", i)) // never committed before
 			plan, err := groupctl.Replay(ctxT(t), adm, groupctl.ReplayRequest{Group: group, Topics: []string{topic}, Partitions: tc.partitions, To: tc.to})
 			if err != nil {
 				t.Fatal(err)
@@ -210,10 +205,10 @@ func TestReplayTargets(t *testing.T) {
 
 func TestReplayDryRunCommitsNothing(t *testing.T) {
 	t.Parallel()
-	const topic, group = "replay.dry", "replay-dry-group"
-	addrs, adm := cluster(t, 2, topic)
-	produce(t, addrs, topic, 0, 6, time.Now().Add(-time.Hour), time.Second)
-	produce(t, addrs, topic, 1, 3, time.Now().Add(-time.Hour), time.Second)
+	opts, adm, names := cluster(t, 2, "replay.dry")
+	topic, group := names[0], testkit.Name(t, "g")
+	produce(t, opts, topic, 0, 6, time.Now().Add(-time.Hour), time.Second)
+	produce(t, opts, topic, 1, 3, time.Now().Add(-time.Hour), time.Second)
 	ctx := ctxT(t)
 	if err := adm.CommitAllOffsets(ctx, group, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: 4, LeaderEpoch: -1}}}); err != nil {
 		t.Fatal(err)
@@ -239,20 +234,20 @@ func TestReplayDryRunCommitsNothing(t *testing.T) {
 
 func TestReplayRejectsBadRequests(t *testing.T) {
 	t.Parallel()
-	const topic = "replay.bad"
-	_, adm := cluster(t, 2, topic)
+	_, adm, names := cluster(t, 2, "replay.bad")
+	topic, group, missing := names[0], testkit.Name(t, "g"), testkit.Name(t, "missing")
 	cases := []struct {
 		name string
 		req  groupctl.ReplayRequest
 		want string
 	}{
 		{"no group", groupctl.ReplayRequest{Topics: []string{topic}, To: groupctl.Target{Kind: groupctl.Earliest}}, "no group"},
-		{"no topics", groupctl.ReplayRequest{Group: "g", To: groupctl.Target{Kind: groupctl.Earliest}}, "no topics"},
-		{"no target", groupctl.ReplayRequest{Group: "g", Topics: []string{topic}}, "unknown target kind"},
-		{"negative offset", groupctl.ReplayRequest{Group: "g", Topics: []string{topic}, To: groupctl.Target{Kind: groupctl.Offset, Offset: -1}}, "negative"},
-		{"unknown topic", groupctl.ReplayRequest{Group: "g", Topics: []string{"nope"}, To: groupctl.Target{Kind: groupctl.Earliest}}, `topic "nope" does not exist`},
-		{"unknown partition", groupctl.ReplayRequest{Group: "g", Topics: []string{topic}, Partitions: map[string][]int32{topic: {7}}, To: groupctl.Target{Kind: groupctl.Earliest}}, "has no partition 7"},
-		{"partition of other topic", groupctl.ReplayRequest{Group: "g", Topics: []string{topic}, Partitions: map[string][]int32{"x": {0}}, To: groupctl.Target{Kind: groupctl.Earliest}}, `topic "x"`},
+		{"no topics", groupctl.ReplayRequest{Group: group, To: groupctl.Target{Kind: groupctl.Earliest}}, "no topics"},
+		{"no target", groupctl.ReplayRequest{Group: group, Topics: []string{topic}}, "unknown target kind"},
+		{"negative offset", groupctl.ReplayRequest{Group: group, Topics: []string{topic}, To: groupctl.Target{Kind: groupctl.Offset, Offset: -1}}, "negative"},
+		{"unknown topic", groupctl.ReplayRequest{Group: group, Topics: []string{missing}, To: groupctl.Target{Kind: groupctl.Earliest}}, fmt.Sprintf("topic %q does not exist", missing)},
+		{"unknown partition", groupctl.ReplayRequest{Group: group, Topics: []string{topic}, Partitions: map[string][]int32{topic: {7}}, To: groupctl.Target{Kind: groupctl.Earliest}}, "has no partition 7"},
+		{"partition of other topic", groupctl.ReplayRequest{Group: group, Topics: []string{topic}, Partitions: map[string][]int32{"x": {0}}, To: groupctl.Target{Kind: groupctl.Earliest}}, `topic "x"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -262,19 +257,19 @@ func TestReplayRejectsBadRequests(t *testing.T) {
 			}
 		})
 	}
-	if got := committed(t, adm, "g"); len(got) != 0 {
+	if got := committed(t, adm, group); len(got) != 0 {
 		t.Fatalf("rejected requests committed %v", got)
 	}
 }
 
 func TestLagExact(t *testing.T) {
 	t.Parallel()
-	const a, b, group = "lag.a", "lag.b", "lag-group"
-	addrs, adm := cluster(t, 2, a, b)
+	opts, adm, names := cluster(t, 2, "lag.a", "lag.b")
+	a, b, group, missingGroup := names[0], names[1], testkit.Name(t, "g"), testkit.Name(t, "missing")
 	now := time.Now()
-	produce(t, addrs, a, 0, 10, now, time.Millisecond)
-	produce(t, addrs, a, 1, 5, now, time.Millisecond)
-	produce(t, addrs, b, 0, 7, now, time.Millisecond)
+	produce(t, opts, a, 0, 10, now, time.Millisecond)
+	produce(t, opts, a, 1, 5, now, time.Millisecond)
+	produce(t, opts, b, 0, 7, now, time.Millisecond)
 	ctx := ctxT(t)
 	commits := kadm.Offsets{}
 	commits.Add(kadm.Offset{Topic: a, Partition: 0, At: 3, LeaderEpoch: -1}) // lag 7
@@ -285,7 +280,7 @@ func TestLagExact(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rep, err := groupctl.Lag(ctx, adm, group, "lag-missing")
+	rep, err := groupctl.Lag(ctx, adm, group, missingGroup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,8 +307,8 @@ func TestLagExact(t *testing.T) {
 	if g.State != "Empty" || g.Members != 0 {
 		t.Fatalf("state %q members %d, want Empty 0", g.State, g.Members)
 	}
-	missing, ok := rep.Group("lag-missing")
-	if !ok || missing.Err == nil || !strings.Contains(missing.Err.Error(), "lag-missing") {
+	missing, ok := rep.Group(missingGroup)
+	if !ok || missing.Err == nil || !strings.Contains(missing.Err.Error(), missingGroup) {
 		t.Fatalf("missing group = %+v, want an error naming it", missing)
 	}
 	if rep.Err() == nil {

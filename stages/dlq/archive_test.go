@@ -35,12 +35,13 @@ func rowCount(t *testing.T, db *pgxpool.Pool, topic string) int {
 func TestArchiveOnceIsIdempotent(t *testing.T) {
 	t.Parallel()
 	db := archiveDB(t)
-	const dlqTopic, src = "archive.dlq", "archive.src"
-	e := newEnv(t, dlqTopic, src)
+	e := newEnv(t)
+	dlqTopic, src := e.dlqTopic, e.src
+	group, other := testkit.Name(t, "g"), testkit.Name(t, "other")
 	e.write(t, dlqTopic, fixture(src)...)
 	ctx := ctxT(t)
 
-	res, err := dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, "")
+	res, err := dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +49,8 @@ func TestArchiveOnceIsIdempotent(t *testing.T) {
 		t.Fatalf("first run %+v, %d rows; want 5 read, 5 inserted, 5 rows", res, rowCount(t, db, dlqTopic))
 	}
 
-	// The default group committed: nothing left to read.
-	res, err = dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, dlq.DefaultArchiveGroup)
+	// The group committed: nothing left to read.
+	res, err = dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestArchiveOnceIsIdempotent(t *testing.T) {
 		t.Fatalf("second run %+v, want nothing read", res)
 	}
 	// Another group reads everything again; the table ignores the repeats.
-	res, err = dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, "archive-other")
+	res, err = dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestArchiveOnceIsIdempotent(t *testing.T) {
 	}
 	// A new DLQ record is archived by the next run.
 	e.write(t, dlqTopic, spec{key: "NEW", value: `{"n":1}`, partition: 1, reason: "exception", redrives: -1})
-	res, err = dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, "")
+	res, err = dlq.ArchiveOnce(ctx, e.opts, db, dlqTopic, group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +116,14 @@ func TestArchiveOnceIsIdempotent(t *testing.T) {
 func TestArchiveRunsUntilCancelled(t *testing.T) {
 	t.Parallel()
 	db := archiveDB(t)
-	const dlqTopic, src = "archivec.dlq", "archivec.src"
-	e := newEnv(t, dlqTopic, src)
+	e := newEnv(t)
+	dlqTopic, src := e.dlqTopic, e.src
+	group := testkit.Name(t, "g")
 	e.write(t, dlqTopic, fixture(src)...)
 
 	ctx, cancel := context.WithCancel(ctxT(t))
 	done := make(chan error, 1)
-	go func() { done <- dlq.Archive(ctx, e.opts, db, dlqTopic, "archive-cont") }()
+	go func() { done <- dlq.Archive(ctx, e.opts, db, dlqTopic, group) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for rowCount(t, db, dlqTopic) < 5 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -144,7 +146,7 @@ func TestArchiveRunsUntilCancelled(t *testing.T) {
 		t.Fatalf("%d rows, want 6", n)
 	}
 	// Its commits stick: a one-shot run of the same group has nothing to do.
-	res, err := dlq.ArchiveOnce(ctxT(t), e.opts, db, dlqTopic, "archive-cont")
+	res, err := dlq.ArchiveOnce(ctxT(t), e.opts, db, dlqTopic, group)
 	if err != nil || res.Read != 0 {
 		t.Fatalf("after Archive, ArchiveOnce read %d (%v), want 0", res.Read, err)
 	}

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/dlq"
 )
@@ -57,26 +57,22 @@ func (s spec) record(topic string) *kgo.Record {
 }
 
 type env struct {
-	opts []kgo.Opt
-	cl   *kgo.Client
+	opts          []kgo.Opt
+	cl            *kgo.Client // produces to explicit partitions
+	dlqTopic, src string
 }
 
-// newEnv starts a kfake cluster with a 2-partition DLQ topic and a
-// 3-partition source topic.
-func newEnv(t *testing.T, dlqTopic, srcTopic string) env {
+// newEnv hands the test a Kafka cluster (KAFKA_BROKERS when set, else
+// kfake) with a fresh 2-partition DLQ topic and 3-partition source topic.
+func newEnv(t *testing.T) env {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, dlqTopic), kfake.SeedTopics(3, srcTopic))
-	if err != nil {
-		t.Fatal(err)
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	return env{
+		opts:     k.Opts(t),
+		cl:       k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner())),
+		dlqTopic: k.Topic(t, "dlq", 2),
+		src:      k.Topic(t, "src", 3),
 	}
-	t.Cleanup(c.Close)
-	opts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}
-	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return env{opts: opts, cl: cl}
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -214,8 +210,8 @@ func TestFilterMatch(t *testing.T) {
 
 func TestInspect(t *testing.T) {
 	t.Parallel()
-	const dlqTopic, src = "inspect.dlq", "inspect.src"
-	e := newEnv(t, dlqTopic, src)
+	e := newEnv(t)
+	dlqTopic, src := e.dlqTopic, e.src
 	e.write(t, dlqTopic, fixture(src)...)
 
 	keys := func(f dlq.Filter, limit int) []string {
@@ -288,24 +284,24 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("err = %v after %d calls, want boom after 1", err, calls)
 	}
 	// A missing topic is an error, not a hang.
-	if err := dlq.Inspect(ctxT(t), e.opts, "inspect.missing", dlq.Filter{}, 0, func(dlq.Record) error { return nil }); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if err := dlq.Inspect(ctxT(t), e.opts, testkit.Name(t, "missing"), dlq.Filter{}, 0, func(dlq.Record) error { return nil }); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("missing topic: err = %v", err)
 	}
 }
 
 func TestInspectEmptyTopicReturns(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "empty.dlq", "empty.src")
+	e := newEnv(t)
 	n := 0
-	if err := dlq.Inspect(ctxT(t), e.opts, "empty.dlq", dlq.Filter{}, 0, func(dlq.Record) error { n++; return nil }); err != nil || n != 0 {
+	if err := dlq.Inspect(ctxT(t), e.opts, e.dlqTopic, dlq.Filter{}, 0, func(dlq.Record) error { n++; return nil }); err != nil || n != 0 {
 		t.Fatalf("err %v, %d records", err, n)
 	}
 }
 
 func TestRedrive(t *testing.T) {
 	t.Parallel()
-	const dlqTopic, src = "redrive.dlq", "redrive.src"
-	e := newEnv(t, dlqTopic, src)
+	e := newEnv(t)
+	dlqTopic, src := e.dlqTopic, e.src
 	e.write(t, dlqTopic, fixture(src)...)
 	req := dlq.RedriveRequest{DLQTopic: dlqTopic, Filter: dlq.Filter{Reasons: []string{"sanity_fail"}}, DryRun: true}
 	decisions := map[string]dlq.Decision{}
@@ -376,15 +372,15 @@ func TestRedrive(t *testing.T) {
 	check("SSI", `{"x":3}`, 2, "3", nil)
 
 	// A missing DLQ topic is an error.
-	if _, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: "redrive.missing"}); err == nil {
+	if _, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: testkit.Name(t, "missing")}); err == nil {
 		t.Fatal("redrive of a missing topic succeeded")
 	}
 }
 
 func TestRedriveLimit(t *testing.T) {
 	t.Parallel()
-	const dlqTopic, src = "limit.dlq", "limit.src"
-	e := newEnv(t, dlqTopic, src)
+	e := newEnv(t)
+	dlqTopic, src := e.dlqTopic, e.src
 	e.write(t, dlqTopic,
 		spec{key: "a", value: "1", reason: "exception", srcTopic: src, failedAt: t0, redrives: 0},
 		spec{key: "b", value: "2", reason: "exception", srcTopic: src, failedAt: t0, redrives: 1},
