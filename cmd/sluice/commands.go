@@ -6,6 +6,7 @@ import "github.com/spf13/cobra"
 // constructor taking the shared *globalConfig.
 func subcommands(g *globalConfig) []*cobra.Command {
 	return []*cobra.Command{
+		newRunCmd(g),
 		newTopicsCmd(g),
 		newMigrateCmd(g),
 		newReplayCmd(g),

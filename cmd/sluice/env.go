@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/opshttp"
+	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/sinks/objstore"
+)
+
+// needs says which services a command connects to.
+type needs struct {
+	db, redis, objects bool
+}
+
+// connectTimeout bounds every first contact with a service so that an
+// unreachable one gives a one-line error instead of a hang.
+const connectTimeout = 10 * time.Second
+
+// buildEnv connects to the services a command needs and returns the
+// pipeline environment and a function that closes everything.
+func (g *globalConfig) buildEnv(ctx context.Context, n needs) (pipelines.Env, func(), error) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	if err := g.needKafka(); err != nil {
+		return pipelines.Env{}, closeAll, err
+	}
+	kopts, err := g.Kafka.Opts()
+	if err != nil {
+		return pipelines.Env{}, closeAll, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	log := g.logger()
+	env := pipelines.Env{Kafka: kopts, Registerer: reg, Logger: log, Ops: opshttp.New(reg, log)}
+
+	if n.db {
+		if err := g.needDatabase(); err != nil {
+			return env, closeAll, err
+		}
+		pool, err := connectPostgres(ctx, g.DatabaseURL)
+		if err != nil {
+			return env, closeAll, err
+		}
+		closers = append(closers, pool.Close)
+		env.DB = pool
+	}
+	if n.redis {
+		if g.RedisURL == "" {
+			return env, closeAll, fmt.Errorf("no Redis: set REDIS_URL or --redis-url")
+		}
+		opt, err := redis.ParseURL(g.RedisURL)
+		if err != nil {
+			return env, closeAll, fmt.Errorf("invalid REDIS_URL: %w", err)
+		}
+		rc := redis.NewClient(opt)
+		closers = append(closers, func() { _ = rc.Close() })
+		pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		defer cancel()
+		if err := rc.Ping(pctx).Err(); err != nil {
+			return env, closeAll, fmt.Errorf("redis at %s: %w", opt.Addr, err)
+		}
+		env.Redis = rc
+	}
+	if n.objects {
+		store, err := g.objectStore(ctx)
+		if err != nil {
+			return env, closeAll, err
+		}
+		env.Objects = store
+	}
+	return env, closeAll, nil
+}
+
+// connectPostgres opens a pool and checks it answers.
+func connectPostgres(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("invalid DATABASE_URL: %w", err) // pgx redacts the password in its errors
+	}
+	cfg.ConnConfig.ConnectTimeout = connectTimeout
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// objectStore returns S3/MinIO when S3_ENDPOINT is set, else the local
+// directory store.
+func (g *globalConfig) objectStore(ctx context.Context) (objstore.Store, error) {
+	if g.S3Endpoint == "" {
+		st, err := objstore.NewDir(g.ObjectStoreDir)
+		if err != nil {
+			return nil, fmt.Errorf("object store directory %s: %w", g.ObjectStoreDir, err)
+		}
+		return st, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	st, err := objstore.NewS3(sctx, objstore.S3Config{Endpoint: g.S3Endpoint, AccessKey: g.S3AccessKey, SecretKey: g.S3SecretKey, Bucket: g.S3Bucket, Secure: g.S3Secure})
+	if err != nil {
+		return nil, fmt.Errorf("object store at %s: %w", g.S3Endpoint, err)
+	}
+	return st, nil
+}
+

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/silver"
+)
+
+// pipelineSpec says how to build a named pipeline and what it connects to.
+type pipelineSpec struct {
+	needs needs
+	doc   string
+	build func(env pipelines.Env) ([]pipelines.Service, error)
+}
+
+// pipelineSpecs lists the pipelines `sluice run` knows, built fresh per call.
+func pipelineSpecs(o *runOptions) map[string]pipelineSpec {
+	return map[string]pipelineSpec{
+		"silver": {
+			needs: needs{db: true},
+			doc:   "bronze.records → validate → ta_silver/sa_silver upsert, bronze.dlq; SCRAPE_SLOW backlog flag",
+			build: func(env pipelines.Env) ([]pipelines.Service, error) {
+				return silver.Services(env, silver.Config{Group: o.group("silver"), BacklogThreshold: o.backlogThreshold})
+			},
+		},
+	}
+}
+
+type runOptions struct {
+	opsAddr          string
+	groupPrefix      string
+	backlogThreshold int64
+}
+
+func (o *runOptions) group(name string) string { return o.groupPrefix + name }
+
+func newRunCmd(g *globalConfig) *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run PIPELINE...",
+		Short: "Run pipelines as members of their consumer groups (start more processes to scale out)",
+		Args:  cobra.MinimumNArgs(1),
+		Long:  "Runs the named pipelines until SIGINT/SIGTERM, then finishes in-flight batches, commits and leaves the group.\nPipelines: " + strings.Join(pipelineNames(o), ", "),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runPipelines(cmd.Context(), g, o, args)
+		},
+	}
+	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", envOr("OPS_ADDR", "127.0.0.1:9464"), "ops HTTP address for /metrics, /healthz, /readyz and pipeline APIs (env OPS_ADDR)")
+	cmd.Flags().StringVar(&o.groupPrefix, "group-prefix", "", "prefix for every consumer group name (to run an isolated copy)")
+	cmd.Flags().Int64Var(&o.backlogThreshold, "backlog-threshold", 10_000, "silver: lag above which SCRAPE_SLOW is set (env BACKLOG_THRESHOLD)")
+	if v := envOr("BACKLOG_THRESHOLD", ""); v != "" {
+		_ = cmd.Flags().Set("backlog-threshold", v)
+	}
+	return cmd
+}
+
+func pipelineNames(o *runOptions) []string {
+	var names []string
+	for n := range pipelineSpecs(o) {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// runPipelines builds the named pipelines on one environment and runs them
+// until ctx is done or one fails.
+func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []string) error {
+	specs := pipelineSpecs(o)
+	var n needs
+	for _, name := range names {
+		s, ok := specs[name]
+		if !ok {
+			return fmt.Errorf("unknown pipeline %q (known: %s)", name, strings.Join(pipelineNames(o), ", "))
+		}
+		n.db = n.db || s.needs.db
+		n.redis = n.redis || s.needs.redis
+		n.objects = n.objects || s.needs.objects
+	}
+	env, closeEnv, err := g.buildEnv(ctx, n)
+	defer closeEnv()
+	if err != nil {
+		return err
+	}
+	var services []pipelines.Service
+	for _, name := range names {
+		ss, err := specs[name].build(env)
+		if err != nil {
+			return fmt.Errorf("pipeline %s: %w", name, err)
+		}
+		services = append(services, ss...)
+	}
+	return serve(ctx, env, o.opsAddr, services)
+}
+
+// serve runs services and the ops HTTP server until ctx is done or a
+// service fails.
+func serve(ctx context.Context, env pipelines.Env, opsAddr string, services []pipelines.Service) error {
+	grp, gctx := errgroup.WithContext(ctx)
+	if opsAddr != "" && env.Ops != nil {
+		for _, s := range services {
+			env.Ops.AddReadiness(s.Name(), s.Ready)
+		}
+		addr, errc, err := env.Ops.ListenAndServe(gctx, opsAddr)
+		if err != nil {
+			return err
+		}
+		env.Logger.Info("ops endpoints", "metrics", fmt.Sprintf("http://%s/metrics", addr), "ready", fmt.Sprintf("http://%s/readyz", addr))
+		grp.Go(func() error { return <-errc })
+	}
+	for _, s := range services {
+		grp.Go(func() error {
+			if err := s.Run(gctx); err != nil {
+				return fmt.Errorf("%s: %w", s.Name(), err)
+			}
+			return nil
+		})
+	}
+	err := grp.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

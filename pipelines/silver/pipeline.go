@@ -1,0 +1,106 @@
+package silver
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/sinks/pgsink"
+	"github.com/sluicehq/sluice/stages/run"
+	"github.com/sluicehq/sluice/topics"
+)
+
+// Config configures the silver pipeline. Zero fields take the defaults
+// documented on each field.
+type Config struct {
+	// Group is the consumer group; every process in it shares the
+	// partitions of Topic (default "silver").
+	Group string
+	// Topic is the bronze input (default bronze.records); DLQTopic receives
+	// failed records (default bronze.dlq); FlagsTopic receives SCRAPE_SLOW
+	// (default control.flags).
+	Topic, DLQTopic, FlagsTopic string
+	// BacklogThreshold: a lag above it sets SCRAPE_SLOW (default 10 000).
+	BacklogThreshold int64
+	// BacklogInterval is how often the lag is checked (default 5 s).
+	BacklogInterval time.Duration
+	// MarketLocation is the market time zone of rule ta.trade_date
+	// (default Asia/Ho_Chi_Minh).
+	MarketLocation *time.Location
+	// Runtime overrides batching, retry and commit settings; its Name,
+	// Group, Topics and DLQTopic are set from the fields above.
+	Runtime run.Config
+	// Clock is the validator's clock (default time.Now).
+	Clock func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Group == "" {
+		c.Group = "silver"
+	}
+	if c.Topic == "" {
+		c.Topic = topics.BronzeRecords
+	}
+	if c.DLQTopic == "" {
+		c.DLQTopic = topics.BronzeDLQ
+	}
+	if c.FlagsTopic == "" {
+		c.FlagsTopic = topics.ControlFlags
+	}
+	if c.BacklogThreshold <= 0 {
+		c.BacklogThreshold = 10_000
+	}
+	if c.BacklogInterval <= 0 {
+		c.BacklogInterval = 5 * time.Second
+	}
+	if c.MarketLocation == nil {
+		loc, err := time.LoadLocation("Asia/Ho_Chi_Minh")
+		if err != nil {
+			return c, fmt.Errorf("silver: market time zone: %w", err)
+		}
+		c.MarketLocation = loc
+	}
+	if c.Runtime.BatchMaxRecords == 0 {
+		c.Runtime.BatchMaxRecords = 2000
+	}
+	c.Runtime.Name, c.Runtime.Group = "silver", c.Group
+	c.Runtime.Topics, c.Runtime.DLQTopic = []string{c.Topic}, c.DLQTopic
+	return c, nil
+}
+
+// Services declares the silver pipeline: bronze.records → Decode → Stage
+// (the 14 rules, first failure wins → bronze.dlq) → ta_silver / sa_silver
+// upsert; plus the backlog monitor that maintains SCRAPE_SLOW. It needs
+// env.Kafka and env.DB.
+func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if env.DB == nil {
+		return nil, errors.New("silver needs PostgreSQL: set DATABASE_URL")
+	}
+	vopts := []Option{WithMarketLocation(cfg.MarketLocation)}
+	if cfg.Clock != nil {
+		vopts = append(vopts, WithClock(cfg.Clock))
+	}
+	sink, err := NewSink(env.DB, pgsink.WithRegisterer(env.Registerer, "silver"), pgsink.WithLogger(env.Logger))
+	if err != nil {
+		return nil, err
+	}
+	runner, err := run.New(cfg.Runtime, Decode, Stage(vopts...), sink,
+		run.WithKafkaOpts(env.Kafka...), run.WithRegisterer(env.Registerer), run.WithLogger(env.Logger),
+		run.WithStageName("silver/validate"))
+	if err != nil {
+		return nil, fmt.Errorf("silver: %w", err)
+	}
+	monitor, err := NewBacklogMonitor(env, BacklogConfig{
+		Group: cfg.Group, Topic: cfg.Topic, FlagsTopic: cfg.FlagsTopic,
+		Threshold: cfg.BacklogThreshold, Interval: cfg.BacklogInterval,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []pipelines.Service{runner, monitor}, nil
+}
