@@ -121,4 +121,3 @@ func (g *globalConfig) objectStore(ctx context.Context) (objstore.Store, error) 
 	}
 	return st, nil
 }
-
