@@ -398,3 +398,49 @@ func TestRedriveLimit(t *testing.T) {
 		t.Fatalf("source got %d records, want only a", len(got))
 	}
 }
+
+// A DLQ written in transactions ends in commit markers and may hold aborted
+// records: Inspect shows only committed records and still ends at once.
+func TestInspectTransactionalDLQ(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	txn, err := kgo.NewClient(append(e.opts, kgo.TransactionalID(testkit.Name(t, "txn")), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.Close()
+	ctx := ctxT(t)
+	write := func(commit bool, keys ...string) {
+		t.Helper()
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			r := spec{key: k, value: "{}", reason: "exception", failedAt: t0, redrives: -1}.record(e.dlqTopic)
+			if err := txn.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := txn.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(true, "a", "b")
+	write(false, "aborted")
+	write(true, "c")
+
+	start := time.Now()
+	var keys []string
+	if err := dlq.Inspect(ctx, e.opts, e.dlqTopic, dlq.Filter{}, 0, func(r dlq.Record) error {
+		keys = append(keys, string(r.Key))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(keys, []string{"a", "b", "c"}) {
+		t.Fatalf("keys %v, want a b c", keys)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Inspect took %v: it waited for records past the commit markers", d)
+	}
+}
