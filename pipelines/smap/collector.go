@@ -1,0 +1,190 @@
+package smap
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/sinks/objstore"
+	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/progress"
+)
+
+// collector handles smap.project.created: it initialises the project's
+// progress, crawls every target, stores each item's raw JSON, grows the
+// total, announces each item on smap.data.collected and finally seals the
+// total. The whole crawl of a project is one stage call, so the
+// project.created record is committed only after every item was stored
+// and acknowledged and the total sealed; a crash re-runs the crawl, which
+// is idempotent (deterministic item ids and object keys, totals counted
+// per distinct item, counts de-duplicated by the progress counter).
+type collector struct {
+	cfg     Config
+	tr      *progress.Tracker
+	objects objstore.Store
+	prod    *kgo.Client
+	comp    *completer
+	m       *metrics
+	log     *slog.Logger
+}
+
+// emitError marks a failure of the collector's own effects (object store,
+// Redis, Kafka) inside a crawl, as opposed to a failure of the crawl.
+type emitError struct{ err error }
+
+func (e *emitError) Error() string { return e.err.Error() }
+func (e *emitError) Unwrap() error { return e.err }
+
+func decodeProjectCreated(_, value []byte) (Event[ProjectCreated], error) {
+	e, err := DecodeProjectCreated(value)
+	if err != nil {
+		return e, stages.DeadLetter(stages.ReasonDecodeError, "", err)
+	}
+	return e, nil
+}
+
+func (c *collector) timed(op string, start time.Time) {
+	c.m.stateWrites.WithLabelValues(op).Observe(time.Since(start).Seconds())
+}
+
+func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated]]) ([]struct{}, error) {
+	p := m.Value.Payload
+	id := p.ProjectID
+	t0 := time.Now()
+	st, err := c.tr.Init(ctx, id)
+	c.timed("init", t0)
+	if err != nil {
+		return nil, stages.Retry(err)
+	}
+	switch {
+	case st.Status == progress.StatusDone:
+		c.m.projects.WithLabelValues("skipped_done").Inc()
+		return nil, nil
+	case st.Sealed:
+		// Crawled and sealed before (a redelivery after a crash): every
+		// item was acknowledged before the seal, so only a pending
+		// completion may be left to publish.
+		d, err := c.tr.Seal(ctx, id, st.Total)
+		if err != nil {
+			return nil, stages.Retry(err)
+		}
+		if d.Publish {
+			if err := c.comp.complete(ctx, d); err != nil {
+				return nil, stages.Retry(err)
+			}
+		}
+		c.m.projects.WithLabelValues("resealed").Inc()
+		return nil, nil
+	}
+	if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) { pm.Keywords = p.Keywords }); err != nil {
+		return nil, stages.Retry(err)
+	}
+	if _, err := c.tr.Start(ctx, id); err != nil {
+		return nil, stages.Retry(err)
+	}
+	c.log.Info("crawl started", "project_id", id, "targets", len(p.Targets))
+
+	var mu sync.Mutex
+	var produceErr error
+	seen := map[string]bool{}
+	emit := func(target Target) func(Item) error {
+		return func(it Item) error {
+			platform := it.Platform
+			if platform == "" {
+				platform = target.Platform
+			}
+			itemID := ItemID(id, platform, it.SourceID)
+			key := ObjectKey(platform, itemID)
+			now := c.cfg.Now().UTC()
+			it.Platform = platform
+			raw, err := json.Marshal(RawItem{ItemID: itemID, ProjectID: id, CrawledAt: now, Item: it})
+			if err != nil {
+				return &emitError{fmt.Errorf("encode item %s: %w", itemID, err)}
+			}
+			if err := c.objects.Put(ctx, key, raw, "application/json"); err != nil {
+				return &emitError{fmt.Errorf("store item %s: %w", itemID, err)}
+			}
+			if !seen[itemID] {
+				t0 := time.Now()
+				_, err := c.tr.Discover(ctx, id, itemID)
+				c.timed("discover", t0)
+				if err != nil {
+					return &emitError{err}
+				}
+				seen[itemID] = true
+			}
+			ev := Event[DataCollected]{EventID: collectedEventID(itemID), Timestamp: now, Payload: DataCollected{
+				ProjectID: id, ItemID: itemID, Platform: platform, ObjectKey: key, CrawledAt: now, Keywords: p.Keywords,
+			}}
+			b, err := json.Marshal(ev)
+			if err != nil {
+				return &emitError{fmt.Errorf("encode data.collected %s: %w", itemID, err)}
+			}
+			c.prod.Produce(ctx, &kgo.Record{Topic: c.cfg.DataCollectedTopic, Key: []byte(itemID), Value: b}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					mu.Lock()
+					if produceErr == nil {
+						produceErr = err
+					}
+					mu.Unlock()
+				}
+			})
+			c.m.collected.WithLabelValues(platformSlug(platform)).Inc()
+			return nil
+		}
+	}
+	for _, tg := range p.Targets {
+		err := c.cfg.Crawler.Crawl(ctx, p, tg, emit(tg))
+		var ee *emitError
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.As(err, &ee):
+			return nil, stages.Retry(fmt.Errorf("project %s: %w", id, ee.err))
+		default:
+			// A target that cannot be crawled is skipped: the project
+			// completes with what the other targets yielded.
+			c.m.crawlErrors.WithLabelValues(platformSlug(tg.Platform)).Inc()
+			c.log.Warn("crawl of target failed", "project_id", id, "platform", tg.Platform, "err", err)
+		}
+	}
+	if err := c.prod.Flush(ctx); err != nil {
+		return nil, stages.Retry(fmt.Errorf("project %s: flush data.collected: %w", id, err))
+	}
+	mu.Lock()
+	perr := produceErr
+	mu.Unlock()
+	if perr != nil {
+		return nil, stages.Retry(fmt.Errorf("project %s: produce data.collected: %w", id, perr))
+	}
+	total := int64(len(seen))
+	if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) {
+		pm.Total, pm.SealedAt = total, c.cfg.Now().UTC()
+	}); err != nil {
+		return nil, stages.Retry(err)
+	}
+	t0 = time.Now()
+	d, err := c.tr.Seal(ctx, id, total)
+	c.timed("seal", t0)
+	if err != nil {
+		return nil, stages.Retry(err)
+	}
+	c.log.Info("crawl sealed", "project_id", id, "total", d.Total, "done", d.Done)
+	if d.Publish {
+		if err := c.comp.complete(ctx, d); err != nil {
+			return nil, stages.Retry(err)
+		}
+	}
+	c.m.projects.WithLabelValues("crawled").Inc()
+	return nil, nil
+}
+
+// discard is the collector's sink: the stage produces its records itself.
+func discard(context.Context, []struct{}) error { return nil }

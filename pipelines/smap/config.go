@@ -1,0 +1,140 @@
+package smap
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice/stages/progress"
+	"github.com/sluicehq/sluice/stages/run"
+	"github.com/sluicehq/sluice/topics"
+)
+
+// Defaults of Config.
+const (
+	DefaultCollectorGroup = "smap-collector"
+	DefaultAnalyticsGroup = "smap-analytics"
+	DefaultProgressGroup  = "smap-progress"
+	// DefaultRedisDB is the logical Redis database reserved for smap state
+	// (the seed keeps DB 0 for caches so that eviction never drops a
+	// progress counter).
+	DefaultRedisDB = 1
+	// DefaultKeyPrefix makes the progress hash of project ID "smap:proj:ID".
+	DefaultKeyPrefix = "smap:proj:"
+)
+
+// Config configures the smap pipelines. The zero value is usable: every
+// field has the default documented on it.
+type Config struct {
+	// Topics (defaults: the catalog names of package topics).
+	ProjectCreatedTopic   string // smap.project.created
+	DataCollectedTopic    string // smap.data.collected
+	AnalysisFinishedTopic string // smap.analysis.finished
+	JobCompletedTopic     string // smap.job.completed
+	// AnalyticsErrorsTopic is the smap DLQ (smap.analytics.errors): failed
+	// items from analytics, and the runtime dead letters of the collector
+	// and the progress counter (told apart by the dlq.stage header).
+	AnalyticsErrorsTopic string
+
+	// Consumer groups (defaults smap-collector, smap-analytics,
+	// smap-progress).
+	CollectorGroup, AnalyticsGroup, ProgressGroup string
+
+	// RedisDB is the logical database of the progress state (0 means
+	// DefaultRedisDB; DB 0 is reserved for caches and cannot be chosen).
+	// When env.Redis is on another database, a client with the same
+	// options on RedisDB is derived and closed when the services stop.
+	RedisDB int
+	// KeyPrefix prefixes progress keys (default "smap:proj:").
+	KeyPrefix string
+	// StateTTL is the lifetime of a project's progress state (default 7 days).
+	StateTTL time.Duration
+
+	// Crawler finds items (default: SchemeCrawler with a SyntheticCrawler of
+	// 20 items per target and an HTTPCrawler with its defaults).
+	Crawler Crawler
+	// Analyzers run on every item in order (default Builtins()).
+	Analyzers []Analyzer
+	// ObjectAttempts bounds the reads of a raw object that fail for a
+	// reason other than "not found" (default 3); when exhausted the item
+	// fails with reason retries_exhausted.
+	ObjectAttempts int
+	// ObjectBackoff is the wait between those reads (default 200ms, doubled
+	// each time).
+	ObjectBackoff time.Duration
+	// MissingStateWait is how long the progress counter waits before
+	// retrying an item whose project has no state in Redis (default 2s);
+	// Runtime.Retry.MaxAttempts bounds the retries, then the record is
+	// dead-lettered and `rebuild-progress` recovers the count from
+	// post_analytics.
+	MissingStateWait time.Duration
+
+	// Runtime holds the runtime settings shared by the three runners
+	// (batching, retries, commit interval, revoke timeout). Name, Group,
+	// Topics and DLQTopic are set per service. The progress counter uses
+	// at least 30 attempts so that a short Redis outage loses nothing.
+	Runtime run.Config
+
+	// Now is the clock of event timestamps (default time.Now).
+	Now func() time.Time
+
+	// Test hooks (nil in production).
+	afterDecision func(ctx context.Context, c progress.Completion) error // counter: after a completion decision, before the publish
+	beforePublish func(ctx context.Context, cs []progress.Completion) error
+}
+
+func (c Config) withDefaults() Config {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.ProjectCreatedTopic, topics.SmapProjectCreated)
+	def(&c.DataCollectedTopic, topics.SmapDataCollected)
+	def(&c.AnalysisFinishedTopic, topics.SmapAnalysisFinished)
+	def(&c.JobCompletedTopic, topics.SmapJobCompleted)
+	def(&c.AnalyticsErrorsTopic, topics.SmapAnalyticsErrors)
+	def(&c.CollectorGroup, DefaultCollectorGroup)
+	def(&c.AnalyticsGroup, DefaultAnalyticsGroup)
+	def(&c.ProgressGroup, DefaultProgressGroup)
+	def(&c.KeyPrefix, DefaultKeyPrefix)
+	if c.RedisDB == 0 {
+		c.RedisDB = DefaultRedisDB
+	}
+	if c.StateTTL <= 0 {
+		c.StateTTL = progress.DefaultTTL
+	}
+	if c.Crawler == nil {
+		c.Crawler = SchemeCrawler{Synthetic: &SyntheticCrawler{}, HTTP: &HTTPCrawler{}}
+	}
+	if c.Analyzers == nil {
+		c.Analyzers = Builtins()
+	}
+	if c.ObjectAttempts <= 0 {
+		c.ObjectAttempts = 3
+	}
+	if c.ObjectBackoff <= 0 {
+		c.ObjectBackoff = 200 * time.Millisecond
+	}
+	if c.MissingStateWait <= 0 {
+		c.MissingStateWait = 2 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.RedisDB < 0 {
+		return errors.New("smap: RedisDB must be ≥ 0")
+	}
+	return nil
+}
+
+// runConfig returns the runtime config of one service.
+func (c Config) runConfig(name, group, topic string) run.Config {
+	rc := c.Runtime
+	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = name, group, []string{topic}, c.AnalyticsErrorsTopic
+	return rc
+}

@@ -1,0 +1,69 @@
+// Package smap is the event-driven choreography of seed 001 (DESIGN §5.3):
+//
+//	smap.project.created ─▶ collector ─▶ raw/{platform}/{item}.json (object store)
+//	                                   └▶ smap.data.collected (key item id)
+//	smap.data.collected  ─▶ analytics ─▶ post_analytics (PostgreSQL, upsert by project_id + item_id)
+//	                                   ├▶ smap.analysis.finished (key item id), ok or error
+//	                                   └▶ smap.analytics.errors (failed items, DLQ headers)
+//	smap.analysis.finished ─▶ progress counter (Redis DB 1) ─▶ smap.job.completed, once per project
+//
+// Every event has the seed's envelope {event_id, timestamp, payload} (see
+// Event and the smap.*.json schemas of package schemas).
+//
+// # Progress
+//
+// The state of project ID is the Redis hash smap:proj:ID (status, total,
+// done, errors; TTL 7 days) in DB 1, kept by package stages/progress:
+// INITIALIZING (project seen) → CRAWLING (items being found; the total
+// grows by one per distinct item) → PROCESSING_WAIT (the collector sealed
+// the total after every item was stored and acknowledged) → DONE (the
+// completion was published). Completion needs done ≥ total and a sealed
+// total, so analytics running ahead of a slow crawl cannot finish a
+// project early (the seed's chicken-and-egg case).
+//
+// # Failures count as done
+//
+// The analytics stage catches every failure of an item itself — missing
+// raw object (sanity_fail, rule smap.raw_object_missing), corrupt raw JSON
+// (decode_error, smap.raw_json), an analyser error or panic (exception,
+// smap.analyzer.NAME), an object store that keeps failing
+// (retries_exhausted, smap.raw_object_read). It then writes three things
+// in one sink batch: the post_analytics row with error_type/error_msg, the
+// original data.collected record to smap.analytics.errors with the DLQ
+// headers of DESIGN §3, and an analysis.finished event with status
+// "error". The progress counter therefore sees every item, ok or failed,
+// on one topic, and counts failed ones in errors as well as done. (A
+// data.collected record that is not even a valid event cannot be
+// attributed to a project: the runtime dead-letters it as decode_error and
+// it is not counted.)
+//
+// # Exactly one job.completed
+//
+// Counting is idempotent per item (a Redis set of counted item ids) and
+// the completion is decided atomically in the same Lua script, which sets
+// a pending flag; the event is published, and only after the broker
+// acknowledged it is the project marked DONE. A crash between the
+// decision and DONE leaves the flag set and the triggering record
+// uncommitted; its redelivery (or the collector's re-seal, or a rebuild)
+// publishes the completion again. In normal operation consumers see
+// exactly one smap.job.completed per project; after such a crash they may
+// see a second copy with the same event_id ("jc-" + project id), by which
+// they de-duplicate. See package stages/progress for the precise contract.
+//
+// # Delivery and idempotence
+//
+// All three services are at-least-once sluice runners. Item ids are
+// derived from project, platform and source id (ItemID), so a re-crawl
+// rewrites the same objects and announces the same items; post_analytics
+// is an upsert; analysis.finished and data.collected have deterministic
+// event ids. Replaying any topic changes no count and publishes no second
+// completion.
+//
+// # Lost Redis state
+//
+// If Redis loses a project's keys, the counter retries its records
+// (Config.MissingStateWait, bounded by the runtime's retry attempts) and
+// RebuildProgress (`sluice smap rebuild-progress ID`) restores the state
+// from post_analytics plus the project's meta object projects/{id}.json
+// (keywords, sealed total, completion time) written by the collector.
+package smap

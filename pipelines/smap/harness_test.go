@@ -1,0 +1,344 @@
+package smap
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/opshttp"
+	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/schemas"
+	"github.com/sluicehq/sluice/sinks/objstore"
+	"github.com/sluicehq/sluice/stages/progress"
+	"github.com/sluicehq/sluice/stages/run"
+)
+
+// harness is one isolated smap deployment for a test: its own topics,
+// groups, Redis key prefix, PostgreSQL schema and object prefix.
+type harness struct {
+	t       *testing.T
+	k       *testkit.Kafka
+	redis   *testkit.Redis
+	pg      *testkit.Postgres
+	objects objstore.Store
+	cfg     Config
+	cl      *kgo.Client
+	adm     *kadm.Client
+	tr      *progress.Tracker
+}
+
+type harnessOpts struct {
+	collectedPartitions int32
+	finishedPartitions  int32
+}
+
+func newHarness(t *testing.T, pgs *testkit.PostgresServer, o harnessOpts) *harness {
+	t.Helper()
+	if o.collectedPartitions == 0 {
+		o.collectedPartitions = 2
+	}
+	if o.finishedPartitions == 0 {
+		o.finishedPartitions = 2
+	}
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	r := testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK())
+	pg := pgs.Postgres(t)
+	ctx := testkit.Context(t)
+	if _, err := schemas.Migrate(ctx, pg.URL); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	h := &harness{t: t, k: k, redis: r, pg: pg, objects: newObjects(t)}
+	h.cfg = Config{
+		ProjectCreatedTopic:   k.Topic(t, "pc", 1),
+		DataCollectedTopic:    k.Topic(t, "dc", o.collectedPartitions),
+		AnalysisFinishedTopic: k.Topic(t, "af", o.finishedPartitions),
+		JobCompletedTopic:     k.Topic(t, "jc", 1),
+		AnalyticsErrorsTopic:  k.Topic(t, "err", 1),
+		CollectorGroup:        testkit.Name(t, "col"),
+		AnalyticsGroup:        testkit.Name(t, "ana"),
+		ProgressGroup:         testkit.Name(t, "prg"),
+		KeyPrefix:             r.Prefix + "smap:proj:",
+		MissingStateWait:      50 * time.Millisecond,
+		Crawler:               SchemeCrawler{Synthetic: &SyntheticCrawler{}},
+		Runtime: run.Config{
+			BatchMaxRecords: 50,
+			BatchLinger:     10 * time.Millisecond,
+			CommitInterval:  100 * time.Millisecond,
+			RevokeTimeout:   2 * time.Second,
+			Retry:           run.RetryPolicy{MaxAttempts: 5, Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+			SinkRetry:       run.RetryPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		},
+	}
+	h.cl = k.Client(t)
+	h.adm = kadm.NewClient(h.cl)
+	tr, err := NewTracker(r.Client, h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.tr = tr
+	t.Logf("services: %s, %s, %s, object store %T", k, r, pg, h.objects)
+	return h
+}
+
+// newObjects returns the test's object store: MinIO/S3 when available,
+// else a local directory, under the test's prefix.
+func newObjects(t *testing.T) objstore.Store {
+	t.Helper()
+	os := testkit.NewObjectStore(t, testkit.FakeOK())
+	if os.Dir != "" {
+		d, err := objstore.NewDir(os.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	s3, err := objstore.NewS3(testkit.Context(t), objstore.S3Config{
+		Endpoint: os.Endpoint, AccessKey: os.AccessKey, SecretKey: os.SecretKey, Bucket: os.Bucket, Secure: os.Secure,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objstore.WithPrefix(s3, os.Prefix)
+}
+
+func (h *harness) env(reg *prometheus.Registry) pipelines.Env {
+	return pipelines.Env{
+		Kafka:      h.k.Opts(h.t),
+		DB:         h.pg.Pool,
+		Redis:      h.redis.Client,
+		Objects:    h.objects,
+		Registerer: reg,
+		Ops:        opshttp.New(reg, nil),
+	}
+}
+
+// deployment is one running "process" of the smap services.
+type deployment struct {
+	env  pipelines.Env
+	reg  *prometheus.Registry
+	svcs []pipelines.Service
+	stop func()
+}
+
+// start builds and runs every smap service with cfg, like one process.
+func (h *harness) start(cfg Config) *deployment {
+	h.t.Helper()
+	reg := prometheus.NewRegistry()
+	env := h.env(reg)
+	svcs, err := Services(env, cfg)
+	if err != nil {
+		h.t.Fatalf("services: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, s := range svcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Run(ctx); err != nil {
+				h.t.Errorf("service %s: %v", s.Name(), err)
+			}
+		}()
+	}
+	var once sync.Once
+	d := &deployment{env: env, reg: reg, svcs: svcs}
+	d.stop = func() {
+		once.Do(func() {
+			cancel()
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(60 * time.Second):
+				h.t.Errorf("services did not stop within 60s")
+			}
+		})
+	}
+	h.t.Cleanup(d.stop)
+	return d
+}
+
+func (d *deployment) ready() bool {
+	for _, s := range d.svcs {
+		if !s.Ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// metric sums the values of a counter or gauge family, optionally
+// filtered by one label.
+func metric(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			if label != "" {
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == label && lp.GetValue() != value {
+						continue next
+					}
+				}
+			}
+			if m.Counter != nil {
+				sum += m.Counter.GetValue()
+			} else if m.Gauge != nil {
+				sum += m.Gauge.GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// createProject produces a project.created event.
+func (h *harness) createProject(p ProjectCreated) {
+	h.t.Helper()
+	b, err := json.Marshal(NewProjectCreated(p, time.Now()))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx := testkit.Context(h.t)
+	if err := h.cl.ProduceSync(ctx, &kgo.Record{Topic: h.cfg.ProjectCreatedTopic, Key: []byte(p.ProjectID), Value: b}).FirstErr(); err != nil {
+		h.t.Fatalf("produce project.created: %v", err)
+	}
+}
+
+func synthetic(platform string, n int) Target {
+	return Target{Platform: platform, URL: fmt.Sprintf("synthetic://%s?items=%d", platform, n)}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func (h *harness) state(id string) progress.State {
+	h.t.Helper()
+	st, err := h.tr.Get(testkit.Context(h.t), id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return st
+}
+
+func (h *harness) waitDone(id string, timeout time.Duration) progress.State {
+	h.t.Helper()
+	var st progress.State
+	waitFor(h.t, timeout, "project "+id+" DONE", func() bool {
+		st = h.state(id)
+		return st.Status == progress.StatusDone
+	})
+	return st
+}
+
+func (h *harness) endOffsets(topic string) map[int32]int64 {
+	h.t.Helper()
+	ends, err := h.adm.ListEndOffsets(testkit.Context(h.t), topic)
+	if err != nil {
+		h.t.Fatalf("list end offsets: %v", err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
+
+func (h *harness) count(topic string) int64 {
+	n := int64(0)
+	for _, e := range h.endOffsets(topic) {
+		n += e
+	}
+	return n
+}
+
+// caughtUp reports whether group committed every record of topic.
+func (h *harness) caughtUp(group, topic string) bool {
+	h.t.Helper()
+	resp, err := h.adm.FetchOffsets(testkit.Context(h.t), group)
+	if err != nil {
+		return false
+	}
+	ends := h.endOffsets(topic)
+	for p, e := range ends {
+		o, ok := resp.Lookup(topic, p)
+		if e == 0 {
+			continue
+		}
+		if !ok || o.Err != nil || o.At < e {
+			return false
+		}
+	}
+	return true
+}
+
+// readAll consumes topic from the start to its current end.
+func (h *harness) readAll(topic string) []*kgo.Record {
+	h.t.Helper()
+	total := h.count(topic)
+	if total == 0 {
+		return nil
+	}
+	cl := h.k.Client(h.t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for int64(len(out)) < total {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			h.t.Fatalf("read %s: got %d of %d records: %v", topic, len(out), total, err)
+		}
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+func (h *harness) rows(project string) (total, failed int) {
+	h.t.Helper()
+	err := h.pg.Pool.QueryRow(testkit.Context(h.t),
+		`SELECT count(*), count(*) FILTER (WHERE error_type IS NOT NULL) FROM post_analytics WHERE project_id = $1`, project).Scan(&total, &failed)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return total, failed
+}
+
+// completions returns the job.completed payloads of project.
+func (h *harness) completions(project string) []JobCompleted {
+	h.t.Helper()
+	var out []JobCompleted
+	for _, r := range h.readAll(h.cfg.JobCompletedTopic) {
+		e, err := DecodeJobCompleted(r.Value)
+		if err != nil {
+			h.t.Fatalf("job.completed: %v", err)
+		}
+		if string(r.Key) != e.Payload.ProjectID || e.EventID != completedEventID(e.Payload.ProjectID) {
+			h.t.Errorf("job.completed key %q / event id %q do not match project %q", r.Key, e.EventID, e.Payload.ProjectID)
+		}
+		if e.Payload.ProjectID == project {
+			out = append(out, e.Payload)
+		}
+	}
+	return out
+}

@@ -1,0 +1,59 @@
+package smap
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are smap's domain metrics (the runners add the runtime's).
+type metrics struct {
+	projects    *prometheus.CounterVec   // outcome: crawled|skipped_done|resealed
+	collected   *prometheus.CounterVec   // platform
+	crawlErrors *prometheus.CounterVec   // platform
+	analysed    *prometheus.CounterVec   // result: ok | <dlq reason>
+	analyseDur  prometheus.Histogram     // per item
+	completions *prometheus.CounterVec   // repeat: false|true
+	counted     *prometheus.CounterVec   // outcome: ok|error
+	stateWrites *prometheus.HistogramVec // op
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &metrics{
+		projects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smap_projects_total", Help: "Projects handled by the collector, per outcome (crawled, skipped_done, resealed).",
+		}, []string{"outcome"}),
+		collected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smap_items_collected_total", Help: "Items stored and announced on smap.data.collected, per platform (re-crawls included).",
+		}, []string{"platform"}),
+		crawlErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smap_crawl_errors_total", Help: "Targets whose crawl failed, per platform.",
+		}, []string{"platform"}),
+		analysed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smap_items_analysed_total", Help: "Items analysed, per result (ok or the DLQ reason).",
+		}, []string{"result"}),
+		analyseDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "smap_analysis_duration_seconds", Help: "Load and analysis time per item.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		completions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smap_completions_published_total", Help: "smap.job.completed events acknowledged, per repeat (true: re-published after a crash).",
+		}, []string{"repeat"}),
+		counted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smap_items_finished_total", Help: "analysis.finished events consumed by the progress counter, per status.",
+		}, []string{"status"}),
+		stateWrites: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "smap_state_op_duration_seconds", Help: "Redis progress-state operations, per op.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"op"}),
+	}
+	for _, c := range []prometheus.Collector{m.projects, m.collected, m.crawlErrors, m.analysed, m.analyseDur, m.completions, m.counted, m.stateWrites} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("smap: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,246 @@
+package smap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/progress"
+	"github.com/sluicehq/sluice/stages/run"
+)
+
+// Service names (also the runtime pipeline names and dlq.stage values).
+const (
+	CollectorName = "smap-collector"
+	AnalyticsName = "smap-analytics"
+	ProgressName  = "smap-progress"
+)
+
+// ProgressRoute is the ops-HTTP route of the progress query.
+const ProgressRoute = "GET /api/v1/projects/{id}/progress"
+
+// StateClient returns a Redis client on cfg's state database (DB 1 by
+// default): base itself when it is already on that database, otherwise a
+// new client with base's options, which the caller closes with the
+// returned function.
+func StateClient(base *redis.Client, cfg Config) (*redis.Client, func() error) {
+	cfg = cfg.withDefaults()
+	o := base.Options()
+	if o.DB == cfg.RedisDB {
+		return base, func() error { return nil }
+	}
+	oc := *o
+	oc.DB = cfg.RedisDB
+	c := redis.NewClient(&oc)
+	return c, c.Close
+}
+
+// NewTracker returns the progress tracker of smap on rdb (which must be on
+// the state database; see StateClient).
+func NewTracker(rdb *redis.Client, cfg Config) (*progress.Tracker, error) {
+	cfg = cfg.withDefaults()
+	return progress.New(rdb, progress.Config{Prefix: cfg.KeyPrefix, TTL: cfg.StateTTL, Now: cfg.Now})
+}
+
+// Services builds the three smap services on env:
+//
+//   - smap-collector consumes smap.project.created (group smap-collector),
+//   - smap-analytics consumes smap.data.collected (group smap-analytics;
+//     concurrency = assigned partitions × group members),
+//   - smap-progress consumes smap.analysis.finished (group smap-progress)
+//     and publishes smap.job.completed.
+//
+// env.DB (with the post_analytics migration applied), env.Redis and
+// env.Objects are required. When env.Ops is set, the progress query is
+// mounted on it at ProgressRoute (so call Services once per ops server).
+// Metrics go to env.Registerer. Each service closes the clients it owns
+// when its Run returns; Run may be called once per service.
+func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var missing []error
+	if env.DB == nil {
+		missing = append(missing, errors.New("a PostgreSQL pool (DATABASE_URL)"))
+	}
+	if env.Redis == nil {
+		missing = append(missing, errors.New("a Redis client (REDIS_URL)"))
+	}
+	if env.Objects == nil {
+		missing = append(missing, errors.New("an object store"))
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("smap needs %w", errors.Join(missing...))
+	}
+	log := env.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("pipeline", "smap")
+	m, err := newMetrics(env.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	rdb, closeRedis := StateClient(env.Redis, cfg)
+	shared := &refCloser{close: closeRedis, n: 3}
+	tr, err := NewTracker(rdb, cfg)
+	if err != nil {
+		_ = closeRedis()
+		return nil, err
+	}
+	var built []*service
+	fail := func(err error) ([]pipelines.Service, error) {
+		for _, s := range built {
+			for _, c := range s.closers {
+				c()
+			}
+		}
+		_ = closeRedis()
+		return nil, err
+	}
+	producer := func() (*kgo.Client, error) {
+		cl, err := kgo.NewClient(env.Kafka...)
+		if err != nil {
+			return nil, fmt.Errorf("smap: kafka producer: %w", err)
+		}
+		return cl, nil
+	}
+	opts := func(name string) []run.Option {
+		return []run.Option{
+			run.WithKafkaOpts(env.Kafka...), run.WithRegisterer(env.Registerer),
+			run.WithLogger(env.Logger), run.WithStageName(name),
+		}
+	}
+
+	// Collector.
+	cprod, err := producer()
+	if err != nil {
+		return fail(err)
+	}
+	comp := newCompleter(cfg, tr, cprod, env.Objects, m, log)
+	col := &collector{cfg: cfg, tr: tr, objects: env.Objects, prod: cprod, comp: comp, m: m, log: log.With("service", CollectorName)}
+	crun, err := run.New(cfg.runConfig(CollectorName, cfg.CollectorGroup, cfg.ProjectCreatedTopic),
+		decodeProjectCreated, col.stage, stages.SinkFunc[struct{}](discard), opts(CollectorName)...)
+	if err != nil {
+		cprod.Close()
+		return fail(fmt.Errorf("smap collector: %w", err))
+	}
+	built = append(built, &service{Service: crun, closers: []func(){cprod.Close}, shared: shared})
+
+	// Analytics.
+	aprod, err := producer()
+	if err != nil {
+		return fail(err)
+	}
+	an := &analytics{cfg: cfg, objects: env.Objects, m: m, log: log.With("service", AnalyticsName)}
+	arun, err := run.New(cfg.runConfig(AnalyticsName, cfg.AnalyticsGroup, cfg.DataCollectedTopic),
+		decodeCollected, an.stage, &analyticsSink{db: env.DB, prod: aprod, m: m}, opts(AnalyticsName)...)
+	if err != nil {
+		aprod.Close()
+		return fail(fmt.Errorf("smap analytics: %w", err))
+	}
+	built = append(built, &service{Service: arun, closers: []func(){aprod.Close}, shared: shared})
+
+	// Progress counter.
+	pprod, err := producer()
+	if err != nil {
+		return fail(err)
+	}
+	pcomp := newCompleter(cfg, tr, pprod, env.Objects, m, log.With("service", ProgressName))
+	prc := cfg.runConfig(ProgressName, cfg.ProgressGroup, cfg.AnalysisFinishedTopic)
+	prc.Retry.MaxAttempts = max(prc.Retry.MaxAttempts, 30)
+	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, m), pcomp.sink, opts(ProgressName)...)
+	if err != nil {
+		pprod.Close()
+		return fail(fmt.Errorf("smap progress: %w", err))
+	}
+	built = append(built, &service{Service: prun, closers: []func(){pprod.Close}, shared: shared})
+
+	if env.Ops != nil {
+		env.Ops.Handle(ProgressRoute, ProgressHandler(tr, log))
+	}
+	out := make([]pipelines.Service, len(built))
+	for i, s := range built {
+		out[i] = s
+	}
+	return out, nil
+}
+
+func decodeFinished(_, value []byte) (Event[AnalysisFinished], error) {
+	e, err := DecodeAnalysisFinished(value)
+	if err != nil {
+		return e, stages.DeadLetter(stages.ReasonDecodeError, "", err)
+	}
+	return e, nil
+}
+
+// counterStage counts each analysis.finished item once (errors included)
+// and outputs a completion when the count decides it.
+func counterStage(cfg Config, tr *progress.Tracker, m *metrics) stages.Func[Event[AnalysisFinished], progress.Completion] {
+	inner := progress.Stage(tr, func(msg stages.Msg[Event[AnalysisFinished]]) (progress.Item, error) {
+		p := msg.Value.Payload
+		return progress.Item{Job: p.ProjectID, ID: p.ItemID, Failed: p.Status == AnalysisError}, nil
+	}, cfg.MissingStateWait)
+	return func(ctx context.Context, msg stages.Msg[Event[AnalysisFinished]]) ([]progress.Completion, error) {
+		cs, err := inner(ctx, msg)
+		if err != nil {
+			return nil, err
+		}
+		status := msg.Value.Payload.Status
+		if status != AnalysisError {
+			status = AnalysisOK
+		}
+		m.counted.WithLabelValues(status).Inc()
+		if len(cs) > 0 && cfg.afterDecision != nil {
+			if err := cfg.afterDecision(ctx, cs[0]); err != nil {
+				return nil, stages.Retry(err)
+			}
+		}
+		return cs, nil
+	}
+}
+
+// service is a runner plus the clients it owns.
+type service struct {
+	pipelines.Service
+	closers []func()
+	shared  *refCloser
+	once    sync.Once
+}
+
+// Run runs the service and closes its clients when it returns.
+func (s *service) Run(ctx context.Context) error {
+	defer s.closeAll()
+	return s.Service.Run(ctx)
+}
+
+func (s *service) closeAll() {
+	s.once.Do(func() {
+		for _, c := range s.closers {
+			c()
+		}
+		s.shared.release()
+	})
+}
+
+// refCloser closes a shared resource when its last user released it.
+type refCloser struct {
+	close func() error
+	n     int32
+	done  atomic.Int32
+}
+
+func (r *refCloser) release() {
+	if r.done.Add(1) == r.n {
+		_ = r.close()
+	}
+}

@@ -1,0 +1,148 @@
+package smap
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sluicehq/sluice/sinks/objstore"
+)
+
+// row is one post_analytics row.
+type row struct {
+	ProjectID, ItemID, Platform string
+	Language, SentimentLabel    string
+	SentimentScore              float64
+	Keywords                    []string
+	Mentions                    []Mention
+	EngagementScore             float64
+	ObjectKey                   string
+	AnalyzedAt                  time.Time
+	ErrorType, ErrorMsg         string // empty for a successful analysis
+}
+
+// upsertSQL writes one item's result. A redelivered item rewrites the same
+// values; an error never replaces a successful analysis of the same item
+// (e.g. a replay after the raw object was deleted).
+const upsertSQL = `
+INSERT INTO post_analytics (project_id, item_id, platform, language, sentiment_label, sentiment_score,
+    keywords, mentions, engagement_score, raw_object_key, analyzed_at, error_type, error_msg)
+VALUES ($1, $2, NULLIF($3, ''), COALESCE(NULLIF($4, ''), 'unknown'), NULLIF($5, ''), $6,
+    $7, $8, $9, NULLIF($10, ''), $11, NULLIF($12, ''), NULLIF($13, ''))
+ON CONFLICT (project_id, item_id) DO UPDATE SET
+    platform = EXCLUDED.platform, language = EXCLUDED.language,
+    sentiment_label = EXCLUDED.sentiment_label, sentiment_score = EXCLUDED.sentiment_score,
+    keywords = EXCLUDED.keywords, mentions = EXCLUDED.mentions,
+    engagement_score = EXCLUDED.engagement_score, raw_object_key = EXCLUDED.raw_object_key,
+    analyzed_at = EXCLUDED.analyzed_at, error_type = EXCLUDED.error_type, error_msg = EXCLUDED.error_msg,
+    updated_at = now()
+WHERE post_analytics.error_type IS NOT NULL OR EXCLUDED.error_type IS NULL`
+
+// upsertRows writes rows in one transaction (one statement per row, so
+// that two rows of one key in a batch are applied in order).
+func upsertRows(ctx context.Context, db *pgxpool.Pool, rows []row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		for _, r := range rows {
+			kw := r.Keywords
+			if kw == nil {
+				kw = []string{}
+			}
+			ms := r.Mentions
+			if ms == nil {
+				ms = []Mention{}
+			}
+			kwJSON, _ := json.Marshal(kw)
+			msJSON, _ := json.Marshal(ms)
+			var sScore, eScore *float64
+			if r.ErrorType == "" {
+				sScore, eScore = &r.SentimentScore, &r.EngagementScore
+			}
+			b.Queue(upsertSQL, r.ProjectID, r.ItemID, r.Platform, r.Language, r.SentimentLabel, sScore,
+				string(kwJSON), string(msJSON), eScore, r.ObjectKey, r.AnalyzedAt, r.ErrorType, r.ErrorMsg)
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("upsert %d post_analytics rows: %w", len(rows), err)
+		}
+		return nil
+	})
+}
+
+// analysedItems returns every item of project in post_analytics and
+// whether it failed.
+func analysedItems(ctx context.Context, db *pgxpool.Pool, projectID string) (map[string]bool, error) {
+	rows, err := db.Query(ctx, `SELECT item_id, error_type IS NOT NULL FROM post_analytics WHERE project_id = $1`, projectID)
+	if err != nil {
+		return nil, fmt.Errorf("read post_analytics of %s: %w", projectID, err)
+	}
+	out := map[string]bool{}
+	var id string
+	var failed bool
+	_, err = pgx.ForEachRow(rows, []any{&id, &failed}, func() error {
+		out[id] = failed
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read post_analytics of %s: %w", projectID, err)
+	}
+	return out, nil
+}
+
+// projectMeta is what the collector records about a project in the object
+// store (projects/{id}.json), next to its raw items: the durable record of
+// the sealed total and of the completion, used to rebuild lost progress.
+type projectMeta struct {
+	ProjectID   string    `json:"project_id"`
+	Keywords    []string  `json:"keywords,omitempty"`
+	Total       int64     `json:"total"`
+	SealedAt    time.Time `json:"sealed_at,omitzero"`
+	CompletedAt time.Time `json:"completed_at,omitzero"`
+}
+
+func metaKey(projectID string) string {
+	return "projects/" + url.PathEscape(projectID) + ".json"
+}
+
+// readMeta returns the project's meta, or a zero meta when there is none.
+func readMeta(ctx context.Context, st objstore.Store, projectID string) (projectMeta, error) {
+	b, err := st.Get(ctx, metaKey(projectID))
+	if errors.Is(err, objstore.ErrNotFound) {
+		return projectMeta{ProjectID: projectID}, nil
+	}
+	if err != nil {
+		return projectMeta{}, fmt.Errorf("read project meta %s: %w", projectID, err)
+	}
+	var m projectMeta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return projectMeta{}, fmt.Errorf("decode project meta %s: %w", projectID, err)
+	}
+	return m, nil
+}
+
+// updateMeta reads, changes and writes the project's meta. Writers of one
+// project are sequential (the collector's partition worker, then the
+// completion), so read-modify-write is safe in normal operation.
+func updateMeta(ctx context.Context, st objstore.Store, projectID string, change func(*projectMeta)) error {
+	m, err := readMeta(ctx, st, projectID)
+	if err != nil {
+		return err
+	}
+	change(&m)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode project meta %s: %w", projectID, err)
+	}
+	if err := st.Put(ctx, metaKey(projectID), b, "application/json"); err != nil {
+		return fmt.Errorf("write project meta %s: %w", projectID, err)
+	}
+	return nil
+}
