@@ -3,6 +3,7 @@ package run_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,7 +77,7 @@ func BenchmarkRuntimePerRecord(b *testing.B) {
 		c, topic := benchTopic(b, b.N)
 		sink := memsink.New(memsink.CountOnly[msg]())
 		r, err := run.New(run.Config{Name: "bench", Topics: []string{topic}, DLQTopic: "bench.dlq", BatchLinger: time.Millisecond},
-			decodeString, passthrough, sink, run.WithKafkaOpts(kgo.SeedBrokers(c.ListenAddrs()...)))
+			decodeString, passthrough, sink, run.WithKafkaOpts(kgo.SeedBrokers(c.ListenAddrs()...)), run.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// progressBar draws a one-line progress bar that redraws in place on a
+// terminal ("\r"); it is meant for interactive commands (demo, smap progress).
+type progressBar struct {
+	w     io.Writer
+	label string
+	width int
+	start time.Time
+}
+
+func newProgressBar(w io.Writer, label string) *progressBar {
+	return &progressBar{w: w, label: label, width: 30, start: time.Now()}
+}
+
+// update redraws the bar for done of total, with an optional note.
+func (p *progressBar) update(done, total int64, note string) {
+	pct := 0.0
+	if total > 0 {
+		pct = float64(done) / float64(total)
+	}
+	pct = min(max(pct, 0), 1)
+	filled := int(pct * float64(p.width))
+	fmt.Fprintf(p.w, "\r%-8s [%s%s] %5.1f%% %d/%d %s %s\x1b[K", p.label, strings.Repeat("█", filled), strings.Repeat("·", p.width-filled),
+		100*pct, done, total, time.Since(p.start).Truncate(100*time.Millisecond), note)
+}
+
+// finish ends the bar's line.
+func (p *progressBar) finish() { fmt.Fprintln(p.w) }
