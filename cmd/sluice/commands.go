@@ -12,5 +12,6 @@ func subcommands(g *globalConfig) []*cobra.Command {
 		newReplayCmd(g),
 		newLagCmd(g),
 		newDLQCmd(g),
+		newSmapCmd(g),
 	}
 }

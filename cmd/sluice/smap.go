@@ -1,0 +1,121 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/pipelines/smap"
+	"github.com/sluicehq/sluice/stages/progress"
+)
+
+func newSmapCmd(g *globalConfig) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "smap",
+		Short: "smap pipeline commands (seed 001): project progress and its repair",
+	}
+	cmd.AddCommand(newSmapProgressCmd(g), newSmapRebuildCmd(g))
+	return cmd
+}
+
+func newSmapProgressCmd(g *globalConfig) *cobra.Command {
+	var asJSON bool
+	var interval time.Duration
+	var prefix string
+	cmd := &cobra.Command{
+		Use:   "progress PROJECT_ID",
+		Short: "Show a project's progress with a live progress bar until it is DONE",
+		Long: `progress reads the project's progress from Redis (DB 1, hash smap:proj:ID)
+and redraws a progress bar until the project is DONE; Ctrl-C stops watching.
+--json prints {status,total,processed,errors,percent} once instead.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.RedisURL == "" {
+				return errors.New("no Redis: set REDIS_URL or --redis-url")
+			}
+			opt, err := redis.ParseURL(g.RedisURL)
+			if err != nil {
+				return fmt.Errorf("invalid REDIS_URL: %w", err)
+			}
+			base := redis.NewClient(opt)
+			defer base.Close()
+			cfg := smap.Config{KeyPrefix: prefix}
+			rdb, closeState := smap.StateClient(base, cfg)
+			defer closeState()
+			tr, err := smap.NewTracker(rdb, cfg)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			id := args[0]
+			if asJSON {
+				st, err := tr.Get(ctx, id)
+				if err != nil {
+					return err
+				}
+				b, err := json.Marshal(smap.ProgressOf(st))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(out, string(b))
+				if st.Status == progress.StatusNotFound {
+					return fmt.Errorf("project %s not found", id)
+				}
+				return nil
+			}
+			bar := newProgressBar(out, id)
+			p, err := smap.WatchProgress(ctx, tr, id, interval, func(p smap.Progress) {
+				bar.update(p.Processed, p.Total, fmt.Sprintf("%s errors=%d", p.Status, p.Errors))
+			})
+			bar.finish()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "project %s %s: %d/%d processed, %d errors (%.2f%%)\n", id, p.Status, p.Processed, p.Total, p.Errors, p.Percent)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the progress once as JSON")
+	cmd.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "refresh period of the progress bar")
+	cmd.Flags().StringVar(&prefix, "key-prefix", smap.DefaultKeyPrefix, "Redis key prefix of the progress state")
+	return cmd
+}
+
+func newSmapRebuildCmd(g *globalConfig) *cobra.Command {
+	var prefix string
+	cmd := &cobra.Command{
+		Use:   "rebuild-progress PROJECT_ID",
+		Short: "Rebuild a project's Redis progress from post_analytics and its project record",
+		Long: `rebuild-progress replaces the project's progress state in Redis (DB 1) with
+what the systems of record hold: every item in post_analytics (failed items
+count as errors) and the sealed total and completion time from the
+project's record in the object store (projects/ID.json). Use it when Redis
+lost the state (flushed, evicted, expired). When the rebuilt project is
+complete and its completion was never published, smap.job.completed is
+published now (same event id as the original would have had).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			env, closeEnv, err := g.buildEnv(ctx, needs{db: true, redis: true, objects: true})
+			defer closeEnv()
+			if err != nil {
+				return err
+			}
+			st, err := smap.RebuildProgress(ctx, env, smap.Config{KeyPrefix: prefix}, args[0])
+			if err != nil {
+				return err
+			}
+			p := smap.ProgressOf(st)
+			fmt.Fprintf(cmd.OutOrStdout(), "project %s rebuilt: %s, %d/%d processed, %d errors (%.2f%%), sealed=%t\n",
+				args[0], p.Status, p.Processed, p.Total, p.Errors, p.Percent, st.Sealed)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "key-prefix", smap.DefaultKeyPrefix, "Redis key prefix of the progress state")
+	return cmd
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/pipelines/smap"
+	"github.com/sluicehq/sluice/schemas"
+	"github.com/sluicehq/sluice/stages/progress"
+	"github.com/sluicehq/sluice/topics"
+)
+
+func TestSmapProgressCommand(t *testing.T) {
+	t.Parallel()
+	r := testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK())
+	prefix := r.Prefix + "smap:proj:"
+	tr, err := smap.NewTracker(r.Client, smap.Config{KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t)
+	if _, err := tr.Init(ctx, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Discover(ctx, "p1", "a", "b", "c", "d"); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range []string{"a", "b", "c"} {
+		if _, err := tr.Count(ctx, "p1", it, it == "b"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := runCLI(t, "smap", "progress", "p1", "--json", "--redis-url", r.URL, "--key-prefix", prefix)
+	if err != nil {
+		t.Fatalf("progress --json: %v\n%s", err, out)
+	}
+	var p smap.Progress
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	if want := (smap.Progress{ProjectID: "p1", Status: "CRAWLING", Total: 4, Processed: 3, Errors: 1, Percent: 75}); p != want {
+		t.Fatalf("progress %+v, want %+v", p, want)
+	}
+	if out, err := runCLI(t, "smap", "progress", "nope", "--json", "--redis-url", r.URL, "--key-prefix", prefix); err == nil || !strings.Contains(out, "NOT_FOUND") {
+		t.Fatalf("unknown project: %v %q", err, out)
+	}
+
+	// Live bar: the project completes while the command watches.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		tr.Seal(context.Background(), "p1", 4)           //nolint:errcheck // checked through the output
+		tr.Count(context.Background(), "p1", "d", false) //nolint:errcheck
+		tr.MarkDone(context.Background(), "p1")          //nolint:errcheck
+	}()
+	out, err = runCLI(t, "smap", "progress", "p1", "--interval", "50ms", "--redis-url", r.URL, "--key-prefix", prefix)
+	if err != nil {
+		t.Fatalf("progress: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "\r") || !strings.Contains(out, " 75.0% 3/4") || !strings.Contains(out, "100.0% 4/4") ||
+		!strings.Contains(out, "project p1 DONE: 4/4 processed, 1 errors (100.00%)") {
+		t.Fatalf("progress output %q", out)
+	}
+}
+
+func TestSmapRebuildProgressCommand(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	r := testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK())
+	pg := testkit.NewPostgres(t)
+	ctx := testkit.Context(t)
+	if _, err := schemas.Migrate(ctx, pg.URL); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	prefix := r.Prefix + "smap:proj:"
+	// Three items analysed (one failed), a sealed total of three, never
+	// completed: the rebuild must restore the counts and publish.
+	for i, it := range []string{"i1", "i2", "i3"} {
+		errType := any(nil)
+		if i == 1 {
+			errType = "decode_error"
+		}
+		if _, err := pg.Pool.Exec(ctx, `INSERT INTO post_analytics (project_id, item_id, error_type) VALUES ('p9', $1, $2)`, it, errType); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "projects"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	meta := `{"project_id":"p9","total":3,"sealed_at":"2025-01-01T00:00:00Z"}`
+	if err := os.WriteFile(filepath.Join(dir, "projects", "p9.json"), []byte(meta), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if k.Real {
+		t.Skip("the rebuild publishes to the fixed topic smap.job.completed: run on a private kfake only")
+	}
+	if _, err := k.Admin(t).CreateTopic(ctx, 1, -1, nil, topics.SmapJobCompleted); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, "smap", "rebuild-progress", "p9", "--brokers", strings.Join(k.Brokers, ","),
+		"--database-url", pg.URL, "--redis-url", r.URL, "--object-store-dir", dir, "--key-prefix", prefix)
+	if err != nil {
+		t.Fatalf("rebuild-progress: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "project p9 rebuilt: DONE, 3/3 processed, 1 errors (100.00%), sealed=true") {
+		t.Fatalf("output %q", out)
+	}
+	tr, err := smap.NewTracker(r.Client, smap.Config{KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := tr.Get(ctx, "p9")
+	if err != nil || st.Status != progress.StatusDone || st.Done != 3 || st.Errors != 1 {
+		t.Fatalf("state %+v %v", st, err)
+	}
+	cl := k.Client(t, kgo.ConsumeTopics(topics.SmapJobCompleted), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	fs := cl.PollFetches(ctx)
+	recs := fs.Records()
+	if len(recs) != 1 || string(recs[0].Key) != "p9" {
+		t.Fatalf("job.completed records %v, want one for p9", recs)
+	}
+	ev, err := smap.DecodeJobCompleted(recs[0].Value)
+	if err != nil || ev.Payload.Done != 3 || ev.Payload.Errors != 1 || ev.EventID != "jc-p9" {
+		t.Fatalf("job.completed %+v %v", ev, err)
+	}
+}
