@@ -1,0 +1,180 @@
+package ticks
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Status is a job's state-machine status.
+type Status string
+
+// Job statuses (seed 002, DESIGN §5.2).
+const (
+	StatusPending   Status = "PENDING"
+	StatusRunning   Status = "RUNNING"
+	StatusCompleted Status = "COMPLETED"
+	StatusFailed    Status = "FAILED"
+	StatusStalled   Status = "STALLED"
+)
+
+// Task kinds on ingest.tasks.
+const (
+	// KindTrigger starts a new job instance (from the trigger API, the CLI
+	// or a supervisor re-trigger).
+	KindTrigger = "trigger"
+	// KindSegment fetches one segment (the default when kind is empty).
+	KindSegment = "segment"
+	// KindStall asks the owner to mark a job STALLED (supervisor).
+	KindStall = "stall"
+	// KindBootstrap carries a job state rebuilt from the object store
+	// (supervisor); the owner applies it only when it has no state.
+	KindBootstrap = "bootstrap"
+)
+
+var symbolRE = regexp.MustCompile(`^[A-Z0-9][A-Z0-9.\-]{0,15}$`)
+
+// ValidateSymbol accepts 1–16 upper-case letters, digits, '.' and '-'
+// (e.g. NQ, FPT, BRK.B), starting with a letter or digit.
+func ValidateSymbol(s string) error {
+	if !symbolRE.MatchString(s) {
+		return fmt.Errorf("symbol %q: want 1-16 characters of A-Z, 0-9, '.', '-'", s)
+	}
+	return nil
+}
+
+// ValidateDate accepts a valid YYYY-MM-DD date.
+func ValidateDate(d string) error {
+	if _, err := time.Parse(time.DateOnly, d); err != nil {
+		return fmt.Errorf("date %q: want YYYY-MM-DD", d)
+	}
+	return nil
+}
+
+var accountRE = regexp.MustCompile(`^[A-Za-z0-9_\-]{1,64}$`)
+
+// ValidateAccount accepts 1–64 characters of letters, digits, '_' and '-'.
+func ValidateAccount(a string) error {
+	if !accountRE.MatchString(a) {
+		return fmt.Errorf("account_id %q: want 1-64 characters of A-Z, a-z, 0-9, '_', '-'", a)
+	}
+	return nil
+}
+
+// JobKey is the record key of a job on ingest.tasks and ingest.jobs.
+func JobKey(symbol, date string) string { return symbol + ":" + date }
+
+// SplitJobKey is the inverse of JobKey.
+func SplitJobKey(key string) (symbol, date string, err error) {
+	symbol, date, ok := strings.Cut(key, ":")
+	if !ok || ValidateSymbol(symbol) != nil || ValidateDate(date) != nil {
+		return "", "", fmt.Errorf("job key %q: want SYMBOL:YYYY-MM-DD", key)
+	}
+	return symbol, date, nil
+}
+
+// Task is one record of ingest.tasks. Which fields matter depends on Kind.
+type Task struct {
+	Kind          string `json:"kind,omitempty"`
+	JobKey        string `json:"job_key"`
+	Symbol        string `json:"symbol"`
+	Date          string `json:"date"`
+	JobInstanceID string `json:"job_instance_id"`
+	AccountID     string `json:"account_id,omitempty"`
+	// StartTs is the first millisecond of the segment (segment).
+	StartTs int64 `json:"start_ts,omitempty"`
+	// EndTs is the last millisecond a backfill task covers (backfill
+	// segments; 0 = the session end).
+	EndTs int64 `json:"end_ts,omitempty"`
+	// EndTime and CriticalRanges describe the session (trigger).
+	StartTime      int64      `json:"start_time,omitempty"`
+	EndTime        int64      `json:"end_time,omitempty"`
+	CriticalRanges [][2]int64 `json:"critical_ranges,omitempty"`
+	// ResumeFrom, when set on a trigger, keeps the cursor of the previous
+	// instance (a stall re-trigger) instead of starting at the session open.
+	ResumeFrom *int64 `json:"resume_from,omitempty"`
+	RetryCount int    `json:"retry_count"`
+	Backfill   bool   `json:"backfill"`
+	// HeartbeatAt is the heartbeat the supervisor saw (stall).
+	HeartbeatAt int64 `json:"heartbeat_at,omitempty"`
+	// Retrigger asks the owner to start a new instance from the cursor after
+	// marking the job STALLED (stall).
+	Retrigger bool `json:"retrigger,omitempty"`
+	// State and Gaps carry a rebuilt job (bootstrap); gaps are [start, end]
+	// ranges, inclusive, without a segment file.
+	State *JobState  `json:"state,omitempty"`
+	Gaps  [][2]int64 `json:"gaps,omitempty"`
+	// RequestedAt is when the command was created, Unix ms.
+	RequestedAt int64 `json:"requested_at,omitempty"`
+}
+
+// JobState is the value of a job's record on the compacted ingest.jobs.
+type JobState struct {
+	JobKey        string `json:"job_key"`
+	Symbol        string `json:"symbol"`
+	Date          string `json:"date"`
+	AccountID     string `json:"account_id"`
+	Status        Status `json:"status"`
+	JobInstanceID string `json:"job_instance_id"`
+	// Cursor is the high-water mark of the contiguous fetched range: every
+	// tick at or before Cursor (Unix ms, inclusive) is in a segment file.
+	// It starts at StartTime−1 and ends at EndTime.
+	Cursor         int64      `json:"cursor"`
+	StartTime      int64      `json:"start_time"`
+	EndTime        int64      `json:"end_time"`
+	HeartbeatAt    int64      `json:"heartbeat_at"`
+	CriticalRanges [][2]int64 `json:"critical_ranges"`
+	LastErrorType  string     `json:"last_error_type,omitempty"`
+	LastError      string     `json:"last_error,omitempty"`
+	// LastStart is the start_ts of the last main-line segment done.
+	LastStart int64 `json:"last_start,omitempty"`
+	Segments  int   `json:"segments"`
+	Ticks     int64 `json:"ticks"`
+	Backfills int   `json:"backfills,omitempty"`
+	// Origin says how the instance was created: trigger, retrigger or
+	// bootstrap.
+	Origin    string `json:"origin,omitempty"`
+	CreatedAt int64  `json:"created_at"`
+	UpdatedAt int64  `json:"updated_at"`
+}
+
+// Progress is the fraction of the session covered by the cursor, 0..1.
+func (s JobState) Progress() float64 {
+	if s.EndTime <= s.StartTime {
+		return 0
+	}
+	p := float64(s.Cursor-s.StartTime+1) / float64(s.EndTime-s.StartTime+1)
+	return min(max(p, 0), 1)
+}
+
+// Terminal reports whether no main-line task will run for the instance.
+func (s JobState) Terminal() bool {
+	return s.Status == StatusCompleted || s.Status == StatusFailed || s.Status == StatusStalled
+}
+
+func decodeTask(key, value []byte) (Task, error) {
+	var t Task
+	if err := json.Unmarshal(value, &t); err != nil {
+		return t, fmt.Errorf("ingest task: %w", err)
+	}
+	if t.Kind == "" {
+		t.Kind = KindSegment
+	}
+	if t.JobKey == "" {
+		t.JobKey = string(key)
+	}
+	if t.JobKey != string(key) {
+		return t, fmt.Errorf("ingest task: job_key %q differs from the record key %q", t.JobKey, key)
+	}
+	if t.JobKey != JobKey(t.Symbol, t.Date) {
+		return t, fmt.Errorf("ingest task: job_key %q does not match symbol %q and date %q", t.JobKey, t.Symbol, t.Date)
+	}
+	if _, err := uuid.Parse(t.JobInstanceID); err != nil && t.Kind != KindBootstrap {
+		return t, fmt.Errorf("ingest task: job_instance_id %q: %w", t.JobInstanceID, err)
+	}
+	return t, nil
+}

@@ -1,0 +1,582 @@
+package ticks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/sinks/objstore"
+	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/ratelimit"
+)
+
+// taskIn is a decoded task with its original value bytes (kept for the DLQ).
+type taskIn struct {
+	Task
+	raw []byte
+}
+
+func decodeTaskIn(key, value []byte) (taskIn, error) {
+	t, err := decodeTask(key, value)
+	if err != nil {
+		return taskIn{}, err
+	}
+	return taskIn{Task: t, raw: value}, nil
+}
+
+// fetchReq is one source request, the input of the rate-limited fetch.
+type fetchReq struct {
+	account    string
+	symbol     string
+	start, end int64
+}
+
+// worker is the ticks stage: it owns the job states of its assigned
+// partitions of the tasks topic (restored from the jobs topic on
+// assignment) and is their only writer. Its partitions are processed
+// concurrently, each in offset order; every method is safe for that.
+type worker struct {
+	cfg    Config
+	store  objstore.Store
+	kopts  []kgo.Opt
+	m      *metrics
+	log    *slog.Logger
+	fetchF stages.Func[fetchReq, []Tick]
+
+	mu       sync.Mutex
+	states   map[int32]map[string]*JobState // by tasks partition, then job key
+	attempts map[string]int                 // failed attempts per task ("partition/offset")
+}
+
+func newWorker(cfg Config, store objstore.Store, lim *ratelimit.Limiter, kopts []kgo.Opt, m *metrics, log *slog.Logger) *worker {
+	w := &worker{cfg: cfg, store: store, kopts: kopts, m: m, log: log,
+		states: map[int32]map[string]*JobState{}, attempts: map[string]int{}}
+	w.fetchF = w.fetch
+	if lim != nil {
+		w.fetchF = ratelimit.Stage(lim, func(m stages.Msg[fetchReq]) (string, bool) { return m.Value.account, true }, cfg.RateLimit.Backoff, w.fetch)
+	}
+	return w
+}
+
+// restore is the runner's assign hook: it reads the jobs topic partitions
+// with the numbers of the assigned task partitions to their end.
+func (w *worker) restore(ctx context.Context, assigned map[string][]int32) error {
+	ps := assigned[w.cfg.TasksTopic]
+	if len(ps) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	got, err := ReadJobs(rctx, w.kopts, w.cfg.JobsTopic, ps)
+	if err != nil {
+		return fmt.Errorf("restore job states: %w", err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, p := range ps {
+		w.states[p] = got[p]
+		n += len(got[p])
+	}
+	w.log.Info("job states restored", "partitions", ps, "jobs", n)
+	return nil
+}
+
+// release is the runner's revoke hook: states of revoked partitions are
+// forgotten (the next owner restores them).
+func (w *worker) release(_ context.Context, revoked map[string][]int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range revoked[w.cfg.TasksTopic] {
+		delete(w.states, p)
+		pre := strconv.Itoa(int(p)) + "/"
+		for k := range w.attempts {
+			if strings.HasPrefix(k, pre) {
+				delete(w.attempts, k)
+			}
+		}
+	}
+}
+
+// state returns a copy of the job's state, or nil.
+func (w *worker) state(p int32, key string) *JobState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.states[p][key]
+	if st == nil {
+		return nil
+	}
+	c := *st
+	return &c
+}
+
+// owns reports whether the job's current instance is instance (the fence
+// checked before every write).
+func (w *worker) owns(ctx context.Context, p int32, key, instance string) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	st := w.state(p, key)
+	return st != nil && st.JobInstanceID == instance
+}
+
+// setState stores st and returns its record for the jobs topic.
+func (w *worker) setState(p int32, st *JobState, prev Status) (*kgo.Record, error) {
+	st.UpdatedAt = w.cfg.Now().UnixMilli()
+	v, err := json.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("encode job state: %w", err)
+	}
+	w.mu.Lock()
+	if w.states[p] == nil {
+		w.states[p] = map[string]*JobState{}
+	}
+	c := *st
+	w.states[p][st.JobKey] = &c
+	w.mu.Unlock()
+	if st.Status != prev {
+		w.m.jobs.WithLabelValues(string(st.Status)).Inc()
+		if st.Status == StatusStalled {
+			w.m.stalled.Inc()
+		}
+	}
+	return &kgo.Record{Topic: w.cfg.JobsTopic, Partition: p, Key: []byte(st.JobKey), Value: v}, nil
+}
+
+func (w *worker) taskRecord(p int32, t Task) (*kgo.Record, error) {
+	t.JobKey = JobKey(t.Symbol, t.Date)
+	t.RequestedAt = w.cfg.Now().UnixMilli()
+	v, err := json.Marshal(t)
+	if err != nil {
+		return nil, fmt.Errorf("encode task: %w", err)
+	}
+	return &kgo.Record{Topic: w.cfg.TasksTopic, Partition: p, Key: []byte(t.JobKey), Value: v}, nil
+}
+
+// stage is the pipeline's stage function.
+func (w *worker) stage(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record, error) {
+	t := m.Value.Task
+	p := m.Source.Partition
+	switch t.Kind {
+	case KindTrigger:
+		return w.onTrigger(p, t)
+	case KindSegment:
+		return w.segmentWithRetry(ctx, m)
+	case KindStall:
+		return w.onStall(p, t)
+	case KindBootstrap:
+		return w.onBootstrap(p, t)
+	default:
+		return nil, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("task kind %q", t.Kind))
+	}
+}
+
+func (w *worker) onTrigger(p int32, t Task) ([]*kgo.Record, error) {
+	cur := w.state(p, t.JobKey)
+	if cur != nil && cur.JobInstanceID == t.JobInstanceID {
+		w.m.dropped.WithLabelValues("duplicate").Inc()
+		return nil, nil // redelivered trigger
+	}
+	if t.EndTime <= 0 || t.StartTime <= 0 || t.EndTime < t.StartTime {
+		return nil, stages.DeadLetter(stages.ReasonSanityFail, "ticks.session", fmt.Errorf("trigger without a valid session [%d, %d]", t.StartTime, t.EndTime))
+	}
+	now := w.cfg.Now().UnixMilli()
+	st := &JobState{
+		JobKey: t.JobKey, Symbol: t.Symbol, Date: t.Date, AccountID: t.AccountID,
+		Status: StatusPending, JobInstanceID: t.JobInstanceID,
+		Cursor: t.StartTime - 1, StartTime: t.StartTime, EndTime: t.EndTime,
+		HeartbeatAt: now, CriticalRanges: t.CriticalRanges, Origin: "trigger", CreatedAt: now,
+	}
+	if t.ResumeFrom != nil {
+		st.Cursor, st.Origin = max(*t.ResumeFrom, t.StartTime-1), "retrigger"
+	}
+	if st.AccountID == "" {
+		st.AccountID = w.cfg.DefaultAccount
+	}
+	prev := Status("")
+	if cur != nil {
+		prev = cur.Status
+		w.log.Info("job re-triggered", "job", t.JobKey, "old_instance", cur.JobInstanceID, "instance", t.JobInstanceID)
+	}
+	return w.startInstance(p, st, prev)
+}
+
+// startInstance writes st and the first main-line task from its cursor.
+func (w *worker) startInstance(p int32, st *JobState, prev Status) ([]*kgo.Record, error) {
+	var out []*kgo.Record
+	if st.Cursor >= st.EndTime {
+		st.Status = StatusCompleted
+	}
+	rec, err := w.setState(p, st, prev)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, rec)
+	if st.Status != StatusCompleted {
+		tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: st.Cursor + 1})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tr)
+	}
+	return out, nil
+}
+
+// segmentWithRetry bounds the retries of a segment task: rate-limit
+// denials pass through (they are not failures); other transient errors are
+// retried after backoff up to Retry.MaxAttempts; then, or at once for a
+// permanent error, the job is FAILED and the task dead-lettered.
+func (w *worker) segmentWithRetry(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record, error) {
+	id := fmt.Sprintf("%d/%d", m.Source.Partition, m.Source.Offset)
+	out, err := w.onSegment(ctx, m.Source.Partition, m.Value.Task)
+	if errors.Is(err, errZombie) {
+		w.m.zombies.Inc()
+		return nil, nil
+	}
+	if err == nil || errors.Is(err, ratelimit.ErrDenied) || ctx.Err() != nil {
+		if err == nil {
+			w.mu.Lock()
+			delete(w.attempts, id)
+			w.mu.Unlock()
+		}
+		return out, err
+	}
+	if c := stages.Classify(err); c.Kind != stages.KindRetry {
+		return nil, err
+	}
+	typ, transient := errorType(err)
+	w.m.sourceErrs.WithLabelValues(typ).Inc()
+	w.mu.Lock()
+	w.attempts[id]++
+	n := w.attempts[id]
+	if !transient || n >= w.cfg.Retry.MaxAttempts {
+		delete(w.attempts, id)
+	}
+	w.mu.Unlock()
+	t := m.Value.Task
+	st := w.state(m.Source.Partition, t.JobKey)
+	if st == nil || st.JobInstanceID != t.JobInstanceID {
+		return nil, nil // became a zombie meanwhile
+	}
+	if transient && n < w.cfg.Retry.MaxAttempts {
+		// Remember the error type; it is written with the next state change.
+		w.mu.Lock()
+		if cur := w.states[m.Source.Partition][t.JobKey]; cur != nil {
+			cur.LastErrorType, cur.LastError = typ, err.Error()
+		}
+		w.mu.Unlock()
+		wait := w.cfg.Retry.Backoff(n)
+		if typ == ErrTypePacing {
+			wait = max(wait, w.cfg.PacingBackoff)
+		}
+		w.log.Warn("segment failed, retrying", "job", t.JobKey, "start_ts", t.StartTs, "attempt", n, "wait", wait, "err", err)
+		return nil, stages.RetryAfter(wait, err)
+	}
+	reason := stages.ReasonRetriesExhausted
+	if !transient {
+		reason = stages.ReasonException
+	}
+	w.log.Error("segment failed for good", "job", t.JobKey, "start_ts", t.StartTs, "attempts", n, "reason", reason, "err", err)
+	prev := st.Status
+	st.LastErrorType, st.LastError = typ, err.Error()
+	if !t.Backfill {
+		st.Status = StatusFailed
+	}
+	rec, serr := w.setState(m.Source.Partition, st, prev)
+	if serr != nil {
+		return nil, serr
+	}
+	return []*kgo.Record{rec, w.dlqRecord(m, reason, err, n)}, nil
+}
+
+// dlqRecord builds the dead-letter record of a failed segment task with the
+// headers of DESIGN §3; it is written by the sink with the job's FAILED
+// state, before the task's offset commits.
+func (w *worker) dlqRecord(m stages.Msg[taskIn], reason stages.Reason, err error, attempts int) *kgo.Record {
+	var hs []kgo.RecordHeader
+	for _, h := range m.Headers {
+		if strings.HasPrefix(h.Key, "dlq.") && h.Key != stages.HeaderRedriveCount {
+			continue
+		}
+		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	hs = append(hs,
+		kgo.RecordHeader{Key: stages.HeaderReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: stages.HeaderRule, Value: nil},
+		kgo.RecordHeader{Key: stages.HeaderError, Value: []byte(err.Error())},
+		kgo.RecordHeader{Key: stages.HeaderStage, Value: []byte("ticks/segment")},
+		kgo.RecordHeader{Key: stages.HeaderSourceTopic, Value: []byte(m.Source.Topic)},
+		kgo.RecordHeader{Key: stages.HeaderSourcePartition, Value: []byte(strconv.Itoa(int(m.Source.Partition)))},
+		kgo.RecordHeader{Key: stages.HeaderSourceOffset, Value: []byte(strconv.FormatInt(m.Source.Offset, 10))},
+		kgo.RecordHeader{Key: stages.HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
+		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(w.cfg.Now().UTC().Format(time.RFC3339))},
+	)
+	return &kgo.Record{Topic: w.cfg.DLQTopic, Key: []byte(m.Key), Value: m.Value.raw, Headers: hs}
+}
+
+// onSegment runs one segment task: fence, heartbeat, idempotency check,
+// rate-limited fetch, atomic write, fence again, state and chain.
+func (w *worker) onSegment(ctx context.Context, p int32, t Task) ([]*kgo.Record, error) {
+	st := w.state(p, t.JobKey)
+	if st == nil || st.JobInstanceID != t.JobInstanceID {
+		w.m.zombies.Inc()
+		w.log.Debug("zombie task dropped", "job", t.JobKey, "task_instance", t.JobInstanceID)
+		return nil, nil
+	}
+	prev := st.Status
+	rangeEnd := st.EndTime
+	if t.Backfill {
+		if t.EndTs > 0 {
+			rangeEnd = min(t.EndTs, st.EndTime)
+		}
+	} else {
+		switch {
+		case st.Terminal():
+			w.m.dropped.WithLabelValues("stale").Inc()
+			return nil, nil
+		case t.StartTs <= st.Cursor:
+			w.m.dropped.WithLabelValues("duplicate").Inc()
+			if t.StartTs == st.LastStart {
+				// A redelivery of the latest segment: its successor may have been
+				// lost with the crash that caused the redelivery. Re-sending it is
+				// harmless (a duplicate successor is dropped here).
+				tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: st.Cursor + 1})
+				return []*kgo.Record{tr}, err
+			}
+			return nil, nil
+		case t.StartTs != st.Cursor+1:
+			w.m.dropped.WithLabelValues("out_of_order").Inc()
+			w.log.Warn("segment task beyond the cursor dropped", "job", t.JobKey, "start_ts", t.StartTs, "cursor", st.Cursor)
+			return nil, nil
+		}
+	}
+	st.HeartbeatAt = w.cfg.Now().UnixMilli()
+	if !t.Backfill && st.Status == StatusPending {
+		st.Status = StatusRunning
+	}
+	w.touch(p, st)
+
+	seg, rows, err := w.segment(ctx, p, st, t, rangeEnd)
+	if err != nil {
+		return nil, err
+	}
+	// Fence again before the state moves.
+	if !w.owns(ctx, p, t.JobKey, t.JobInstanceID) {
+		w.m.zombies.Inc()
+		return nil, nil
+	}
+	st.HeartbeatAt = w.cfg.Now().UnixMilli()
+	var next *Task
+	if t.Backfill {
+		st.Backfills++
+		if !seg.Final {
+			next = &Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: seg.RangeEnd + 1, EndTs: t.EndTs, Backfill: true}
+		}
+	} else {
+		st.Cursor, st.LastStart = seg.RangeEnd, t.StartTs
+		if rows > 0 {
+			st.Segments++
+			st.Ticks += rows
+		}
+		if seg.Final || st.Cursor >= st.EndTime {
+			st.Status = StatusCompleted
+		} else {
+			next = &Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: seg.RangeEnd + 1}
+		}
+	}
+	rec, err := w.setState(p, st, prev)
+	if err != nil {
+		return nil, err
+	}
+	out := []*kgo.Record{rec}
+	if next != nil {
+		tr, err := w.taskRecord(p, *next)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tr)
+	}
+	return out, nil
+}
+
+// touch updates the in-memory heartbeat and status (written with the next
+// state record).
+func (w *worker) touch(p int32, st *JobState) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cur := w.states[p][st.JobKey]; cur != nil && cur.JobInstanceID == st.JobInstanceID {
+		cur.HeartbeatAt, cur.Status = st.HeartbeatAt, st.Status
+	}
+}
+
+// segment makes sure the segment file of t exists and returns its metadata
+// and row count: an existing readable file of the same instance is reused
+// (no fetch); otherwise the ticks are fetched (rate-limited) and written,
+// and files of other instances starting inside the written range are
+// deleted (overwritten). An empty fetch writes no file and returns a final
+// segment covering [start, rangeEnd].
+func (w *worker) segment(ctx context.Context, p int32, st *JobState, t Task, rangeEnd int64) (Segment, int64, error) {
+	key := SegmentKey(st.Symbol, st.Date, t.StartTs, st.JobInstanceID)
+	if data, err := w.store.Get(ctx, key); err == nil {
+		if seg, _, err := DecodeSegment(key, data, false); err == nil && seg.Rows > 0 && seg.RangeStart == t.StartTs {
+			w.m.segments.WithLabelValues("skipped").Inc()
+			return seg, seg.Rows, nil
+		}
+		w.log.Warn("unreadable segment file is rewritten", "key", key)
+	} else if !errors.Is(err, objstore.ErrNotFound) {
+		return Segment{}, 0, &SourceError{Type: ErrTypeStorage, Transient: true, Err: err}
+	}
+
+	res, err := w.fetchF(ctx, stages.Msg[fetchReq]{Key: t.JobKey, Value: fetchReq{account: st.AccountID, symbol: st.Symbol, start: t.StartTs, end: rangeEnd}})
+	if err != nil {
+		return Segment{}, 0, err
+	}
+	ticks := res[0]
+	max := w.cfg.SegmentMaxTicks
+	name, _ := ParseSegmentKey(key)
+	seg := Segment{SegmentName: name, Account: st.AccountID, RangeStart: t.StartTs, RangeEnd: rangeEnd, LastTick: t.StartTs - 1, Final: true}
+	if n := len(ticks); n > 0 {
+		last := ticks[n-1].TimeMs
+		if last < t.StartTs || last > rangeEnd {
+			return Segment{}, 0, &SourceError{Type: ErrTypeUnknown, Err: fmt.Errorf("source returned a tick at %d outside [%d, %d]", last, t.StartTs, rangeEnd)}
+		}
+		seg.LastTick, seg.Rows = last, int64(n)
+		seg.Final = n < max || last >= rangeEnd
+		if !seg.Final {
+			seg.RangeEnd = last
+		}
+		data, err := encodeSegment(seg, ticks)
+		if err != nil {
+			return Segment{}, 0, err
+		}
+		if !w.owns(ctx, p, t.JobKey, t.JobInstanceID) {
+			return Segment{}, 0, errZombie
+		}
+		if err := w.store.Put(ctx, key, data, "application/vnd.apache.parquet"); err != nil {
+			return Segment{}, 0, &SourceError{Type: ErrTypeStorage, Transient: true, Err: err}
+		}
+		w.m.segments.WithLabelValues("written").Inc()
+	} else {
+		w.m.segments.WithLabelValues("empty").Inc()
+	}
+	if err := w.replaceForeign(ctx, st, seg); err != nil {
+		return Segment{}, 0, err
+	}
+	return seg, seg.Rows, nil
+}
+
+// errZombie stops a task whose instance was replaced while it ran; the
+// runtime retries it and the retry drops it as a zombie.
+var errZombie = errors.New("job instance replaced during the task")
+
+// replaceForeign deletes the files of other instances whose range starts
+// inside seg's range: the current instance's file replaces them.
+func (w *worker) replaceForeign(ctx context.Context, st *JobState, seg Segment) error {
+	infos, err := w.store.List(ctx, SegmentPrefix(st.Symbol, st.Date))
+	if err != nil {
+		return &SourceError{Type: ErrTypeStorage, Transient: true, Err: err}
+	}
+	for _, in := range infos {
+		n, err := ParseSegmentKey(in.Key)
+		if err != nil || n.Instance == st.JobInstanceID || n.Start < seg.RangeStart || n.Start > seg.RangeEnd {
+			continue
+		}
+		if err := w.store.Delete(ctx, in.Key); err != nil {
+			return &SourceError{Type: ErrTypeStorage, Transient: true, Err: err}
+		}
+		w.m.overwritten.Inc()
+	}
+	return nil
+}
+
+// fetch calls the source with a timeout (the inner stage of the limiter).
+func (w *worker) fetch(ctx context.Context, m stages.Msg[fetchReq]) ([][]Tick, error) {
+	r := m.Value
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.SourceTimeout)
+	defer cancel()
+	t0 := time.Now()
+	ticks, err := w.cfg.Source.HistoricalTicks(cctx, r.symbol, r.start, r.end, w.cfg.SegmentMaxTicks)
+	w.m.fetchTime.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s [%d, %d]: %w", r.symbol, r.start, r.end, err)
+	}
+	w.m.ticks.Add(float64(len(ticks)))
+	return [][]Tick{ticks}, nil
+}
+
+func (w *worker) onStall(p int32, t Task) ([]*kgo.Record, error) {
+	st := w.state(p, t.JobKey)
+	if st == nil || st.JobInstanceID != t.JobInstanceID || st.HeartbeatAt != t.HeartbeatAt || st.Terminal() {
+		w.m.dropped.WithLabelValues("stale").Inc()
+		return nil, nil // progress since the supervisor looked, or already handled
+	}
+	prev := st.Status
+	st.Status = StatusStalled
+	w.log.Warn("job stalled", "job", t.JobKey, "instance", st.JobInstanceID, "heartbeat_at", time.UnixMilli(st.HeartbeatAt))
+	rec, err := w.setState(p, st, prev)
+	if err != nil {
+		return nil, err
+	}
+	out := []*kgo.Record{rec}
+	if t.Retrigger {
+		now := w.cfg.Now().UnixMilli()
+		nst := *st
+		nst.JobInstanceID, nst.Status, nst.Origin = uuid.NewString(), StatusPending, "retrigger"
+		nst.HeartbeatAt, nst.CreatedAt, nst.LastStart = now, now, 0
+		more, err := w.startInstance(p, &nst, StatusStalled)
+		if err != nil {
+			return nil, err
+		}
+		w.log.Info("stalled job re-triggered from its cursor", "job", t.JobKey, "instance", nst.JobInstanceID, "cursor", nst.Cursor)
+		out = append(out, more...)
+	}
+	return out, nil
+}
+
+func (w *worker) onBootstrap(p int32, t Task) ([]*kgo.Record, error) {
+	if w.state(p, t.JobKey) != nil {
+		w.m.dropped.WithLabelValues("has_state").Inc()
+		return nil, nil // bootstrap only fills lost state
+	}
+	if t.State == nil || t.State.JobKey != t.JobKey {
+		return nil, stages.DeadLetter(stages.ReasonSanityFail, "ticks.bootstrap", errors.New("bootstrap without a matching state"))
+	}
+	st := *t.State
+	now := w.cfg.Now().UnixMilli()
+	st.HeartbeatAt, st.Origin = now, "bootstrap"
+	if st.CreatedAt == 0 {
+		st.CreatedAt = now
+	}
+	w.m.bootstraps.Inc()
+	var out []*kgo.Record
+	rec, err := w.setState(p, &st, "")
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, rec)
+	for _, g := range t.Gaps {
+		tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: g[0], EndTs: g[1], Backfill: true})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tr)
+	}
+	if !st.Terminal() && st.Cursor < st.EndTime {
+		tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: st.Cursor + 1})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tr)
+	}
+	w.log.Info("job state rebuilt from the object store", "job", st.JobKey, "instance", st.JobInstanceID, "cursor", st.Cursor, "gaps", len(t.Gaps))
+	return out, nil
+}
