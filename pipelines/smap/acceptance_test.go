@@ -33,6 +33,26 @@ func TestAcceptance(t *testing.T) {
 	t.Run("CrashBetweenDecisionAndPublish", func(t *testing.T) { t.Parallel(); testCrashAfterDecision(t, pgs) })
 	t.Run("FailingItemsCountAsErrors", func(t *testing.T) { t.Parallel(); testFailingItems(t, pgs) })
 	t.Run("RedisLostThenRebuild", func(t *testing.T) { t.Parallel(); testRedisLost(t, pgs) })
+	t.Run("DemoScenario", func(t *testing.T) { t.Parallel(); testDemo(t, pgs) })
+}
+
+// The demo publishes a project of synthetic items and reports progress up
+// to DONE.
+func testDemo(t *testing.T, pgs *testkit.PostgresServer) {
+	h := newHarness(t, pgs, harnessOpts{})
+	d := h.start(h.cfg)
+	var reports []Progress
+	p, err := DemoScenario(testkit.Context(t), d.env, h.cfg, DemoOptions{ProjectID: "demo-1", Items: 200, Poll: 20 * time.Millisecond,
+		Report: func(p Progress) { reports = append(reports, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status != "DONE" || p.Total != 200 || p.Processed != 200 || p.Percent != 100 || len(reports) == 0 || reports[len(reports)-1] != p {
+		t.Fatalf("demo ended with %+v after %d reports", p, len(reports))
+	}
+	if cs := h.completions("demo-1"); len(cs) != 1 {
+		t.Fatalf("%d completions, want 1", len(cs))
+	}
 }
 
 // Analytics outruns a slow collector: done catches up with the growing
