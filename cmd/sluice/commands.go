@@ -13,5 +13,6 @@ func subcommands(g *globalConfig) []*cobra.Command {
 		newLagCmd(g),
 		newDLQCmd(g),
 		newSmapCmd(g),
+		newIngestCmd(g),
 	}
 }
