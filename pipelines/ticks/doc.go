@@ -1,0 +1,56 @@
+// Package ticks is the ticks ingestion pipeline (seed 002, DESIGN §5.2):
+// chained micro-tasks fetch one day of ticks per symbol, segment by
+// segment, from a rate-limited tick source into Parquet files in the object
+// store.
+//
+// # Topics and ownership
+//
+// ingest.tasks (key SYMBOL:YYYY-MM-DD) carries trigger commands, segment
+// tasks and the supervisor's stall and bootstrap commands. ingest.jobs is
+// compacted and co-partitioned with it: the job state of a key lives in the
+// partition with the same number as its tasks. The Worker owning task
+// partition p restores the states of jobs partition p when p is assigned
+// (the runner reports ready only after that) and is the only writer of
+// those states; state records and chained tasks are produced into
+// partition p explicitly, and are acknowledged before the task's offset
+// commits (at-least-once).
+//
+// # A segment task
+//
+//  1. Fence: a task whose job_instance_id is not the state's is a zombie
+//     and is dropped; nothing is written.
+//  2. Heartbeat.
+//  3. Idempotency: if ticks/{symbol}/{date}/part_{start_ts}_{instance}.parquet
+//     exists, is readable and has rows, its metadata is used and the source
+//     is not called.
+//  4. Otherwise a rate-limited fetch (stages/ratelimit: a denial pauses the
+//     partition until the computed wait, with backoff and jitter) of at most
+//     SegmentMaxTicks ticks, written as one Parquet file whose key/value
+//     metadata holds the covered range (sluice.range_start/range_end) —
+//     atomically (directory: .tmp, fsync, rename; S3: one PUT). Files of
+//     other instances starting inside the range are deleted (overwritten).
+//  5. Fence again, then the state: the cursor (inclusive high-water mark of
+//     the contiguous covered range) moves to the range end — never for
+//     backfill tasks — and the next task starts at last_tick_ts + 1 ms
+//     until the session end, when the job is COMPLETED.
+//
+// Transient failures (504s, pacing violations, object-store errors) are
+// retried with exponential backoff and jitter up to Config.Retry; then the
+// job is FAILED with last_error_type and the task goes to the DLQ topic
+// with reason retries_exhausted. Rate-limit denials are not failures.
+//
+// # Supervisor
+//
+// The Supervisor marks RUNNING jobs whose heartbeat is older than
+// StallAfter STALLED (optionally re-triggering them from the cursor under a
+// new instance), and Bootstrap rebuilds lost job states from the segment
+// files' names and metadata, sending backfill tasks for holes. Both only
+// send commands; the owner applies them.
+//
+// # Known limits
+//
+// A fetch that finds no tick writes no file, so when a session's tick
+// count is a multiple of the segment size the files' covered ranges end at
+// the last tick rather than at the session end; bootstrap then re-checks
+// the tail with one more (empty) fetch.
+package ticks
