@@ -15,9 +15,9 @@
 //	Object store S3_ENDPOINT        minio (PATH or $(go env GOPATH)/bin) —                      local directory
 //
 // Environment variables always win: when KAFKA_BROKERS is set, NewKafka uses it
-// and nothing is started. Local binaries are started per call in a private
-// temporary directory on a free port and stopped when the test that asked for
-// them ends. A container is used only when a Docker engine answers a health
+// and nothing is started. Local binaries are started per call through
+// internal/localsvc, in a private temporary directory on a free port, and
+// stopped when the test that asked for them ends. A container is used only when a Docker engine answers a health
 // check; the check never panics and takes milliseconds when there is no engine.
 // Fakes are used only when the caller passes FakeOK, because a fake is faithful
 // enough for some tests but not for others (ForceFake makes a test always use

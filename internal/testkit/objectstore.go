@@ -5,17 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go/build"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/sluicehq/sluice/internal/localsvc"
 )
 
 // DefaultBucket is the bucket used when S3_BUCKET is unset, and the bucket
@@ -87,7 +86,7 @@ func NewObjectStore(t testing.TB, opts ...Option) *ObjectStore {
 	switch {
 	case err == nil:
 		return s
-	case errors.Is(err, errNotFound):
+	case errors.Is(err, localsvc.ErrNotFound):
 		why.add("%v", err)
 	default:
 		t.Logf("testkit: local minio failed: %v", err)
@@ -179,64 +178,29 @@ func (s *ObjectStore) deletePrefix() error {
 	return errors.Join(errs...)
 }
 
-// startLocalMinio starts a single-drive MinIO server, creates DefaultBucket
-// and fills in s. The error wraps errNotFound when there is no binary.
+// startLocalMinio starts MinIO with localsvc (stopped on t's cleanup),
+// creates DefaultBucket and fills in s. The error wraps
+// localsvc.ErrNotFound when there is no binary.
 func startLocalMinio(t testing.TB, s *ObjectStore) error {
 	t.Helper()
-	var dirs []string
-	for _, p := range filepath.SplitList(goPath()) {
-		dirs = append(dirs, filepath.Join(p, "bin"))
-	}
-	bin, err := findBinary("minio", dirs...)
-	if err != nil {
-		return fmt.Errorf("%w (nor in $(go env GOPATH)/bin)", err)
-	}
-	dir, err := sharedTempDir(t, "testkit-minio-", nil)
+	m, err := startLocal(t, "minio", func(ctx context.Context) (*localsvc.Minio, error) {
+		return localsvc.StartMinio(ctx, localsvc.MinioOptions{
+			AccessKey: "testkit",
+			SecretKey: fmt.Sprintf("testkit-%016x", rand.Uint64()),
+		})
+	})
 	if err != nil {
 		return err
 	}
-	access, secret := "testkit", fmt.Sprintf("testkit-%016x", rand.Uint64())
-	// The bucket is created as the readiness check: MinIO answers its
-	// health endpoint before it can serve requests.
-	candidate := func(port int) *ObjectStore {
-		return &ObjectStore{
-			Endpoint: localAddr(port), AccessKey: access, SecretKey: secret, Bucket: DefaultBucket,
-			Prefix: s.Prefix, Real: true, Kind: "local",
-		}
+	local := &ObjectStore{
+		Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Bucket: DefaultBucket,
+		Prefix: s.Prefix, Real: true, Kind: "local",
 	}
-	_, port, err := startLocal(t, "minio",
-		func(port int) (*proc, error) {
-			return startProc(procSpec{
-				name: "minio",
-				path: bin,
-				args: []string{"server", filepath.Join(dir, "data"), "--address", localAddr(port), "--quiet"},
-				env: []string{
-					"MINIO_ROOT_USER=" + access,
-					"MINIO_ROOT_PASSWORD=" + secret,
-					"MINIO_BROWSER=off",
-					"MINIO_UPDATE=off",
-					"HOME=" + dir,
-				},
-				dir: dir,
-			})
-		},
-		func(ctx context.Context, port int) error { return candidate(port).ensureBucket(ctx) })
-	if err != nil {
-		return err
-	}
-	*s = *candidate(port)
-	return nil
-}
-
-// goPath returns $(go env GOPATH), falling back to $GOPATH and then the
-// default GOPATH when the go command is not available.
-func goPath() string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, "go", "env", "GOPATH").Output(); err == nil {
-		if p := strings.TrimSpace(string(out)); p != "" {
-			return p
-		}
+	if err := local.ensureBucket(ctx); err != nil {
+		return fmt.Errorf("local minio: %w", err)
 	}
-	return cmp.Or(os.Getenv("GOPATH"), build.Default.GOPATH)
+	*s = *local
+	return nil
 }

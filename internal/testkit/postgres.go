@@ -7,12 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,13 +16,12 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	"github.com/sluicehq/sluice/internal/localsvc"
 )
 
 // PostgresImage is the container image NewPostgres runs when it uses Docker.
 const PostgresImage = "postgres:16-alpine"
-
-// postgresBinGlob is searched for initdb and postgres after PATH.
-const postgresBinGlob = "/usr/lib/postgresql/*/bin"
 
 // PostgresServer is a PostgreSQL server that hands out isolated schemas.
 // Share one between the subtests of a test to start a local server once.
@@ -68,9 +62,10 @@ func NewPostgres(t testing.TB) *Postgres {
 
 // NewPostgresServer returns a PostgreSQL server for t. Order: DATABASE_URL;
 // local binaries (initdb and postgres on PATH or in
-// /usr/lib/postgresql/*/bin) started in a temporary directory on a free
-// port with trust auth for superuser "postgres" — as the "postgres" OS user
-// when the test runs as root — and stopped on cleanup; a postgres container
+// /usr/lib/postgresql/*/bin) started by localsvc.StartPostgres in a
+// temporary directory on a free port with trust auth for superuser
+// "postgres" — as the "postgres" OS user when the test runs as root — and
+// stopped on cleanup; a postgres container
 // when a Docker engine answers; else the test is skipped (failed under
 // CI=true).
 func NewPostgresServer(t testing.TB) *PostgresServer {
@@ -84,7 +79,7 @@ func NewPostgresServer(t testing.TB) *PostgresServer {
 	switch {
 	case err == nil:
 		return &PostgresServer{URL: u, Real: true, Kind: "local"}
-	case errors.Is(err, errNotFound):
+	case errors.Is(err, localsvc.ErrNotFound):
 		why.add("%v", err)
 	default:
 		t.Logf("testkit: local PostgreSQL failed: %v", err)
@@ -196,96 +191,18 @@ func withSearchPath(dsn, schema string) (string, error) {
 	return strings.TrimSpace(dsn) + " search_path=" + schema, nil
 }
 
-// startLocalPostgres initializes and starts a throwaway cluster and returns
-// its superuser URL. The error wraps errNotFound when there are no binaries.
+// startLocalPostgres starts a throwaway cluster with localsvc, stopped on
+// t's cleanup, and returns its superuser URL. The error wraps
+// localsvc.ErrNotFound when there are no binaries.
 func startLocalPostgres(t testing.TB) (string, error) {
 	t.Helper()
-	initdb, err := findBinary("initdb", postgresBinGlob)
+	pg, err := startLocal(t, "postgres", func(ctx context.Context) (*localsvc.Postgres, error) {
+		return localsvc.StartPostgres(ctx, localsvc.PostgresOptions{})
+	})
 	if err != nil {
 		return "", err
 	}
-	// /usr/local/bin/initdb may be a symlink into /usr/lib/postgresql/N/bin,
-	// where its postgres lives.
-	if r, err := filepath.EvalSymlinks(initdb); err == nil {
-		initdb = r
-	}
-	postgres := filepath.Join(filepath.Dir(initdb), "postgres")
-	if _, err := os.Stat(postgres); err != nil {
-		return "", fmt.Errorf("postgres next to %s: %w", initdb, errNotFound)
-	}
-	var runAs *osUser
-	if os.Geteuid() == 0 { // initdb and postgres refuse to run as root
-		if runAs, err = lookupUser("postgres"); err != nil {
-			return "", fmt.Errorf("running as root, and %w", err)
-		}
-	}
-	base, err := sharedTempDir(t, "testkit-pg-", runAs)
-	if err != nil {
-		return "", err
-	}
-	data := filepath.Join(base, "data")
-	env := []string{"LC_ALL=C", "TZ=UTC"}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, initdb, "-D", data, "-U", "postgres", "-A", "trust",
-		"-E", "UTF8", "--locale=C", "--no-sync")
-	cmd.Dir, cmd.Env, cmd.SysProcAttr = base, append(os.Environ(), env...), sysProcAttr(runAs)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("initdb: %w; output:\n%s", err, out)
-	}
-
-	_, port, err := startLocal(t, "postgres",
-		func(port int) (*proc, error) {
-			return startProc(procSpec{
-				name: "postgres",
-				path: postgres,
-				args: []string{"-D", data, "-p", strconv.Itoa(port),
-					"-c", "listen_addresses=127.0.0.1",
-					"-c", "unix_socket_directories=" + base,
-					"-c", "fsync=off",
-					"-c", "synchronous_commit=off",
-					"-c", "full_page_writes=off",
-					"-c", "max_connections=200",
-				},
-				env:  env,
-				dir:  base,
-				user: runAs,
-				stop: syscall.SIGINT, // fast shutdown
-			})
-		},
-		func(ctx context.Context, port int) error {
-			conn, err := pgx.Connect(ctx, localPostgresURL(port))
-			if err != nil {
-				return err
-			}
-			return conn.Close(ctx)
-		})
-	if err != nil {
-		return "", err
-	}
-	return localPostgresURL(port), nil
-}
-
-func localPostgresURL(port int) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-}
-
-// lookupUser returns the uid and gid of the named OS account.
-func lookupUser(name string) (*osUser, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return nil, fmt.Errorf("no %q OS user: %w", name, err)
-	}
-	uid, err := strconv.ParseUint(u.Uid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("uid of %q: %w", name, err)
-	}
-	gid, err := strconv.ParseUint(u.Gid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("gid of %q: %w", name, err)
-	}
-	return &osUser{name: name, uid: uint32(uid), gid: uint32(gid)}, nil
+	return pg.URL, nil
 }
 
 // startPostgresContainer runs PostgresImage and returns its superuser URL.

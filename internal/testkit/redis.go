@@ -1,20 +1,19 @@
 package testkit
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/localsvc"
 )
 
 // Redis is a Redis database for one test. Keys must start with Prefix; on a
@@ -54,12 +53,12 @@ func NewRedis(t testing.TB, opts ...Option) *Redis {
 		r.URL, r.Real, r.Kind = u, true, "env"
 	default:
 		why.add("REDIS_URL unset")
-		addr, err := startLocalRedis(t)
+		u, err := startLocalRedis(t)
 		if err == nil {
-			r.URL, r.Real, r.Kind = "redis://"+addr, true, "local"
+			r.URL, r.Real, r.Kind = u, true, "local"
 			break
 		}
-		if errors.Is(err, errNotFound) {
+		if errors.Is(err, localsvc.ErrNotFound) {
 			why.add("%v", err)
 		} else {
 			t.Logf("testkit: local redis-server failed: %v", err)
@@ -169,66 +168,16 @@ func deleteRedisPrefix(opts *redis.Options, prefix string) error {
 	return flush()
 }
 
-// startLocalRedis starts redis-server without persistence and returns its
-// address. The error wraps errNotFound when there is no binary.
+// startLocalRedis starts redis-server with localsvc, stopped on t's
+// cleanup, and returns its URL. The error wraps localsvc.ErrNotFound when
+// there is no binary.
 func startLocalRedis(t testing.TB) (string, error) {
 	t.Helper()
-	bin, err := findBinary("redis-server")
+	r, err := startLocal(t, "redis-server", func(ctx context.Context) (*localsvc.Redis, error) {
+		return localsvc.StartRedis(ctx, localsvc.RedisOptions{})
+	})
 	if err != nil {
 		return "", err
 	}
-	dir, err := sharedTempDir(t, "testkit-redis-", nil)
-	if err != nil {
-		return "", err
-	}
-	_, port, err := startLocal(t, "redis-server",
-		func(port int) (*proc, error) {
-			return startProc(procSpec{
-				name: "redis-server",
-				path: bin,
-				args: []string{
-					"--port", strconv.Itoa(port),
-					"--bind", "127.0.0.1",
-					"--dir", dir,
-					"--save", "",
-					"--appendonly", "no",
-					"--protected-mode", "no",
-					"--daemonize", "no",
-					"--logfile", "",
-				},
-				dir: dir,
-			})
-		},
-		func(ctx context.Context, port int) error { return rawPing(ctx, localAddr(port)) })
-	if err != nil {
-		return "", err
-	}
-	return localAddr(port), nil
-}
-
-func localAddr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
-
-// rawPing sends PING over RESP and expects +PONG. It is used while a local
-// server starts, instead of go-redis, whose pool logs every refused dial.
-func rawPing(ctx context.Context, addr string) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
-	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
-	}
-	return nil
+	return r.URL, nil
 }

@@ -2,7 +2,6 @@ package testkit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -254,6 +253,3 @@ type reasons []string
 func (r *reasons) add(format string, args ...any) { *r = append(*r, fmt.Sprintf(format, args...)) }
 
 func (r reasons) String() string { return strings.Join(r, ", ") }
-
-// errNotFound marks a missing local binary, as opposed to one that failed.
-var errNotFound = errors.New("not found")

@@ -1,14 +1,14 @@
 //go:build linux
 
-package testkit
+package localsvc
 
 import "syscall"
 
 // sysProcAttr runs a server as u (nil: as the current user) and kills it
-// when the test binary dies, so a crashed test leaves no server behind.
-// (Linux sends the signal when the spawning OS thread exits; Go only ends
-// threads whose goroutine exits while locked with runtime.LockOSThread, so
-// do not start servers from such a goroutine.)
+// when the process that started it dies, so a crashed parent leaves no
+// server behind. (Linux sends the signal when the spawning OS thread exits;
+// Go only ends threads whose goroutine exits while locked with
+// runtime.LockOSThread, so do not start servers from such a goroutine.)
 func sysProcAttr(u *osUser) *syscall.SysProcAttr {
 	a := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if u != nil {
