@@ -1,0 +1,203 @@
+package silver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/sinks/pgsink"
+	"github.com/sluicehq/sluice/stages"
+)
+
+// Table names (seed DDL).
+const (
+	TATableName = "ta_silver"
+	SATableName = "sa_silver"
+)
+
+// TATable describes the ta_silver upsert: key (symbol, trade_date); every
+// value column takes the incoming value, first_seen_time keeps the earliest
+// (LEAST), ingest_time = now() — the seed's upsert made exact, matching
+// [MergeTA].
+func TATable() pgsink.Table[TARow] {
+	return pgsink.Table[TARow]{
+		Name: TATableName,
+		Columns: []string{"symbol", "trade_date", "open", "high", "low", "close", "volume", "vwap",
+			"adj_close", "currency", "price_multiplier", "source", "first_seen_time", "content_hash"},
+		Key: []string{"symbol", "trade_date"},
+		Update: []pgsink.Set{
+			{Column: "open", Expr: "EXCLUDED.open"},
+			{Column: "high", Expr: "EXCLUDED.high"},
+			{Column: "low", Expr: "EXCLUDED.low"},
+			{Column: "close", Expr: "EXCLUDED.close"},
+			{Column: "volume", Expr: "EXCLUDED.volume"},
+			{Column: "vwap", Expr: "EXCLUDED.vwap"},
+			{Column: "adj_close", Expr: "EXCLUDED.adj_close"},
+			{Column: "currency", Expr: "EXCLUDED.currency"},
+			{Column: "price_multiplier", Expr: "EXCLUDED.price_multiplier"},
+			{Column: "source", Expr: "EXCLUDED.source"},
+			{Column: "first_seen_time", Expr: "LEAST(t.first_seen_time, EXCLUDED.first_seen_time)"},
+			{Column: "content_hash", Expr: "EXCLUDED.content_hash"},
+		},
+		Touch: []string{"ingest_time"},
+		KeyOf: func(r TARow) string { return r.Key() },
+		Merge: MergeTA,
+		Values: func(r TARow) []any {
+			return []any{r.Symbol, r.TradeDate, r.Open, r.High, r.Low, r.Close, r.Volume, r.VWAP,
+				r.AdjClose, r.Currency, r.PriceMultiplier, r.Source, nullTime(r.FirstSeenTime), r.ContentHash}
+		},
+	}
+}
+
+// SATable describes the sa_silver upsert: key url_canonical;
+// publisher_time and first_seen_time keep the earliest; enrichment columns
+// take the incoming value unless it is NULL; a new 'unknown' language never
+// replaces a stored one; symbols and topic_tags take the incoming array only
+// when it is non-empty; content_hash takes the incoming value; source_domain
+// keeps the stored value; ingest_time = now() — matching [MergeSA].
+func SATable() pgsink.Table[SARow] {
+	keepUnlessEmpty := func(col string) string {
+		return fmt.Sprintf("CASE WHEN array_length(EXCLUDED.%[1]s, 1) IS NOT NULL THEN EXCLUDED.%[1]s ELSE t.%[1]s END", col)
+	}
+	coalesce := func(col string) string {
+		return fmt.Sprintf("COALESCE(EXCLUDED.%[1]s, t.%[1]s)", col)
+	}
+	return pgsink.Table[SARow]{
+		Name: SATableName,
+		Columns: []string{"url_canonical", "source_domain", "publisher_time", "first_seen_time", "language",
+			"title", "text_normalized", "content_hash", "symbols", "author", "topic_tags", "hype_raw",
+			"hype_crowd", "hype_elitist", "account_weights_applied"},
+		Key: []string{"url_canonical"},
+		Update: []pgsink.Set{
+			{Column: "publisher_time", Expr: "LEAST(t.publisher_time, EXCLUDED.publisher_time)"},
+			{Column: "first_seen_time", Expr: "LEAST(t.first_seen_time, EXCLUDED.first_seen_time)"},
+			{Column: "language", Expr: "CASE WHEN EXCLUDED.language IS NULL OR (EXCLUDED.language = 'unknown' AND t.language IS NOT NULL) THEN t.language ELSE EXCLUDED.language END"},
+			{Column: "title", Expr: coalesce("title")},
+			{Column: "text_normalized", Expr: coalesce("text_normalized")},
+			{Column: "author", Expr: coalesce("author")},
+			{Column: "symbols", Expr: keepUnlessEmpty("symbols")},
+			{Column: "topic_tags", Expr: keepUnlessEmpty("topic_tags")},
+			{Column: "hype_raw", Expr: coalesce("hype_raw")},
+			{Column: "hype_crowd", Expr: coalesce("hype_crowd")},
+			{Column: "hype_elitist", Expr: coalesce("hype_elitist")},
+			{Column: "account_weights_applied", Expr: coalesce("account_weights_applied")},
+			{Column: "content_hash", Expr: "EXCLUDED.content_hash"},
+		},
+		Touch: []string{"ingest_time"},
+		KeyOf: func(r SARow) string { return r.Key() },
+		Merge: MergeSA,
+		Values: func(r SARow) []any {
+			return []any{r.URLCanonical, r.SourceDomain, r.PublisherTime, r.FirstSeenTime, r.Language,
+				r.Title, r.TextNormalized, r.ContentHash, nullSlice(r.Symbols), r.Author, nullSlice(r.TopicTags),
+				r.HypeRaw, r.HypeCrowd, r.HypeElitist, r.AccountWeightsApplied}
+		},
+	}
+}
+
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// nullSlice keeps the NULL / '{}' distinction: nil is NULL, an empty
+// non-nil slice is an empty array.
+func nullSlice(s []string) any {
+	if s == nil {
+		return nil
+	}
+	return s
+}
+
+// NewSink returns the silver sink: it splits a batch of rows into its
+// ta_silver and sa_silver rows, upserts both (concurrently, each in its own
+// transactions) and maps rejections back to indexes of the original batch.
+// An empty Row (neither TA nor SA) is rejected with rule "silver.empty_row".
+// If either table fails with a non-rejection error the whole batch is
+// reported as failed (the retry rewrites the other table's rows, which the
+// upsert makes harmless). opts apply to both table sinks (e.g.
+// pgsink.WithRegisterer: the two sinks' series differ by their table label).
+// Safe for concurrent use.
+func NewSink(db pgsink.Beginner, opts ...pgsink.Option) (stages.Sink[Row], error) {
+	ta, err := pgsink.New(db, TATable(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("silver: ta_silver sink: %w", err)
+	}
+	sa, err := pgsink.New(db, SATable(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("silver: sa_silver sink: %w", err)
+	}
+	return &router{ta: ta, sa: sa}, nil
+}
+
+type router struct {
+	ta stages.Sink[TARow]
+	sa stages.Sink[SARow]
+}
+
+func (r *router) Write(ctx context.Context, batch []Row) error {
+	var (
+		taRows []TARow
+		saRows []SARow
+		taIdx  []int
+		saIdx  []int
+		rej    []stages.Rejection
+	)
+	for i, row := range batch {
+		switch {
+		case row.TA != nil:
+			taRows = append(taRows, *row.TA)
+			taIdx = append(taIdx, i)
+		case row.SA != nil:
+			saRows = append(saRows, *row.SA)
+			saIdx = append(saIdx, i)
+		default:
+			rej = append(rej, stages.Rejection{Index: i, Rule: "silver.empty_row", Err: errors.New("silver: row has neither a ta nor an sa value")})
+		}
+	}
+	var taErr, saErr error
+	var wg sync.WaitGroup
+	if len(taRows) > 0 && len(saRows) > 0 {
+		wg.Go(func() { taErr = r.ta.Write(ctx, taRows) })
+		saErr = r.sa.Write(ctx, saRows)
+		wg.Wait()
+	} else if len(taRows) > 0 {
+		taErr = r.ta.Write(ctx, taRows)
+	} else if len(saRows) > 0 {
+		saErr = r.sa.Write(ctx, saRows)
+	}
+	var failed []error
+	for _, part := range []struct {
+		err error
+		idx []int
+	}{{taErr, taIdx}, {saErr, saIdx}} {
+		if part.err == nil {
+			continue
+		}
+		var pr *stages.Rejections
+		if !errors.As(part.err, &pr) {
+			failed = append(failed, part.err)
+			continue
+		}
+		for _, it := range pr.Items {
+			it.Index = part.idx[it.Index]
+			rej = append(rej, it)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("silver: write batch of %d: %w", len(batch), errors.Join(failed...))
+	}
+	if len(rej) == 0 {
+		return nil
+	}
+	sortRejections(rej)
+	return &stages.Rejections{Items: rej}
+}
+
+func sortRejections(rej []stages.Rejection) {
+	slices.SortFunc(rej, func(a, b stages.Rejection) int { return a.Index - b.Index })
+}

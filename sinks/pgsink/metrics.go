@@ -1,0 +1,90 @@
+package pgsink
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics of one sink. Every series carries the const labels pipeline and
+// table (added by the wrapping registerer), so several sinks can share one
+// registry.
+type metrics struct {
+	written  prometheus.Counter
+	rejected *prometheus.CounterVec   // rule
+	merged   prometheus.Counter       // items folded into an earlier item of the same key
+	txs      *prometheus.CounterVec   // result: ok | row_error | error
+	duration *prometheus.HistogramVec // result: ok | rejected | error
+	batch    prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		written: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_pgsink_rows_written_total",
+			Help: "Batch items that landed in the table (items merged by key count one each).",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_pgsink_rows_rejected_total",
+			Help: "Batch items the database refused permanently, by rule (pg.SQLSTATE[.constraint]).",
+		}, []string{"rule"}),
+		merged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_pgsink_rows_merged_total",
+			Help: "Batch items merged in memory into an earlier item of the same key.",
+		}),
+		txs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_pgsink_transactions_total",
+			Help: "Write transactions by result (ok, row_error: a row was refused and the batch is bisected, error: other failure).",
+		}, []string{"result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_pgsink_write_duration_seconds",
+			Help:    "Duration of Write calls (bisection included), by result (ok, rejected, error).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"result"}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_pgsink_batch_size",
+			Help:    "Items per Write call, before merging by key.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 15),
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	if m.written, err = register(reg, m.written); err != nil {
+		return nil, err
+	}
+	if m.rejected, err = register(reg, m.rejected); err != nil {
+		return nil, err
+	}
+	if m.merged, err = register(reg, m.merged); err != nil {
+		return nil, err
+	}
+	if m.txs, err = register(reg, m.txs); err != nil {
+		return nil, err
+	}
+	if m.duration, err = register(reg, m.duration); err != nil {
+		return nil, err
+	}
+	if m.batch, err = register(reg, m.batch); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers c, or returns the identical collector already
+// registered (two sinks for the same pipeline and table share their series).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, fmt.Errorf("pgsink: register metrics: %w", err)
+}

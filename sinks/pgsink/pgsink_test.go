@@ -1,0 +1,506 @@
+package pgsink_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/sinks/pgsink"
+	"github.com/sluicehq/sluice/stages"
+)
+
+// item is a row of the test table
+//
+//	items(k text PRIMARY KEY, v numeric(5,2) CHECK (v >= 0), n int NOT NULL,
+//	      note text, updated_at timestamptz NOT NULL DEFAULT now())
+//
+// upserted with v = new, n = GREATEST, note = COALESCE(new, old).
+type item struct {
+	K    string
+	V    float64
+	N    *int32
+	Note *string
+}
+
+const itemsDDL = `CREATE TABLE items (
+	k text PRIMARY KEY,
+	v numeric(5,2) CHECK (v >= 0),
+	n int NOT NULL,
+	note text,
+	updated_at timestamptz NOT NULL DEFAULT now())`
+
+func n32(v int32) *int32   { return &v }
+func str(s string) *string { return &s }
+
+func itemsTable(name string) pgsink.Table[item] {
+	return pgsink.Table[item]{
+		Name:    name,
+		Columns: []string{"k", "v", "n", "note"},
+		Key:     []string{"k"},
+		Update: []pgsink.Set{
+			{Column: "v", Expr: "EXCLUDED.v"},
+			{Column: "n", Expr: "GREATEST(t.n, EXCLUDED.n)"},
+			{Column: "note", Expr: "COALESCE(EXCLUDED.note, t.note)"},
+		},
+		Touch: []string{"updated_at"},
+		KeyOf: func(i item) string { return i.K },
+		Merge: func(old, next item) item {
+			out := next
+			if old.N != nil && (next.N == nil || *old.N > *next.N) {
+				out.N = old.N
+			}
+			if next.Note == nil {
+				out.Note = old.Note
+			}
+			return out
+		},
+		Values: func(i item) []any { return []any{i.K, i.V, i.N, i.Note} },
+	}
+}
+
+type stored struct {
+	V       float64
+	N       int32
+	Note    *string
+	Updated time.Time
+	Xmin    uint32
+}
+
+func (s stored) String() string {
+	note := "NULL"
+	if s.Note != nil {
+		note = *s.Note
+	}
+	return fmt.Sprintf("{v=%v n=%v note=%s updated=%s xmin=%d}", s.V, s.N, note, s.Updated.UTC().Format(time.RFC3339Nano), s.Xmin)
+}
+
+func readItems(t *testing.T, ctx context.Context, pool *pgxpool.Pool) map[string]stored {
+	t.Helper()
+	rows, err := pool.Query(ctx, "SELECT k, v::float8, n, note, updated_at, xmin::text::int8 FROM items")
+	if err != nil {
+		t.Fatalf("read items: %v", err)
+	}
+	out := map[string]stored{}
+	for rows.Next() {
+		var k string
+		var s stored
+		var xmin int64
+		if err := rows.Scan(&k, &s.V, &s.N, &s.Note, &s.Updated, &xmin); err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		s.Xmin = uint32(xmin)
+		out[k] = s
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("read items: %v", err)
+	}
+	return out
+}
+
+// setup returns a fresh schema with the items table and a sink on it.
+func setup(t *testing.T, srv *testkit.PostgresServer, opts ...pgsink.Option) (context.Context, *testkit.Postgres, *pgsink.Sink[item]) {
+	t.Helper()
+	pg := srv.Postgres(t)
+	ctx := testkit.Context(t)
+	if _, err := pg.Pool.Exec(ctx, itemsDDL); err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	s, err := pgsink.New(pg.Pool, itemsTable("items"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, pg, s
+}
+
+func wantRejections(t *testing.T, err error, want map[int]string) {
+	t.Helper()
+	var rej *stages.Rejections
+	if !errors.As(err, &rej) {
+		t.Fatalf("want *stages.Rejections, got %v", err)
+	}
+	got := map[int]string{}
+	for _, r := range rej.Items {
+		got[r.Index] = r.Rule
+		if r.Err == nil {
+			t.Errorf("rejection %d has no error", r.Index)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("rejections = %v, want %v (%v)", got, want, err)
+	}
+}
+
+func TestSink(t *testing.T) {
+	t.Parallel()
+	srv := testkit.NewPostgresServer(t)
+
+	t.Run("upsert merges in batch and across batches", func(t *testing.T) {
+		t.Parallel()
+		ctx, pg, s := setup(t, srv)
+		err := s.Write(ctx, []item{
+			{K: "a", V: 1, N: n32(5), Note: str("first")},
+			{K: "b", V: 2, N: n32(1)},
+			{K: "a", V: 1.5, N: n32(3)}, // newer: v wins, n keeps 5, note kept
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := readItems(t, ctx, pg.Pool)
+		if a := got["a"]; a.V != 1.5 || a.N != 5 || a.Note == nil || *a.Note != "first" {
+			t.Errorf("a = %+v", a)
+		}
+		if b := got["b"]; b.V != 2 || b.N != 1 || b.Note != nil {
+			t.Errorf("b = %+v", b)
+		}
+		if err := s.Write(ctx, []item{{K: "a", V: 0.25, N: n32(9), Note: str("second")}, {K: "b", V: 2, N: n32(0)}}); err != nil {
+			t.Fatal(err)
+		}
+		got = readItems(t, ctx, pg.Pool)
+		if a := got["a"]; a.V != 0.25 || a.N != 9 || a.Note == nil || *a.Note != "second" {
+			t.Errorf("a after second batch = %+v", a)
+		}
+		if b := got["b"]; b.V != 2 || b.N != 1 {
+			t.Errorf("b after second batch = %+v", b)
+		}
+		if len(got) != 2 {
+			t.Errorf("rows = %d", len(got))
+		}
+	})
+
+	t.Run("bad rows are rejected and the rest lands", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewRegistry()
+		ctx, pg, s := setup(t, srv, pgsink.WithRegisterer(reg, "test"))
+		var batch []item
+		for i := range 16 {
+			batch = append(batch, item{K: fmt.Sprintf("k%02d", i), V: float64(i), N: n32(int32(i))})
+		}
+		batch[5].V = 1000   // numeric(5,2) overflow: 22003, at COPY time
+		batch[7].V = -1     // CHECK violation: 23514, at INSERT time
+		batch[11].N = nil   // NOT NULL violation: 23502, at COPY time
+		batch[12].K = "k03" // a later item of k03 that overflows: the merged
+		batch[12].V = 1000  // row is refused, so both items of k03 are rejected
+		err := s.Write(ctx, batch)
+		wantRejections(t, err, map[int]string{3: "pg.22003", 5: "pg.22003", 7: "pg.23514.items_v_check", 11: "pg.23502", 12: "pg.22003"})
+		got := readItems(t, ctx, pg.Pool)
+		if len(got) != 11 {
+			t.Errorf("landed %d rows, want 11: %v", len(got), got)
+		}
+		for i, it := range batch {
+			_, ok := got[it.K]
+			if want := i != 3 && i != 5 && i != 7 && i != 11 && i != 12; ok != want {
+				t.Errorf("row %d (%s) landed = %v, want %v", i, it.K, ok, want)
+			}
+		}
+		if got["k06"].V != 6 || got["k06"].N != 6 {
+			t.Errorf("k06 = %+v", got["k06"])
+		}
+		if v := gatherValue(t, reg, "sluice_pgsink_rows_written_total", nil); v != 11 {
+			t.Errorf("rows written metric = %v, want 11", v)
+		}
+		// 4 bad groups among 15: far fewer transactions than row by row.
+		txs := 0.0
+		for _, r := range []string{"ok", "row_error"} {
+			txs += gatherValue(t, reg, "sluice_pgsink_transactions_total", map[string]string{"result": r})
+		}
+		if txs > 20 {
+			t.Errorf("bisection used %v transactions for 15 rows and 3 culprits", txs)
+		}
+		if v := gatherValue(t, reg, "sluice_pgsink_rows_rejected_total", map[string]string{"rule": "pg.22003", "pipeline": "test", "table": "items"}); v != 3 {
+			t.Errorf("rejected{pg.22003} = %v, want 3", v)
+		}
+	})
+
+	t.Run("a batch of only bad rows rejects all and writes nothing", func(t *testing.T) {
+		t.Parallel()
+		ctx, pg, s := setup(t, srv)
+		err := s.Write(ctx, []item{{K: "x", V: -1, N: n32(1)}, {K: "y", V: 999.999, N: n32(1)}, {K: "z", V: 1}})
+		wantRejections(t, err, map[int]string{0: "pg.23514.items_v_check", 1: "pg.22003", 2: "pg.23502"})
+		if got := readItems(t, ctx, pg.Pool); len(got) != 0 {
+			t.Errorf("rows = %v", got)
+		}
+	})
+
+	t.Run("redelivery changes nothing", func(t *testing.T) {
+		t.Parallel()
+		ctx, pg, s := setup(t, srv)
+		batch := []item{{K: "a", V: 1, N: n32(2), Note: str("n")}, {K: "b", V: 3, N: n32(4)}, {K: "a", V: 2, N: n32(1)}}
+		if err := s.Write(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		before := readItems(t, ctx, pg.Pool)
+		for range 2 {
+			if err := s.Write(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after := readItems(t, ctx, pg.Pool)
+		if fmt.Sprint(before) != fmt.Sprint(after) {
+			t.Errorf("redelivery changed rows (values, updated_at or xmin):\nbefore %v\nafter  %v", before, after)
+		}
+		// A real change still moves updated_at.
+		if err := s.Write(ctx, []item{{K: "b", V: 3.5, N: n32(4)}}); err != nil {
+			t.Fatal(err)
+		}
+		if b := readItems(t, ctx, pg.Pool)["b"]; b.V != 3.5 || !b.Updated.After(before["b"].Updated) {
+			t.Errorf("b after change = %+v (before %+v)", b, before["b"])
+		}
+	})
+
+	t.Run("schema errors are not row rejections", func(t *testing.T) {
+		t.Parallel()
+		ctx, pg, _ := setup(t, srv)
+		missing, err := pgsink.New(pg.Pool, itemsTable("no_such_table"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = missing.Write(ctx, []item{{K: "a", V: 1, N: n32(1)}})
+		var rej *stages.Rejections
+		if err == nil || errors.As(err, &rej) || pgsink.SQLState(err) != "42P01" || pgsink.IsTransient(err) {
+			t.Fatalf("missing table: got %v", err)
+		}
+		// A NOT NULL column the sink does not write fails every row: a
+		// schema mismatch, not a reason to dead-letter the batch.
+		if _, err := pg.Pool.Exec(ctx, "ALTER TABLE items ADD COLUMN extra int NOT NULL"); err != nil {
+			t.Fatal(err)
+		}
+		sink, err := pgsink.New(pg.Pool, itemsTable("items"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = sink.Write(ctx, []item{{K: "a", V: 1, N: n32(1)}, {K: "b", V: 1, N: n32(1)}})
+		if err == nil || errors.As(err, &rej) || pgsink.SQLState(err) != "23502" {
+			t.Fatalf("unwritten NOT NULL column: got %v", err)
+		}
+	})
+
+	t.Run("transient errors are ordinary errors", func(t *testing.T) {
+		t.Parallel()
+		ctx, pg, _ := setup(t, srv)
+		// Nothing listens on a port we just closed.
+		cfg, err := pgxpool.ParseConfig("postgres://nobody@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dead.Close()
+		s, err := pgsink.New(dead, itemsTable("items"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Write(ctx, []item{{K: "a", V: 1, N: n32(1)}})
+		var rej *stages.Rejections
+		if err == nil || errors.As(err, &rej) || !pgsink.IsTransient(err) {
+			t.Fatalf("connection refused: got %v (transient %v)", err, pgsink.IsTransient(err))
+		}
+		if c := stages.Classify(err); c.Kind != stages.KindRetry {
+			t.Errorf("classified %v, want retry", c.Kind)
+		}
+
+		// A backend terminated by an administrator under a transaction.
+		conn, err := pg.Pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		var pid int32
+		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pg.Pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.Exec(ctx, "SELECT 1")
+		if err == nil || !pgsink.IsTransient(err) {
+			t.Fatalf("terminated backend: got %v (transient %v)", err, pgsink.IsTransient(err))
+		}
+
+		// A statement timeout.
+		c2, err := pgx.Connect(ctx, pg.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c2.Close(ctx)
+		_, err = c2.Exec(ctx, "SET statement_timeout = '50ms'; SELECT pg_sleep(1)")
+		if pgsink.SQLState(err) != "57014" || !pgsink.IsTransient(err) {
+			t.Fatalf("statement timeout: got %v", err)
+		}
+	})
+
+	t.Run("concurrent writers on overlapping keys do not deadlock", func(t *testing.T) {
+		t.Parallel()
+		ctx, pg, s := setup(t, srv)
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for w := range 4 {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(w), 9))
+				for range 15 {
+					var batch []item
+					for _, k := range r.Perm(40) {
+						batch = append(batch, item{K: fmt.Sprintf("k%02d", k), V: float64(r.IntN(100)), N: n32(int32(r.IntN(100)))})
+					}
+					if err := s.Write(ctx, batch); err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("concurrent write: %v", err)
+		}
+		if got := readItems(t, ctx, pg.Pool); len(got) != 40 {
+			t.Errorf("rows = %d", len(got))
+		}
+	})
+
+	t.Run("empty batch touches nothing", func(t *testing.T) {
+		t.Parallel()
+		s, err := pgsink.New(noDB{}, itemsTable("items"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Write(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// noDB fails every Begin.
+type noDB struct{}
+
+func (noDB) Begin(context.Context) (pgx.Tx, error) { return nil, errors.New("no database") }
+
+func TestTableChecks(t *testing.T) {
+	t.Parallel()
+	good := itemsTable("items")
+	cases := map[string]func(*pgsink.Table[item]){
+		"no name":            func(tb *pgsink.Table[item]) { tb.Name = "" },
+		"no columns":         func(tb *pgsink.Table[item]) { tb.Columns = nil },
+		"no key":             func(tb *pgsink.Table[item]) { tb.Key = nil },
+		"key not written":    func(tb *pgsink.Table[item]) { tb.Key = []string{"zzz"} },
+		"no values function": func(tb *pgsink.Table[item]) { tb.Values = nil },
+	}
+	for name, mutate := range cases {
+		tb := good
+		mutate(&tb)
+		if _, err := pgsink.New(noDB{}, tb); err == nil {
+			t.Errorf("%s: New accepted the table", name)
+		}
+	}
+	if _, err := pgsink.New(nil, good); err == nil {
+		t.Error("New accepted a nil database")
+	}
+}
+
+func TestUpsertSQL(t *testing.T) {
+	t.Parallel()
+	s, err := pgsink.New(noDB{}, itemsTable("app.items"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `INSERT INTO "app"."items" AS t ("k", "v", "n", "note")
+SELECT "k", "v", "n", "note" FROM "_pgsink_staging" ORDER BY "k"
+ON CONFLICT ("k") DO UPDATE SET
+  "v" = EXCLUDED.v,
+  "n" = GREATEST(t.n, EXCLUDED.n),
+  "note" = COALESCE(EXCLUDED.note, t.note),
+  "updated_at" = now()
+WHERE (t."v", t."n", t."note") IS DISTINCT FROM (EXCLUDED.v, GREATEST(t.n, EXCLUDED.n), COALESCE(EXCLUDED.note, t.note))`
+	if got := s.UpsertSQL(); got != want {
+		t.Errorf("UpsertSQL =\n%s\nwant\n%s", got, want)
+	}
+	tb := itemsTable("items")
+	tb.Update, tb.Touch = nil, nil
+	s, _ = pgsink.New(noDB{}, tb)
+	if !strings.HasSuffix(s.UpsertSQL(), `ON CONFLICT ("k") DO NOTHING`) {
+		t.Errorf("no Update: %s", s.UpsertSQL())
+	}
+	tb = itemsTable("items")
+	tb.UpdateUnchanged = true
+	s, _ = pgsink.New(noDB{}, tb)
+	if strings.Contains(s.UpsertSQL(), "IS DISTINCT FROM") {
+		t.Errorf("UpdateUnchanged: %s", s.UpsertSQL())
+	}
+}
+
+func TestMetricsShareARegistry(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	for _, name := range []string{"a", "b", "a"} { // the second "a" reuses the series
+		if _, err := pgsink.New(noDB{}, itemsTable(name), pgsink.WithRegisterer(reg, "p")); err != nil {
+			t.Fatalf("sink %s: %v", name, err)
+		}
+	}
+	if _, err := pgsink.New(noDB{}, itemsTable("a"), pgsink.WithRegisterer(reg, "other")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgsink.New(noDB{}, itemsTable("a"), pgsink.WithRegisterer(reg, "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a failed write is observed under result="error"
+	if err := s.Write(context.Background(), []item{{K: "x"}}); err == nil {
+		t.Fatal("write without a database succeeded")
+	}
+	if v := gatherValue(t, reg, "sluice_pgsink_transactions_total", map[string]string{"pipeline": "p", "table": "a", "result": "error"}); v != 1 {
+		t.Errorf("transactions{error} = %v", v)
+	}
+	if v := gatherValue(t, reg, "sluice_pgsink_batch_size", map[string]string{"pipeline": "p", "table": "a"}); v != 1 {
+		t.Errorf("batch size observations = %v", v)
+	}
+}
+
+// gatherValue sums the counter values (or histogram sample counts) of the
+// series of metric name whose labels include want.
+func gatherValue(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue metric
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				total += m.GetCounter().GetValue()
+			case m.Histogram != nil:
+				total += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return total
+}
