@@ -7,6 +7,7 @@ import "github.com/spf13/cobra"
 func subcommands(g *globalConfig) []*cobra.Command {
 	return []*cobra.Command{
 		newRunCmd(g),
+		newDemoCmd(g),
 		newTopicsCmd(g),
 		newMigrateCmd(g),
 		newReplayCmd(g),

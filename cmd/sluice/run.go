@@ -12,6 +12,8 @@ import (
 
 	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/pipelines/silver"
+	"github.com/sluicehq/sluice/pipelines/smap"
+	"github.com/sluicehq/sluice/pipelines/ticks"
 )
 
 // pipelineSpec says how to build a named pipeline and what it connects to.
@@ -29,6 +31,22 @@ func pipelineSpecs(o *runOptions) map[string]pipelineSpec {
 			doc:   "bronze.records → validate → ta_silver/sa_silver upsert, bronze.dlq; SCRAPE_SLOW backlog flag",
 			build: func(env pipelines.Env) ([]pipelines.Service, error) {
 				return silver.Services(env, silver.Config{Group: o.group("silver"), BacklogThreshold: o.backlogThreshold})
+			},
+		},
+		"ticks": {
+			needs: needs{redis: true, objects: true},
+			doc:   "ingest.tasks → rate-limited fetch → Parquet segments → object store; job state in ingest.jobs; supervisor",
+			build: func(env pipelines.Env) ([]pipelines.Service, error) {
+				return ticks.Services(env, ticks.Config{Group: o.group("ticks"), Supervisor: ticks.SupervisorConfig{Enabled: true}})
+			},
+		},
+		"smap": {
+			needs: needs{db: true, redis: true, objects: true},
+			doc:   "smap.project.created → collector → analytics → progress counter → smap.job.completed",
+			build: func(env pipelines.Env) ([]pipelines.Service, error) {
+				return smap.Services(env, smap.Config{
+					CollectorGroup: o.group("smap-collector"), AnalyticsGroup: o.group("smap-analytics"), ProgressGroup: o.group("smap-progress"),
+				})
 			},
 		},
 	}

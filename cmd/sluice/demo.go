@@ -1,0 +1,400 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/groupctl"
+	"github.com/sluicehq/sluice/internal/localsvc"
+	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/silver"
+	"github.com/sluicehq/sluice/pipelines/smap"
+	"github.com/sluicehq/sluice/pipelines/ticks"
+	"github.com/sluicehq/sluice/schemas"
+	"github.com/sluicehq/sluice/stages/dlq"
+	"github.com/sluicehq/sluice/topics"
+)
+
+type demoOptions struct {
+	keep      bool
+	records   int
+	smapItems int
+	kafkaAddr string
+	opsAddr   string
+	timeout   time.Duration
+}
+
+func newDemoCmd(g *globalConfig) *cobra.Command {
+	o := &demoOptions{}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run every pipeline end to end on embedded defaults (kfake on :9092, miniredis, local object store, local PostgreSQL)",
+		Long: `Starts embedded services for every service URL that is not set — a kfake Kafka
+cluster on 127.0.0.1:9092 (so kcat -b localhost:9092 works), miniredis, a local
+object-store directory and a local PostgreSQL from the installed binaries —
+ensures the topics, migrates the database, runs each pipeline's demo scenario
+with a progress bar and prints a summary. --keep leaves everything running
+until Ctrl-C for exploring with kcat.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("log-level") && os.Getenv("LOG_LEVEL") == "" {
+				g.LogLevel = "warn" // the demo shows progress on stdout; keep stderr for problems
+			}
+			return runDemo(cmd.Context(), g, o, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep the services and pipelines running after the scenarios (Ctrl-C to stop)")
+	cmd.Flags().IntVar(&o.records, "records", 20000, "silver: bronze records to produce (10% invalid)")
+	cmd.Flags().IntVar(&o.smapItems, "smap-items", 300, "smap: synthetic items in the demo project")
+	cmd.Flags().StringVar(&o.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "listen address of the embedded Kafka (when KAFKA_BROKERS is unset)")
+	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", "127.0.0.1:9464", "ops HTTP address (/metrics, /readyz, pipeline APIs); empty disables it")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a scenario after this long")
+	return cmd
+}
+
+// demoRuntime is what the demo started and must stop.
+type demoRuntime struct {
+	stops []func()
+	used  [][2]string // service, what
+}
+
+func (d *demoRuntime) close() {
+	for i := len(d.stops) - 1; i >= 0; i-- {
+		d.stops[i]()
+	}
+}
+
+// startEmbedded fills every unset service URL of g with an embedded default.
+func startEmbedded(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer) (*demoRuntime, error) {
+	d := &demoRuntime{}
+	if len(g.Kafka.Brokers) == 0 {
+		var port int
+		if _, err := fmt.Sscanf(o.kafkaAddr[strings.LastIndex(o.kafkaAddr, ":")+1:], "%d", &port); err != nil {
+			return d, fmt.Errorf("invalid --kafka-addr %q", o.kafkaAddr)
+		}
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.DefaultNumPartitions(3),
+			kfake.BrokerConfigs(map[string]string{"log.cleaner.backoff.ms": "5000"}))
+		if err != nil {
+			return d, fmt.Errorf("embedded Kafka on %s: %w (is another broker or demo running? set KAFKA_BROKERS to use it)", o.kafkaAddr, err)
+		}
+		d.stops = append(d.stops, c.Close)
+		g.Kafka.Brokers = c.ListenAddrs()
+		d.used = append(d.used, [2]string{"Kafka", "embedded kfake on " + strings.Join(g.Kafka.Brokers, ",")})
+	} else {
+		d.used = append(d.used, [2]string{"Kafka", strings.Join(g.Kafka.Brokers, ",") + " (KAFKA_BROKERS)"})
+	}
+	if g.DatabaseURL == "" {
+		fmt.Fprintln(out, "starting a local PostgreSQL …")
+		pg, err := localsvc.StartPostgres(ctx, localsvc.PostgresOptions{})
+		if err != nil {
+			if errors.Is(err, localsvc.ErrNotFound) {
+				return d, fmt.Errorf("no PostgreSQL binaries found: install them (apt-get install -y postgresql) or set DATABASE_URL")
+			}
+			return d, fmt.Errorf("local PostgreSQL: %w", err)
+		}
+		d.stops = append(d.stops, func() { _ = pg.Stop() })
+		url, err := pg.CreateDatabase(ctx, "sluice")
+		if err != nil {
+			return d, fmt.Errorf("local PostgreSQL: %w", err)
+		}
+		g.DatabaseURL = url
+		d.used = append(d.used, [2]string{"PostgreSQL", fmt.Sprintf("local server on 127.0.0.1:%d (throwaway)", pg.Port)})
+	} else {
+		d.used = append(d.used, [2]string{"PostgreSQL", "DATABASE_URL"})
+	}
+	if g.RedisURL == "" {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return d, fmt.Errorf("embedded Redis: %w", err)
+		}
+		d.stops = append(d.stops, mr.Close)
+		g.RedisURL = "redis://" + mr.Addr() + "/0"
+		d.used = append(d.used, [2]string{"Redis", "embedded miniredis on " + mr.Addr()})
+	} else {
+		d.used = append(d.used, [2]string{"Redis", "REDIS_URL"})
+	}
+	if g.S3Endpoint == "" {
+		d.used = append(d.used, [2]string{"Object store", "directory " + g.ObjectStoreDir})
+	} else {
+		d.used = append(d.used, [2]string{"Object store", "S3 " + g.S3Endpoint + " bucket " + g.S3Bucket})
+	}
+	return d, nil
+}
+
+func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer) error {
+	if o.records < 0 {
+		return fmt.Errorf("--records must be ≥ 0")
+	}
+	d, err := startEmbedded(ctx, g, o, out)
+	defer d.close()
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, u := range d.used {
+		fmt.Fprintf(tw, "  %s\t%s\n", u[0], u[1])
+	}
+	tw.Flush()
+
+	env, closeEnv, err := g.buildEnv(ctx, needs{db: true, redis: true, objects: true})
+	defer closeEnv()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(env.Kafka...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	changes, err := topics.Ensure(ectx, adm, topics.Catalog())
+	cancel()
+	if err != nil {
+		return fmt.Errorf("ensure topics: %w", err)
+	}
+	created := 0
+	for _, c := range changes {
+		if c.Action != "ok" {
+			created++
+		}
+	}
+	fmt.Fprintf(out, "topics: %d in the catalog, %d created or aligned\n", len(changes), created)
+	applied, err := schemas.Migrate(ctx, g.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	fmt.Fprintf(out, "migrations: %d applied\n", len(applied))
+
+	scenarios := demoScenarios(o)
+	var services []pipelines.Service
+	for _, s := range scenarios {
+		ss, err := s.services(env)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		services = append(services, ss...)
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- serve(runCtx, env, o.opsAddr, services) }()
+	stopAll := func() error {
+		stopRun()
+		return <-served
+	}
+
+	var summary []demoRow
+	for _, s := range scenarios {
+		fmt.Fprintf(out, "\n▶ %s: %s\n", s.name, s.about)
+		sctx, cancel := context.WithTimeout(ctx, o.timeout)
+		rows, err := s.run(sctx, env, adm, cl, out)
+		cancel()
+		if err != nil {
+			_ = stopAll()
+			return fmt.Errorf("%s scenario: %w", s.name, err)
+		}
+		summary = append(summary, rows...)
+	}
+
+	fmt.Fprintln(out, "\nSummary")
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "pipeline\twhat\tcount\t")
+	for _, r := range summary {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t\n", r.pipeline, r.what, r.count)
+	}
+	tw.Flush()
+
+	if o.keep {
+		fmt.Fprintf(out, "\nEverything keeps running; Ctrl-C to stop. Try:\n"+
+			"  kcat -b %[1]s -L\n"+
+			"  kcat -b %[1]s -C -t bronze.dlq -f '%%k %%h\\n%%s\\n\\n' -e\n"+
+			"  echo 'VNM:{\"task_type\":\"ta.bar\",\"payload\":{\"symbol\":\"VNM\",\"trade_date\":\"2024-05-02\",\"open\":1,\"high\":2,\"low\":1,\"close\":2,\"volume\":10}}' | kcat -b %[1]s -P -t bronze.records -K:\n"+
+			"  curl -s http://%[2]s/metrics | grep sluice_\n", strings.Join(g.Kafka.Brokers, ","), o.opsAddr)
+		<-ctx.Done()
+	}
+	if err := stopAll(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "demo finished")
+	return nil
+}
+
+type demoRow struct {
+	pipeline, what string
+	count          int64
+}
+
+// demoScenario is one pipeline's part of the demo.
+type demoScenario struct {
+	name, about string
+	services    func(env pipelines.Env) ([]pipelines.Service, error)
+	run         func(ctx context.Context, env pipelines.Env, adm *kadm.Client, cl *kgo.Client, out io.Writer) ([]demoRow, error)
+}
+
+func demoScenarios(o *demoOptions) []demoScenario {
+	return []demoScenario{silverDemo(o), ticksDemo(o), smapDemo(o)}
+}
+
+// ticksDemo fetches a short synthetic session for a few symbols, segment by
+// segment, through the Redis rate limiter into Parquet files.
+func ticksDemo(o *demoOptions) demoScenario {
+	cfg := ticks.Config{Source: ticks.NewSynthetic(ticks.SyntheticConfig{Length: 2 * time.Minute, MeanGap: 50 * time.Millisecond})}
+	symbols := []string{"AAPL", "MSFT", "NVDA"}
+	const date = "2024-05-02"
+	return demoScenario{
+		name:  "ticks",
+		about: fmt.Sprintf("one synthetic 2-minute session of %s on %s, fetched in ≤1000-tick segments into Parquet", strings.Join(symbols, ", "), date),
+		services: func(env pipelines.Env) ([]pipelines.Service, error) {
+			return ticks.Services(env, cfg)
+		},
+		run: func(ctx context.Context, env pipelines.Env, _ *kadm.Client, _ *kgo.Client, out io.Writer) ([]demoRow, error) {
+			sum, err := ticks.DemoScenario(ctx, env, cfg, "demo", date, symbols...)
+			if err != nil {
+				return nil, err
+			}
+			rows := []demoRow{{"ticks", "ticks written", sum.Ticks}, {"ticks", "Parquet segments", int64(sum.Segments)}}
+			for _, j := range sum.Jobs {
+				fmt.Fprintf(out, "  %-22s %-9s cursor %d  segments %d  ticks %d\n", j.JobKey, j.Status, j.Cursor, j.Segments, j.Ticks)
+				if j.Status != ticks.StatusCompleted {
+					return rows, fmt.Errorf("job %s ended %s (%s)", j.JobKey, j.Status, j.LastErrorType)
+				}
+			}
+			return rows, nil
+		},
+	}
+}
+
+// smapDemo creates a project of synthetic items and follows it to DONE.
+func smapDemo(o *demoOptions) demoScenario {
+	return demoScenario{
+		name:  "smap",
+		about: fmt.Sprintf("a project of %d synthetic social posts: collector → object store → analytics → progress → smap.job.completed", o.smapItems),
+		services: func(env pipelines.Env) ([]pipelines.Service, error) {
+			return smap.Services(env, smap.Config{})
+		},
+		run: func(ctx context.Context, env pipelines.Env, _ *kadm.Client, _ *kgo.Client, out io.Writer) ([]demoRow, error) {
+			bar := newProgressBar(out, "smap")
+			p, err := smap.DemoScenario(ctx, env, smap.Config{}, smap.DemoOptions{Items: o.smapItems, Report: func(p smap.Progress) {
+				bar.update(p.Processed, p.Total, p.Status)
+			}})
+			bar.finish()
+			if err != nil {
+				return nil, err
+			}
+			var analysed int64
+			if err := env.DB.QueryRow(ctx, "SELECT count(*) FROM post_analytics WHERE project_id = $1", p.ProjectID).Scan(&analysed); err != nil {
+				return nil, fmt.Errorf("count post_analytics: %w", err)
+			}
+			return []demoRow{
+				{"smap", "project " + p.ProjectID + " items (status " + p.Status + ")", p.Total},
+				{"smap", "rows in post_analytics", analysed},
+				{"smap", "failed items (smap.analytics.errors)", p.Errors},
+			}, nil
+		},
+	}
+}
+
+// silverDemo produces a mixed bronze corpus and waits until the silver group
+// consumed all of it.
+func silverDemo(o *demoOptions) demoScenario {
+	return demoScenario{
+		name:  "silver",
+		about: fmt.Sprintf("%d bronze records (half TA bars, half SA articles, 10%% invalid) → ta_silver / sa_silver / bronze.dlq", o.records),
+		services: func(env pipelines.Env) ([]pipelines.Service, error) {
+			return silver.Services(env, silver.Config{BacklogInterval: time.Second})
+		},
+		run: func(ctx context.Context, env pipelines.Env, adm *kadm.Client, cl *kgo.Client, out io.Writer) ([]demoRow, error) {
+			corpus := silver.NewCorpus(time.Now().UnixNano(), 0.1, silver.CorpusKeys(max(1, o.records/3)))
+			bar := newProgressBar(out, "produce")
+			var perr error
+			for i := 0; i < o.records; i++ {
+				r := corpus.Next()
+				cl.Produce(ctx, &kgo.Record{Topic: topics.BronzeRecords, Key: []byte(r.Key), Value: r.Value}, func(_ *kgo.Record, err error) {
+					if err != nil && perr == nil {
+						perr = err
+					}
+				})
+				if i%2000 == 0 {
+					bar.update(int64(i), int64(o.records), "")
+				}
+			}
+			if err := cl.Flush(ctx); err != nil {
+				return nil, err
+			}
+			if perr != nil {
+				return nil, fmt.Errorf("produce: %w", perr)
+			}
+			bar.update(int64(o.records), int64(o.records), "")
+			bar.finish()
+			bar = newProgressBar(out, "silver")
+			for {
+				rep, err := groupctl.Lag(ctx, adm, "silver")
+				if err == nil {
+					if gl, ok := rep.Group("silver"); ok && gl.Err == nil && len(gl.Partitions) > 0 {
+						var lag, end int64
+						for _, p := range gl.Partitions {
+							if p.Topic == topics.BronzeRecords {
+								lag += max(p.Lag, 0)
+								end += p.End
+							}
+						}
+						bar.update(end-lag, end, fmt.Sprintf("lag %d", lag))
+						if lag == 0 && end > 0 {
+							break
+						}
+					}
+				}
+				select {
+				case <-ctx.Done():
+					bar.finish()
+					return nil, fmt.Errorf("silver did not catch up: %w", ctx.Err())
+				case <-time.After(300 * time.Millisecond):
+				}
+			}
+			bar.finish()
+			var rows []demoRow
+			for _, tbl := range []string{"ta_silver", "sa_silver"} {
+				var n int64
+				if err := env.DB.QueryRow(ctx, "SELECT count(*) FROM "+tbl).Scan(&n); err != nil {
+					return nil, err
+				}
+				rows = append(rows, demoRow{"silver", "rows in " + tbl, n})
+			}
+			perRule := map[string]int64{}
+			err := dlq.Inspect(ctx, env.Kafka, topics.BronzeDLQ, dlq.Filter{}, 0, func(r dlq.Record) error {
+				k := r.Reason
+				if r.Rule != "" {
+					k += " " + r.Rule
+				}
+				perRule[k]++
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("read bronze.dlq: %w", err)
+			}
+			keys := make([]string, 0, len(perRule))
+			for k := range perRule {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				rows = append(rows, demoRow{"silver", "bronze.dlq " + k, perRule[k]})
+			}
+			return rows, nil
+		},
+	}
+}
+
