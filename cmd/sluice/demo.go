@@ -397,4 +397,3 @@ func silverDemo(o *demoOptions) demoScenario {
 		},
 	}
 }
-
