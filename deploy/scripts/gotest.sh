@@ -26,6 +26,8 @@ if [ "$rc" -ne 0 ]; then
 	echo "Failures:"
 	grep -E -- '^\s*--- FAIL|^FAIL|^panic:|_test\.go:[0-9]+:|build failed|cannot|undefined' "$log" | head -200 | sed 's/^/  /'
 fi
+echo
+echo "Kafka used by the tests (testkit): $(grep -oE 'testkit: Kafka \([a-z-]+\)' "$log" | sort | uniq -c | sed 's/testkit: Kafka //' | tr '\n' ' ')"
 passes=$(grep -cE -- '^\s*--- PASS' "$log" || true)
 echo
 echo "go test took $((SECONDS - start))s"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +53,15 @@ type Kafka struct {
 // else the test is skipped (failed under CI=true). ForceFake skips straight
 // to kfake.
 func NewKafka(t testing.TB, opts ...Option) *Kafka {
+	t.Helper()
+	k := newKafka(t, opts...)
+	if k != nil {
+		t.Logf("testkit: Kafka (%s) at %s", k.Kind, strings.Join(k.Brokers, ","))
+	}
+	return k
+}
+
+func newKafka(t testing.TB, opts ...Option) *Kafka {
 	t.Helper()
 	o := collect(opts)
 	if o.forceFake {
