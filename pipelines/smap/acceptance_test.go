@@ -60,9 +60,9 @@ func testDemo(t *testing.T, pgs *testkit.PostgresServer) {
 // exactly one completion follows it.
 func testChickenAndEgg(t *testing.T, pgs *testkit.PostgresServer) {
 	h := newHarness(t, pgs, harnessOpts{})
-	h.cfg.Crawler = SchemeCrawler{Synthetic: &SyntheticCrawler{Delay: 80 * time.Millisecond}}
+	h.cfg.Crawler = SchemeCrawler{Synthetic: &SyntheticCrawler{Delay: 120 * time.Millisecond}}
 	d := h.start(h.cfg)
-	const n = 25
+	const n = 20
 	h.createProject(ProjectCreated{ProjectID: "p-slow", Keywords: []string{"VinFast", "VF3"}, Targets: []Target{synthetic("tiktok", n)}})
 
 	caughtUp := false
@@ -274,8 +274,15 @@ func testCrashAfterDecision(t *testing.T, pgs *testkit.PostgresServer) {
 		<-ctx.Done() // hang until the process is killed
 		return ctx.Err()
 	}
+	// Analysis waits for the seal, so that the decision is the counter's
+	// (a project whose items were all counted before the seal completes at
+	// the seal, in the collector).
+	gate := make(chan struct{})
+	crashCfg.Analyzers = append(Builtins(), gated{gate})
 	d := h.start(crashCfg)
 	h.createProject(ProjectCreated{ProjectID: "p-crash", Targets: []Target{synthetic("tiktok", 30)}})
+	waitFor(t, 60*time.Second, "the seal", func() bool { return h.state("p-crash").Sealed })
+	close(gate)
 	select {
 	case <-decided:
 	case <-time.After(60 * time.Second):
@@ -301,6 +308,15 @@ func testCrashAfterDecision(t *testing.T, pgs *testkit.PostgresServer) {
 	if v := metric(t, r.reg, "smap_completions_published_total", "repeat", "true"); v != 1 {
 		t.Errorf("repeated completions = %v, want 1 (the recovered decision)", v)
 	}
+}
+
+// gated blocks every analysis until its channel is closed.
+type gated struct{ ch chan struct{} }
+
+func (gated) Name() string { return "gated" }
+func (g gated) Analyze(*Input, *Result) error {
+	<-g.ch
+	return nil
 }
 
 // faultyStore corrupts or drops the raw objects of chosen keys.
@@ -431,11 +447,11 @@ func testRedisLost(t *testing.T, pgs *testkit.PostgresServer) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // let the pipeline run on the lost state a little
+	rows, _ := h.rows(project)         // analytics goes on: the rebuild sees at least these
 	st, err := RebuildProgress(ctx, d.env, h.cfg, project)
 	if err != nil {
 		t.Fatalf("rebuild: %v", err)
 	}
-	rows, _ := h.rows(project)
 	if st.Done < int64(rows) || st.Sealed {
 		t.Fatalf("rebuilt state %+v with %d rows in post_analytics", st, rows)
 	}

@@ -164,7 +164,7 @@ func syntheticText(rng *rand.Rand, keywords []string) string {
 
 // HTTPCrawler fetches each target URL as one item: the page's text (tags
 // stripped from HTML) becomes the item text and the URL its source id. It
-// is polite: requests to one host are spaced by at least HostDelay, across
+// is polite: requests to one host are scheduled at least HostDelay apart, across
 // all goroutines using the crawler. It is safe for concurrent use.
 type HTTPCrawler struct {
 	// Client is the HTTP client (default: a client with Timeout).

@@ -145,12 +145,7 @@ func TestSyntheticCrawlerDeterministic(t *testing.T) {
 
 func TestHTTPCrawler(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var hits []time.Time
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		hits = append(hits, time.Now())
-		mu.Unlock()
 		if r.Header.Get("User-Agent") != "sluice-smap/1" {
 			http.Error(w, "no UA", http.StatusBadRequest)
 			return
@@ -197,26 +192,53 @@ func TestHTTPCrawler(t *testing.T) {
 	if _, err := crawl("ftp://x"); err == nil {
 		t.Fatal("non-http target accepted")
 	}
-	// Politeness: concurrent requests to one host are spaced by HostDelay.
-	mu.Lock()
-	hits = nil
-	mu.Unlock()
+	// Politeness: concurrent requests to one host are issued at least
+	// HostDelay apart (measured where the crawler hands them to the
+	// transport; the bounds leave room for scheduling delays under load).
+	rt := &recordingTransport{}
+	pc := &HTTPCrawler{Client: &http.Client{Transport: rt}, HostDelay: 200 * time.Millisecond}
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)
-		go func() { defer wg.Done(); crawl("/page") }() //nolint:errcheck // checked through hits
+		go func() {
+			defer wg.Done()
+			err := pc.Crawl(context.Background(), ProjectCreated{}, Target{URL: srv.URL + "/page"}, func(Item) error { return nil })
+			if err != nil {
+				t.Error(err)
+			}
+		}()
 	}
 	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	if len(hits) != 4 {
-		t.Fatalf("%d requests, want 4", len(hits))
+	at := rt.times()
+	if len(at) != 4 {
+		t.Fatalf("%d requests, want 4", len(at))
 	}
-	for i := 1; i < len(hits); i++ {
-		if gap := hits[i].Sub(hits[i-1]); gap < 90*time.Millisecond {
-			t.Fatalf("requests %d and %d only %v apart, want ≥ 100ms", i-1, i, gap)
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < 100*time.Millisecond {
+			t.Fatalf("requests %d and %d issued %v apart, want about 200ms", i-1, i, gap)
 		}
 	}
+	if span := at[3].Sub(at[0]); span < 450*time.Millisecond {
+		t.Fatalf("4 requests issued within %v, want ≥ 3 × 200ms (minus scheduling slack)", span)
+	}
+}
+
+type recordingTransport struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (r *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.at = append(r.at, time.Now())
+	r.mu.Unlock()
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+func (r *recordingTransport) times() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.at...)
 }
 
 func TestSchemeCrawlerRoutes(t *testing.T) {
