@@ -164,8 +164,8 @@ func syntheticText(rng *rand.Rand, keywords []string) string {
 
 // HTTPCrawler fetches each target URL as one item: the page's text (tags
 // stripped from HTML) becomes the item text and the URL its source id. It
-// is polite: requests to one host are scheduled at least HostDelay apart, across
-// all goroutines using the crawler. It is safe for concurrent use.
+// is polite: requests to one host are released at least HostDelay apart,
+// across all goroutines using the crawler. It is safe for concurrent use.
 type HTTPCrawler struct {
 	// Client is the HTTP client (default: a client with Timeout).
 	Client *http.Client
@@ -180,8 +180,8 @@ type HTTPCrawler struct {
 	// UserAgent is sent with every request (default "sluice-smap/1").
 	UserAgent string
 
-	mu   sync.Mutex
-	next map[string]time.Time
+	mu    sync.Mutex
+	hosts map[string]*hostGate
 }
 
 // ErrTooLarge is returned (wrapped) for a body larger than MaxBytes.
@@ -241,35 +241,48 @@ func (c *HTTPCrawler) Crawl(ctx context.Context, _ ProjectCreated, target Target
 	return emit(Item{SourceID: u.String(), Platform: target.Platform, URL: u.String(), Text: text})
 }
 
-// wait reserves the next request slot for host and sleeps until it.
+// hostGate serialises the requests to one host: sem is held while a
+// request waits for its turn, last is when the previous one was released.
+type hostGate struct {
+	sem  chan struct{}
+	last time.Time
+}
+
+// wait blocks until a request to host may be sent: at least HostDelay after
+// the previous request to that host was released, whatever the scheduling
+// of the goroutines (the gap is measured from the actual release time).
 func (c *HTTPCrawler) wait(ctx context.Context, host string) error {
 	delay := c.HostDelay
 	if delay <= 0 {
 		delay = time.Second
 	}
 	c.mu.Lock()
-	if c.next == nil {
-		c.next = map[string]time.Time{}
+	if c.hosts == nil {
+		c.hosts = map[string]*hostGate{}
 	}
-	now := time.Now()
-	at := c.next[host]
-	if at.Before(now) {
-		at = now
+	g := c.hosts[host]
+	if g == nil {
+		g = &hostGate{sem: make(chan struct{}, 1)}
+		c.hosts[host] = g
 	}
-	c.next[host] = at.Add(delay)
 	c.mu.Unlock()
-	d := time.Until(at)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
+	case g.sem <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
+	defer func() { <-g.sem }()
+	if d := time.Until(g.last.Add(delay)); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	g.last = time.Now()
+	return nil
 }
 
 var (
