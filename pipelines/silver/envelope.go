@@ -22,7 +22,8 @@ type Envelope struct {
 	// TaskType is TaskTA or TaskSA (Decode refuses anything else).
 	TaskType string
 	// Payload is the raw JSON object of the task, kept as bytes so that the
-	// validator sees the original JSON types.
+	// validator sees the original JSON types. After Decode it aliases the
+	// decoded value's bytes, which must not be modified afterwards.
 	Payload json.RawMessage
 	// TaskID is the optional producer task id; "" when absent. A JSON number
 	// is kept in its textual form.
@@ -32,7 +33,7 @@ type Envelope struct {
 
 	// fields caches the payload's members as Decode parsed them (nil for a
 	// hand-built Envelope: the stage then parses Payload).
-	fields map[string]json.RawMessage
+	fields []member
 }
 
 // Decode is the silver pipeline's [stages.Decoder]. It accepts exactly the
@@ -50,12 +51,9 @@ type Envelope struct {
 // use.
 func Decode(key, value []byte) (Envelope, error) {
 	_ = key
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(value, &top); err != nil {
+	top, fields, err := scanObject(value, "payload")
+	if err != nil {
 		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: %w", err))
-	}
-	if top == nil {
-		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", errors.New("envelope: value is null, want a JSON object"))
 	}
 	var env Envelope
 	payload, ok := present(top, "payload")
@@ -65,10 +63,7 @@ func Decode(key, value []byte) (Envelope, error) {
 	if kindOf(payload) != kindObject {
 		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: payload must be a JSON object, got %s", describe(payload)))
 	}
-	env.Payload = payload
-	if err := json.Unmarshal(payload, &env.fields); err != nil {
-		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: payload: %w", err))
-	}
+	env.Payload, env.fields = payload, fields
 	if raw, ok := present(top, "task_id"); ok {
 		switch kindOf(raw) {
 		case kindString:
@@ -147,7 +142,9 @@ func (k jsonKind) String() string {
 // kindOf returns the JSON type of raw, which must be one syntactically valid
 // JSON value (as produced by encoding/json for a json.RawMessage).
 func kindOf(raw []byte) jsonKind {
-	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) > 0 && (raw[0] == ' ' || raw[0] == '\t' || raw[0] == '\r' || raw[0] == '\n') {
+		raw = bytes.TrimLeft(raw, " \t\r\n")
+	}
 	if len(raw) == 0 {
 		return kindInvalid
 	}
@@ -168,10 +165,10 @@ func kindOf(raw []byte) jsonKind {
 	return kindInvalid
 }
 
-// present returns the raw value of name in obj when it exists and is not
-// JSON null.
-func present(obj map[string]json.RawMessage, name string) (json.RawMessage, bool) {
-	raw, ok := obj[name]
+// present returns the raw value of the member name of an object when it
+// exists and is not JSON null.
+func present(obj []member, name string) ([]byte, bool) {
+	raw, ok := lookup(obj, name)
 	if !ok || kindOf(raw) == kindNull {
 		return nil, false
 	}

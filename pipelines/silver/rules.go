@@ -135,10 +135,8 @@ func (v *Validator) Stage(_ context.Context, m stages.Msg[Envelope]) ([]Row, err
 func (v *Validator) Transform(env Envelope, recordTime time.Time) (Row, error) {
 	obj := env.fields
 	if obj == nil {
-		if err := json.Unmarshal(env.Payload, &obj); err != nil || obj == nil {
-			if err == nil {
-				err = errors.New("payload is null")
-			}
+		var err error
+		if obj, _, err = scanObject(env.Payload, ""); err != nil {
 			return Row{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("payload: %w", err))
 		}
 	}
@@ -392,7 +390,7 @@ func (v *Validator) transformSA(p payload, env Envelope) (*SARow, error) {
 
 	// language: normalised, never a failure.
 	lang := LanguageUnknown
-	if raw, ok := p["language"]; ok && kindOf(raw) == kindString {
+	if raw, ok := lookup(p, "language"); ok && kindOf(raw) == kindString {
 		if s, err := decodeString(raw); err == nil && (s == "vi" || s == "en") {
 			lang = s
 		}
@@ -550,7 +548,7 @@ func parseInteger(raw string) (int64, error) {
 
 // payload gives typed access to the fields of a payload object. JSON null
 // is treated as absent.
-type payload map[string]json.RawMessage
+type payload []member
 
 func typeErr(name, want string, raw []byte) error {
 	return fmt.Errorf("%s: want %s, got %s", name, want, describe(raw))

@@ -1,0 +1,306 @@
+package silver
+
+import (
+	"errors"
+	"fmt"
+)
+
+// A single-pass JSON object scanner. encoding/json would validate a record
+// and then decode it (two passes), once for the envelope and again for the
+// payload, allocating a map and a copy of every value; the stage runs on
+// every bronze record, so the envelope is parsed here in one pass, with
+// values returned as sub-slices of the input. The grammar is RFC 8259's, as
+// encoding/json accepts it (strings are not checked for valid UTF-8;
+// decodeString replaces invalid sequences like encoding/json does).
+
+// member is one name/value pair of a JSON object; raw aliases the input.
+type member struct {
+	key []byte // the decoded name
+	raw []byte // the value's JSON text, without surrounding whitespace
+}
+
+// maxDepth bounds nesting like encoding/json does.
+const maxDepth = 10000
+
+type scanner struct {
+	b     []byte
+	depth int
+}
+
+func (s *scanner) errAt(i int, what string) error {
+	if i >= len(s.b) {
+		return errors.New("unexpected end of JSON input")
+	}
+	return fmt.Errorf("invalid character %q at offset %d: %s", s.b[i], i, what)
+}
+
+func (s *scanner) ws(i int) int {
+	for i < len(s.b) {
+		switch s.b[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// object scans the object starting at s.b[i] == '{'. When members is not
+// nil, each member is appended to *members; when the member named nested
+// holds an object, its own members go to *nestedMembers (one level only).
+func (s *scanner) object(i int, members *[]member, nested string, nestedMembers *[]member) (int, error) {
+	s.depth++
+	if s.depth > maxDepth {
+		return i, errors.New("exceeded max depth")
+	}
+	defer func() { s.depth-- }()
+	i = s.ws(i + 1)
+	if i < len(s.b) && s.b[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(s.b) || s.b[i] != '"' {
+			return i, s.errAt(i, "looking for beginning of object key string")
+		}
+		kstart := i
+		end, escaped, err := s.str(i)
+		if err != nil {
+			return end, err
+		}
+		var key []byte
+		if members != nil {
+			key = s.b[kstart+1 : end-1]
+			if escaped || !validUTF8NoControl(key) {
+				k, err := decodeString(s.b[kstart:end])
+				if err != nil {
+					return end, err
+				}
+				key = []byte(k)
+			}
+		}
+		i = s.ws(end)
+		if i >= len(s.b) || s.b[i] != ':' {
+			return i, s.errAt(i, "after object key")
+		}
+		i = s.ws(i + 1)
+		vstart := i
+		if nestedMembers != nil && string(key) == nested && i < len(s.b) && s.b[i] == '{' {
+			*nestedMembers = (*nestedMembers)[:0] // a duplicate name: the last one wins
+			i, err = s.object(i, nestedMembers, "", nil)
+		} else {
+			i, err = s.value(i)
+		}
+		if err != nil {
+			return i, err
+		}
+		if members != nil {
+			*members = append(*members, member{key: key, raw: s.b[vstart:i]})
+		}
+		i = s.ws(i)
+		if i >= len(s.b) {
+			return i, s.errAt(i, "")
+		}
+		switch s.b[i] {
+		case ',':
+			i = s.ws(i + 1)
+		case '}':
+			return i + 1, nil
+		default:
+			return i, s.errAt(i, "after object key:value pair")
+		}
+	}
+}
+
+func (s *scanner) array(i int) (int, error) {
+	s.depth++
+	if s.depth > maxDepth {
+		return i, errors.New("exceeded max depth")
+	}
+	defer func() { s.depth-- }()
+	i = s.ws(i + 1)
+	if i < len(s.b) && s.b[i] == ']' {
+		return i + 1, nil
+	}
+	for {
+		var err error
+		if i, err = s.value(i); err != nil {
+			return i, err
+		}
+		i = s.ws(i)
+		if i >= len(s.b) {
+			return i, s.errAt(i, "")
+		}
+		switch s.b[i] {
+		case ',':
+			i = s.ws(i + 1)
+		case ']':
+			return i + 1, nil
+		default:
+			return i, s.errAt(i, "after array element")
+		}
+	}
+}
+
+// value scans one value starting at s.b[i] (no leading whitespace).
+func (s *scanner) value(i int) (int, error) {
+	if i >= len(s.b) {
+		return i, s.errAt(i, "")
+	}
+	switch c := s.b[i]; {
+	case c == '{':
+		return s.object(i, nil, "", nil)
+	case c == '[':
+		return s.array(i)
+	case c == '"':
+		end, _, err := s.str(i)
+		return end, err
+	case c == 't':
+		return s.literal(i, "true")
+	case c == 'f':
+		return s.literal(i, "false")
+	case c == 'n':
+		return s.literal(i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.number(i)
+	}
+	return i, s.errAt(i, "looking for beginning of value")
+}
+
+func (s *scanner) literal(i int, lit string) (int, error) {
+	if len(s.b)-i < len(lit) || string(s.b[i:i+len(lit)]) != lit {
+		for j := 0; j < len(lit); j++ {
+			if i+j >= len(s.b) || s.b[i+j] != lit[j] {
+				return i + j, s.errAt(i+j, "in literal "+lit)
+			}
+		}
+	}
+	return i + len(lit), nil
+}
+
+// str scans the string starting at s.b[i] == '"' and returns the index
+// after its closing quote and whether it contains escapes.
+func (s *scanner) str(i int) (int, bool, error) {
+	escaped := false
+	for i++; i < len(s.b); i++ {
+		switch c := s.b[i]; {
+		case c == '"':
+			return i + 1, escaped, nil
+		case c == '\\':
+			escaped = true
+			i++
+			if i >= len(s.b) {
+				return i, escaped, s.errAt(i, "")
+			}
+			switch s.b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				for k := 0; k < 4; k++ {
+					i++
+					if i >= len(s.b) || !isHex(s.b[i]) {
+						return i, escaped, s.errAt(i, "in \\u hexadecimal character escape")
+					}
+				}
+			default:
+				return i, escaped, s.errAt(i, "in string escape code")
+			}
+		case c < 0x20:
+			return i, escaped, s.errAt(i, "in string literal")
+		}
+	}
+	return i, escaped, s.errAt(i, "")
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// number scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *scanner) number(i int) (int, error) {
+	if s.b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s.b) && s.b[i] == '0':
+		i++
+	case i < len(s.b) && s.b[i] >= '1' && s.b[i] <= '9':
+		for i++; i < len(s.b) && isDigit(s.b[i]); i++ {
+		}
+	default:
+		return i, s.errAt(i, "in numeric literal")
+	}
+	if i < len(s.b) && s.b[i] == '.' {
+		i++
+		if i >= len(s.b) || !isDigit(s.b[i]) {
+			return i, s.errAt(i, "after decimal point in numeric literal")
+		}
+		for i++; i < len(s.b) && isDigit(s.b[i]); i++ {
+		}
+	}
+	if i < len(s.b) && (s.b[i] == 'e' || s.b[i] == 'E') {
+		i++
+		if i < len(s.b) && (s.b[i] == '+' || s.b[i] == '-') {
+			i++
+		}
+		if i >= len(s.b) || !isDigit(s.b[i]) {
+			return i, s.errAt(i, "in exponent of numeric literal")
+		}
+		for i++; i < len(s.b) && isDigit(s.b[i]); i++ {
+		}
+	}
+	return i, nil
+}
+
+// errNotObject is returned by scanObject for valid JSON that is not an
+// object.
+var errNotObject = errors.New("not a JSON object")
+
+// scanObject validates that b is exactly one JSON object (whitespace
+// around it allowed) and returns its members in order; when nested is not
+// "", the members of the object held by the member named nested are
+// returned too (nil when that member is absent or not an object).
+func scanObject(b []byte, nested string) (members, nestedMembers []member, err error) {
+	s := scanner{b: b}
+	i := s.ws(0)
+	if i >= len(b) {
+		return nil, nil, errors.New("unexpected end of JSON input")
+	}
+	if b[i] != '{' {
+		// Say "not an object" only for otherwise valid JSON.
+		end, err := s.value(i)
+		if err != nil {
+			return nil, nil, err
+		}
+		if end = s.ws(end); end < len(b) {
+			return nil, nil, s.errAt(end, "after top-level value")
+		}
+		return nil, nil, fmt.Errorf("%w: %s", errNotObject, kindOf(b[i:]))
+	}
+	members = make([]member, 0, 16)
+	var nm *[]member
+	if nested != "" {
+		nestedMembers = make([]member, 0, 16)
+		nm = &nestedMembers
+	}
+	end, err := s.object(i, &members, nested, nm)
+	if err != nil {
+		return nil, nil, err
+	}
+	if end = s.ws(end); end < len(b) {
+		return nil, nil, s.errAt(end, "after top-level value")
+	}
+	return members, nestedMembers, nil
+}
+
+// lookup returns the value of the last member named name (encoding/json
+// keeps the last of duplicate names) and whether it exists.
+func lookup(ms []member, name string) ([]byte, bool) {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if string(ms[i].key) == name {
+			return ms[i].raw, true
+		}
+	}
+	return nil, false
+}
