@@ -18,7 +18,9 @@ skips=$(grep -cE -- '^\s*--- SKIP' "$log" || true)
 if [ "${skips:-0}" -gt 0 ]; then
 	echo
 	echo "Skipped tests (with reasons):"
-	grep -E -A1 -- '^\s*--- SKIP' "$log" | grep -vE '^--$' | sed 's/^/  /'
+	# go test -v prints a test's skip message on the line(s) just before its
+	# "--- SKIP" line.
+	grep -E -B1 -- '^\s*--- SKIP' "$log" | grep -vE '^--$|^=== ' | sed 's/^/  /'
 fi
 fails=$(grep -cE -- '^\s*--- FAIL' "$log" || true)
 if [ "$rc" -ne 0 ]; then
