@@ -5,62 +5,45 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/schemas"
 )
 
-var schemaSeq atomic.Int64
-
-// freshSchema creates a schema private to the test on DATABASE_URL and
-// returns its name, a URL whose connections use it as search_path (set
-// through the search_path parameter, or through options when viaOptions),
-// and an admin connection. It skips without DATABASE_URL, and fails instead
-// when CI=true.
+// freshSchema gives the test a private schema (testkit: DATABASE_URL, a
+// local server, or a container) and returns its name, a URL whose
+// connections use it as search_path (set through the search_path parameter,
+// or through options when viaOptions), and an admin connection.
 func freshSchema(t *testing.T, viaOptions bool) (string, string, *sql.DB) {
 	t.Helper()
-	base := os.Getenv("DATABASE_URL")
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("no PostgreSQL: DATABASE_URL is unset (CI=true forbids skipping)")
-		}
-		t.Skip("no PostgreSQL: DATABASE_URL is unset")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	admin, err := schemas.Open(ctx, base)
+	pg := testkit.NewPostgres(t)
+	u, err := url.Parse(pg.URL)
 	if err != nil {
-		t.Fatalf("connect to DATABASE_URL: %v", err)
-	}
-	t.Cleanup(func() { admin.Close() })
-	name := fmt.Sprintf("sluice_mig_%d_%d", time.Now().UnixNano(), schemaSeq.Add(1))
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := admin.ExecContext(ctx, "DROP SCHEMA "+name+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("parse DATABASE_URL: %v", err)
+		t.Fatalf("parse the test database URL: %v", err)
 	}
 	q := u.Query()
+	q.Del("search_path")
+	u.RawQuery = q.Encode()
+	// The admin connection has the default search_path, so that catalog
+	// queries show schema-qualified names.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	admin, err := schemas.Open(ctx, u.String())
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { admin.Close() })
 	if viaOptions {
-		q.Set("options", "-csearch_path="+name)
+		q.Set("options", "-csearch_path="+pg.Schema)
 	} else {
-		q.Set("search_path", name)
+		q.Set("search_path", pg.Schema)
 	}
 	u.RawQuery = q.Encode()
-	return name, u.String(), admin
+	return pg.Schema, u.String(), admin
 }
 
 func tableColumns(t *testing.T, db *sql.DB, schema, table string) map[string]string {

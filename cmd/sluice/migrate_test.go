@@ -1,45 +1,23 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/schemas"
 )
 
 func TestMigrateCommand(t *testing.T) {
 	t.Parallel()
-	base := os.Getenv("DATABASE_URL")
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("no PostgreSQL: DATABASE_URL is unset (CI=true forbids skipping)")
-		}
-		t.Skip("no PostgreSQL: DATABASE_URL is unset")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := schemas.Open(ctx, base)
+	pg := testkit.NewPostgres(t)
+	ctx := testkit.Context(t)
+	admin, schema := pg.DB(t), pg.Schema
+	u, err := url.Parse(pg.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
-	schema := fmt.Sprintf("sluice_cli_%d", time.Now().UnixNano())
-	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	defer admin.ExecContext(context.Background(), "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck // best-effort cleanup
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
 
 	out, err := runCLI(t, "migrate", "--database-url", u.String(), "--status")
 	if err != nil || strings.Count(out, "pending") != len(schemas.MigrationNames()) {
