@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -18,7 +19,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "sluice: %v\n", err)
+		// One line: some driver errors span several.
+		msg := strings.Join(strings.Fields(err.Error()), " ")
+		fmt.Fprintf(os.Stderr, "sluice: %s\n", msg)
 		os.Exit(1)
 	}
 }

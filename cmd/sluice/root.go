@@ -63,7 +63,27 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&g.Kafka.TLSCAFile, "kafka-tls-ca-file", g.Kafka.TLSCAFile, "CA bundle for Kafka TLS (env KAFKA_TLS_CA_FILE)")
 
 	root.AddCommand(subcommands(g)...)
+	rejectUnknownSubcommands(root)
 	return root
+}
+
+// rejectUnknownSubcommands makes every command group (a command with
+// subcommands and no action of its own) fail on an unknown subcommand
+// instead of printing its help and exiting 0.
+func rejectUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		rejectUnknownSubcommands(sub)
+	}
+	if !c.HasSubCommands() || c.Run != nil || c.RunE != nil || c.Parent() == nil {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		return fmt.Errorf("unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())
+	}
 }
 
 // finish validates the global settings after flags were parsed.
