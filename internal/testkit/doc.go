@@ -48,5 +48,16 @@
 // local servers. To share one local PostgreSQL between the subtests of a test,
 // call NewPostgresServer once and PostgresServer.Postgres in each subtest.
 //
+// # Helpers
+//
+// Beside the services, the package holds the small helpers tests keep
+// needing: WaitFor polls a condition with a deadline; RunInBackground runs a
+// service or runner for the test and fails it if the run stops on its own;
+// Kafka.ReadTopic reads a topic from its start to its current end, and
+// EndOffsets and Committed list a topic's end offsets and a group's
+// commits; Header and Headers look up record headers; Metric sums a
+// Prometheus metric family filtered by labels; ObjectStore.Store opens the
+// test's object store as an objstore.Store.
+//
 // All functions are safe to call from parallel tests.
 package testkit

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -125,14 +126,28 @@ func TestContext(t *testing.T) {
 	}
 }
 
-// recordingTB records Skip and Fatal instead of acting on them; everything
-// else (Name, Cleanup, Logf, ...) goes to the real test.
+// recordingTB records Skip, Fatal and Errorf instead of acting on them;
+// everything else (Name, Cleanup, Logf, ...) goes to the real test.
 type recordingTB struct {
 	testing.TB
 	mu      sync.Mutex
 	skipped bool
 	failed  bool
 	msg     string
+	errors  []string // Errorf messages
+}
+
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+
+// errs returns the Errorf messages so far; safe while goroutines still log.
+func (r *recordingTB) errs() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.errors)
 }
 
 func (r *recordingTB) stop(skipped bool, msg string) {
