@@ -15,7 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/groupctl"
@@ -103,17 +102,6 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func count(t *testing.T, pool *pgxpool.Pool, sql string) int {
 	t.Helper()
 	var n int
@@ -157,10 +145,10 @@ func TestSilverPipelineEndToEnd(t *testing.T) {
 	total := func() int {
 		return count(t, pg.Pool, "SELECT (SELECT count(*) FROM ta_silver) + (SELECT count(*) FROM sa_silver)")
 	}
-	waitFor(t, 60*time.Second, "member A to land rows", func() bool { return total() > 0 })
+	testkit.WaitFor(t, 60*time.Second, "member A to land rows", func() bool { return total() > 0 })
 	b := w.startMember(25)
 	adm := k.Admin(t)
-	waitFor(t, 60*time.Second, "both members to own partitions", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "both members to own partitions", func() bool {
 		gs, err := adm.DescribeGroups(ctx, w.group)
 		if err != nil {
 			return false
@@ -183,16 +171,16 @@ func TestSilverPipelineEndToEnd(t *testing.T) {
 	_, _ = a.Process.Wait()
 	t.Logf("killed member A with %d rows landed", landedBeforeKill)
 
-	waitFor(t, 120*time.Second, "member B to finish every partition", func() bool {
+	testkit.WaitFor(t, 120*time.Second, "member B to finish every partition", func() bool {
 		lag, err := groupctl.Lag(ctx, adm, w.group)
 		g, ok := lag.Group(w.group)
 		return err == nil && ok && g.Err == nil && g.Total == 0 && len(g.Partitions) == 6
 	})
 	checkRows(t, pg.Pool, wantTA, wantSA)
-	checkDLQ(t, k, adm, w.dlq, wantDLQ)
+	checkDLQ(t, k, w.dlq, wantDLQ)
 
 	// SCRAPE_SLOW was published and mirrored (lag is 0 now ⇒ false).
-	waitFor(t, 10*time.Second, "SCRAPE_SLOW=false in control_flags", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "SCRAPE_SLOW=false in control_flags", func() bool {
 		return count(t, pg.Pool, "SELECT count(*) FROM control_flags WHERE name = 'SCRAPE_SLOW' AND value = false") == 1
 	})
 
@@ -204,7 +192,7 @@ func TestSilverPipelineEndToEnd(t *testing.T) {
 	if err := b.Wait(); err != nil {
 		t.Fatalf("member B did not stop cleanly: %v", err)
 	}
-	waitFor(t, 60*time.Second, "the group to be empty", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "the group to be empty", func() bool {
 		gs, err := adm.DescribeGroups(ctx, w.group)
 		return err == nil && len(gs[w.group].Members) == 0
 	})
@@ -212,7 +200,7 @@ func TestSilverPipelineEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.startMember(500)
-	waitFor(t, 120*time.Second, "the replay to finish", func() bool {
+	testkit.WaitFor(t, 120*time.Second, "the replay to finish", func() bool {
 		lag, err := groupctl.Lag(ctx, adm, w.group)
 		g, ok := lag.Group(w.group)
 		return err == nil && ok && g.Err == nil && g.Total == 0 && len(g.Partitions) == 6 && g.Members == 1
@@ -322,47 +310,28 @@ func checkRows(t *testing.T, pool *pgxpool.Pool, ta map[string]silver.TARow, sa 
 
 // checkDLQ reads the DLQ and compares it with the expected failures by
 // source coordinates (a redelivery after the kill may repeat an entry).
-func checkDLQ(t *testing.T, k *testkit.Kafka, adm *kadm.Client, topic string, want map[string]silver.Record) {
+func checkDLQ(t *testing.T, k *testkit.Kafka, topic string, want map[string]silver.Record) {
 	t.Helper()
-	ctx := context.Background()
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
-	cl := k.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	recs := k.ReadTopic(t, topic)
 	got := map[string]bool{}
-	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	for read := int64(0); read < total; {
-		fs := cl.PollFetches(rctx)
-		if rctx.Err() != nil {
-			t.Fatalf("read DLQ: %d of %d", read, total)
+	for _, r := range recs {
+		h := testkit.Headers(r)
+		coord := h[stages.HeaderSourcePartition] + "/" + h[stages.HeaderSourceOffset]
+		w, ok := want[coord]
+		switch {
+		case !ok:
+			t.Errorf("unexpected DLQ record from %s: %s %s %s", coord, h[stages.HeaderReason], h[stages.HeaderRule], h[stages.HeaderError])
+		case h[stages.HeaderReason] != string(w.WantReason) || h[stages.HeaderRule] != w.WantRule:
+			t.Errorf("DLQ record from %s: reason %q rule %q, want %q %q", coord, h[stages.HeaderReason], h[stages.HeaderRule], w.WantReason, w.WantRule)
+		case string(r.Key) != w.Key || string(r.Value) != string(w.Value):
+			t.Errorf("DLQ record from %s does not keep the original key and value", coord)
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			read++
-			h := map[string]string{}
-			for _, x := range r.Headers {
-				h[x.Key] = string(x.Value)
-			}
-			coord := h[stages.HeaderSourcePartition] + "/" + h[stages.HeaderSourceOffset]
-			w, ok := want[coord]
-			switch {
-			case !ok:
-				t.Errorf("unexpected DLQ record from %s: %s %s %s", coord, h[stages.HeaderReason], h[stages.HeaderRule], h[stages.HeaderError])
-			case h[stages.HeaderReason] != string(w.WantReason) || h[stages.HeaderRule] != w.WantRule:
-				t.Errorf("DLQ record from %s: reason %q rule %q, want %q %q", coord, h[stages.HeaderReason], h[stages.HeaderRule], w.WantReason, w.WantRule)
-			case string(r.Key) != w.Key || string(r.Value) != string(w.Value):
-				t.Errorf("DLQ record from %s does not keep the original key and value", coord)
-			}
-			got[coord] = true
-		})
+		got[coord] = true
 	}
 	if len(got) != len(want) {
 		t.Fatalf("DLQ holds %d distinct failures, want %d", len(got), len(want))
 	}
-	t.Logf("DLQ: %d records for %d expected failures", total, len(want))
+	t.Logf("DLQ: %d records for %d expected failures", len(recs), len(want))
 }
 
 // snapshot fingerprints both tables without ingest_time.

@@ -104,7 +104,7 @@ func testChickenAndEgg(t *testing.T, pgs *testkit.PostgresServer) {
 		h.cfg.AnalysisFinishedTopic: schemas.SmapAnalysisFinished,
 		h.cfg.JobCompletedTopic:     schemas.SmapJobCompleted,
 	} {
-		recs := h.readAll(topic)
+		recs := h.k.ReadTopic(t, topic)
 		if len(recs) == 0 {
 			t.Fatalf("%s is empty", topic)
 		}
@@ -115,7 +115,7 @@ func testChickenAndEgg(t *testing.T, pgs *testkit.PostgresServer) {
 		}
 	}
 	// Raw objects are where data.collected says.
-	for _, r := range h.readAll(h.cfg.DataCollectedTopic) {
+	for _, r := range h.k.ReadTopic(t, h.cfg.DataCollectedTopic) {
 		e, err := DecodeDataCollected(r.Value)
 		if err != nil {
 			t.Fatal(err)
@@ -155,10 +155,10 @@ func testChickenAndEgg(t *testing.T, pgs *testkit.PostgresServer) {
 			t.Fatalf("GET progress %s: %d %s, want %d %+v", c.id, resp.StatusCode, body, c.code, c.want)
 		}
 	}
-	if v := metric(t, d.reg, "smap_completions_published_total", "repeat", "false"); v != 1 {
+	if v := testkit.Metric(t, d.reg, "smap_completions_published_total", "repeat", "false"); v != 1 {
 		t.Errorf("smap_completions_published_total{repeat=false} = %v, want 1", v)
 	}
-	if v := metric(t, d.reg, "smap_items_analysed_total", "result", "ok"); v < n {
+	if v := testkit.Metric(t, d.reg, "smap_items_analysed_total", "result", "ok"); v < n {
 		t.Errorf("smap_items_analysed_total{result=ok} = %v, want ≥ %d", v, n)
 	}
 }
@@ -174,7 +174,7 @@ func testReplay(t *testing.T, pgs *testkit.PostgresServer) {
 	if before.Done != n || before.Total != n {
 		t.Fatalf("before replay: %+v", before)
 	}
-	waitFor(t, 30*time.Second, "progress group to commit", func() bool { return h.caughtUp(h.cfg.ProgressGroup, h.cfg.AnalysisFinishedTopic) })
+	testkit.WaitFor(t, 30*time.Second, "progress group to commit", func() bool { return h.caughtUp(h.cfg.ProgressGroup, h.cfg.AnalysisFinishedTopic) })
 	d.stop()
 	finishedBefore := h.count(h.cfg.AnalysisFinishedTopic)
 
@@ -183,11 +183,11 @@ func testReplay(t *testing.T, pgs *testkit.PostgresServer) {
 	replay.AnalyticsGroup = testkit.Name(t, "ana2")
 	replay.ProgressGroup = testkit.Name(t, "prg2")
 	h.start(replay)
-	waitFor(t, 60*time.Second, "replay of data.collected", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "replay of data.collected", func() bool {
 		return h.caughtUp(replay.AnalyticsGroup, replay.DataCollectedTopic) && h.count(replay.AnalysisFinishedTopic) >= 2*finishedBefore
 	})
-	waitFor(t, 60*time.Second, "replay of analysis.finished", func() bool { return h.caughtUp(replay.ProgressGroup, replay.AnalysisFinishedTopic) })
-	waitFor(t, 30*time.Second, "replay of project.created", func() bool { return h.caughtUp(replay.CollectorGroup, replay.ProjectCreatedTopic) })
+	testkit.WaitFor(t, 60*time.Second, "replay of analysis.finished", func() bool { return h.caughtUp(replay.ProgressGroup, replay.AnalysisFinishedTopic) })
+	testkit.WaitFor(t, 30*time.Second, "replay of project.created", func() bool { return h.caughtUp(replay.CollectorGroup, replay.ProjectCreatedTopic) })
 
 	after := h.state("p-replay")
 	if after.Done != before.Done || after.Total != before.Total || after.Errors != before.Errors || after.Status != progress.StatusDone {
@@ -210,12 +210,12 @@ func testFourWorkers(t *testing.T, pgs *testkit.PostgresServer) {
 	h := newHarness(t, pgs, harnessOpts{collectedPartitions: 4, finishedPartitions: 4})
 	h.cfg.Crawler = SchemeCrawler{Synthetic: &SyntheticCrawler{Delay: 2 * time.Millisecond}}
 	a := h.start(h.cfg)
-	waitFor(t, 30*time.Second, "process A ready", a.ready)
+	testkit.WaitFor(t, 30*time.Second, "process A ready", a.ready)
 	b := h.start(h.cfg)
-	waitFor(t, 30*time.Second, "process B ready", b.ready)
-	waitFor(t, 30*time.Second, "analytics partitions split 2/2", func() bool {
-		return metric(t, a.reg, "sluice_assigned_partitions", "pipeline", AnalyticsName) == 2 &&
-			metric(t, b.reg, "sluice_assigned_partitions", "pipeline", AnalyticsName) == 2
+	testkit.WaitFor(t, 30*time.Second, "process B ready", b.ready)
+	testkit.WaitFor(t, 30*time.Second, "analytics partitions split 2/2", func() bool {
+		return testkit.Metric(t, a.reg, "sluice_assigned_partitions", "pipeline", AnalyticsName) == 2 &&
+			testkit.Metric(t, b.reg, "sluice_assigned_partitions", "pipeline", AnalyticsName) == 2
 	})
 	const n = 240
 	h.createProject(ProjectCreated{ProjectID: "p-four", Keywords: []string{"VinFast"}, Targets: []Target{
@@ -231,8 +231,8 @@ func testFourWorkers(t *testing.T, pgs *testkit.PostgresServer) {
 	if rows, _ := h.rows("p-four"); rows != n {
 		t.Fatalf("post_analytics rows %d, want %d", rows, n)
 	}
-	ina := metric(t, a.reg, "sluice_records_in_total", "pipeline", AnalyticsName)
-	inb := metric(t, b.reg, "sluice_records_in_total", "pipeline", AnalyticsName)
+	ina := testkit.Metric(t, a.reg, "sluice_records_in_total", "pipeline", AnalyticsName)
+	inb := testkit.Metric(t, b.reg, "sluice_records_in_total", "pipeline", AnalyticsName)
 	if ina == 0 || inb == 0 || ina+inb < n {
 		t.Fatalf("analytics records in: process A %v, process B %v; want both > 0 and ≥ %d in all", ina, inb, n)
 	}
@@ -281,7 +281,7 @@ func testCrashAfterDecision(t *testing.T, pgs *testkit.PostgresServer) {
 	crashCfg.Analyzers = append(Builtins(), gated{gate})
 	d := h.start(crashCfg)
 	h.createProject(ProjectCreated{ProjectID: "p-crash", Targets: []Target{synthetic("tiktok", 30)}})
-	waitFor(t, 60*time.Second, "the seal", func() bool { return h.state("p-crash").Sealed })
+	testkit.WaitFor(t, 60*time.Second, "the seal", func() bool { return h.state("p-crash").Sealed })
 	close(gate)
 	select {
 	case <-decided:
@@ -305,7 +305,7 @@ func testCrashAfterDecision(t *testing.T, pgs *testkit.PostgresServer) {
 	if cs := h.completions("p-crash"); len(cs) != 1 || cs[0].Done != 30 {
 		t.Fatalf("completions %+v, want exactly one", cs)
 	}
-	if v := metric(t, r.reg, "smap_completions_published_total", "repeat", "true"); v != 1 {
+	if v := testkit.Metric(t, r.reg, "smap_completions_published_total", "repeat", "true"); v != 1 {
 		t.Errorf("repeated completions = %v, want 1 (the recovered decision)", v)
 	}
 }
@@ -385,10 +385,10 @@ func testFailingItems(t *testing.T, pgs *testkit.PostgresServer) {
 		t.Fatalf("post_analytics: %d rows, %d failed; want %d, %d", rows, failed, n, len(want))
 	}
 	collected := map[string][]byte{}
-	for _, r := range h.readAll(h.cfg.DataCollectedTopic) {
+	for _, r := range h.k.ReadTopic(t, h.cfg.DataCollectedTopic) {
 		collected[string(r.Key)] = r.Value
 	}
-	dlq := h.readAll(h.cfg.AnalyticsErrorsTopic)
+	dlq := h.k.ReadTopic(t, h.cfg.AnalyticsErrorsTopic)
 	if len(dlq) != len(want) {
 		t.Fatalf("%d DLQ records, want %d", len(dlq), len(want))
 	}
@@ -402,10 +402,7 @@ func testFailingItems(t *testing.T, pgs *testkit.PostgresServer) {
 		if string(r.Value) != string(collected[id]) {
 			t.Errorf("DLQ record %s does not keep the original value", id)
 		}
-		hs := map[string]string{}
-		for _, hd := range r.Headers {
-			hs[hd.Key] = string(hd.Value)
-		}
+		hs := testkit.Headers(r)
 		if hs[stages.HeaderReason] != reasons[rule] || hs[stages.HeaderRule] != rule || hs[stages.HeaderStage] != AnalyticsStageName ||
 			hs[stages.HeaderSourceTopic] != h.cfg.DataCollectedTopic || hs[stages.HeaderError] == "" || hs[stages.HeaderAttempts] == "" {
 			t.Errorf("DLQ headers of %s: %v (want rule %s)", id, hs, rule)
@@ -440,7 +437,7 @@ func testRedisLost(t *testing.T, pgs *testkit.PostgresServer) {
 	d := h.start(h.cfg)
 	const project, n = "p-lost", 40
 	h.createProject(ProjectCreated{ProjectID: project, Targets: []Target{synthetic("tiktok", n)}})
-	waitFor(t, 60*time.Second, "a third of the items processed", func() bool { return h.state(project).Done >= n/3 })
+	testkit.WaitFor(t, 60*time.Second, "a third of the items processed", func() bool { return h.state(project).Done >= n/3 })
 	ctx := testkit.Context(t)
 	k := h.tr.Key(project)
 	if err := h.redis.Client.Del(ctx, k, k+":items", k+":found").Err(); err != nil {

@@ -1,7 +1,6 @@
 package smap
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -55,7 +54,7 @@ func newHarness(t *testing.T, pgs *testkit.PostgresServer, o harnessOpts) *harne
 	if _, err := schemas.Migrate(ctx, pg.URL); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	h := &harness{t: t, k: k, redis: r, pg: pg, objects: newObjects(t)}
+	h := &harness{t: t, k: k, redis: r, pg: pg, objects: testkit.NewObjectStore(t, testkit.FakeOK()).Store(t)}
 	h.cfg = Config{
 		ProjectCreatedTopic:   k.Topic(t, "pc", 1),
 		DataCollectedTopic:    k.Topic(t, "dc", o.collectedPartitions),
@@ -88,27 +87,6 @@ func newHarness(t *testing.T, pgs *testkit.PostgresServer, o harnessOpts) *harne
 	return h
 }
 
-// newObjects returns the test's object store: MinIO/S3 when available,
-// else a local directory, under the test's prefix.
-func newObjects(t *testing.T) objstore.Store {
-	t.Helper()
-	os := testkit.NewObjectStore(t, testkit.FakeOK())
-	if os.Dir != "" {
-		d, err := objstore.NewDir(os.Dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	s3, err := objstore.NewS3(testkit.Context(t), objstore.S3Config{
-		Endpoint: os.Endpoint, AccessKey: os.AccessKey, SecretKey: os.SecretKey, Bucket: os.Bucket, Secure: os.Secure,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return objstore.WithPrefix(s3, os.Prefix)
-}
-
 func (h *harness) env(reg *prometheus.Registry) pipelines.Env {
 	return pipelines.Env{
 		Kafka:      h.k.Opts(h.t),
@@ -137,29 +115,24 @@ func (h *harness) start(cfg Config) *deployment {
 	if err != nil {
 		h.t.Fatalf("services: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, s := range svcs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.Run(ctx); err != nil {
-				h.t.Errorf("service %s: %v", s.Name(), err)
-			}
-		}()
+	stops := make([]func() error, len(svcs))
+	for i, s := range svcs {
+		stops[i] = testkit.RunInBackground(h.t, "service "+s.Name(), s.Run)
 	}
 	var once sync.Once
 	d := &deployment{env: env, reg: reg, svcs: svcs}
+	// stop cancels every service at once, like one process shutting down.
 	d.stop = func() {
 		once.Do(func() {
-			cancel()
-			done := make(chan struct{})
-			go func() { wg.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(60 * time.Second):
-				h.t.Errorf("services did not stop within 60s")
+			var wg sync.WaitGroup
+			for i, stop := range stops {
+				wg.Go(func() {
+					if err := stop(); err != nil {
+						h.t.Errorf("service %s: %v", svcs[i].Name(), err)
+					}
+				})
 			}
+			wg.Wait()
 		})
 	}
 	h.t.Cleanup(d.stop)
@@ -173,38 +146,6 @@ func (d *deployment) ready() bool {
 		}
 	}
 	return true
-}
-
-// metric sums the values of a counter or gauge family, optionally
-// filtered by one label.
-func metric(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			if label != "" {
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == label && lp.GetValue() != value {
-						continue next
-					}
-				}
-			}
-			if m.Counter != nil {
-				sum += m.Counter.GetValue()
-			} else if m.Gauge != nil {
-				sum += m.Gauge.GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 // createProject produces a project.created event.
@@ -224,17 +165,6 @@ func synthetic(platform string, n int) Target {
 	return Target{Platform: platform, URL: fmt.Sprintf("synthetic://%s?items=%d", platform, n)}
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
 func (h *harness) state(id string) progress.State {
 	h.t.Helper()
 	st, err := h.tr.Get(testkit.Context(h.t), id)
@@ -247,27 +177,16 @@ func (h *harness) state(id string) progress.State {
 func (h *harness) waitDone(id string, timeout time.Duration) progress.State {
 	h.t.Helper()
 	var st progress.State
-	waitFor(h.t, timeout, "project "+id+" DONE", func() bool {
+	testkit.WaitFor(h.t, timeout, "project "+id+" DONE", func() bool {
 		st = h.state(id)
 		return st.Status == progress.StatusDone
 	})
 	return st
 }
 
-func (h *harness) endOffsets(topic string) map[int32]int64 {
-	h.t.Helper()
-	ends, err := h.adm.ListEndOffsets(testkit.Context(h.t), topic)
-	if err != nil {
-		h.t.Fatalf("list end offsets: %v", err)
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out
-}
-
 func (h *harness) count(topic string) int64 {
 	n := int64(0)
-	for _, e := range h.endOffsets(topic) {
+	for _, e := range testkit.EndOffsets(h.t, h.adm, topic) {
 		n += e
 	}
 	return n
@@ -280,7 +199,7 @@ func (h *harness) caughtUp(group, topic string) bool {
 	if err != nil {
 		return false
 	}
-	ends := h.endOffsets(topic)
+	ends := testkit.EndOffsets(h.t, h.adm, topic)
 	for p, e := range ends {
 		o, ok := resp.Lookup(topic, p)
 		if e == 0 {
@@ -291,27 +210,6 @@ func (h *harness) caughtUp(group, topic string) bool {
 		}
 	}
 	return true
-}
-
-// readAll consumes topic from the start to its current end.
-func (h *harness) readAll(topic string) []*kgo.Record {
-	h.t.Helper()
-	total := h.count(topic)
-	if total == 0 {
-		return nil
-	}
-	cl := h.k.Client(h.t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var out []*kgo.Record
-	for int64(len(out)) < total {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			h.t.Fatalf("read %s: got %d of %d records: %v", topic, len(out), total, err)
-		}
-		out = append(out, fs.Records()...)
-	}
-	return out
 }
 
 func (h *harness) rows(project string) (total, failed int) {
@@ -328,7 +226,7 @@ func (h *harness) rows(project string) (total, failed int) {
 func (h *harness) completions(project string) []JobCompleted {
 	h.t.Helper()
 	var out []JobCompleted
-	for _, r := range h.readAll(h.cfg.JobCompletedTopic) {
+	for _, r := range h.k.ReadTopic(h.t, h.cfg.JobCompletedTopic) {
 		e, err := DecodeJobCompleted(r.Value)
 		if err != nil {
 			h.t.Fatalf("job.completed: %v", err)

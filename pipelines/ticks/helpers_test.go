@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -66,21 +65,7 @@ func newFixture(t *testing.T, src ticks.SyntheticConfig, mod func(*ticks.Config)
 	f.k = testkit.NewKafka(t, testkit.FakeOK())
 	f.redis = testkit.NewRedis(t, testkit.FakeOK())
 	os := testkit.NewObjectStore(t, testkit.FakeOK())
-	var base objstore.Store
-	if os.Dir != "" {
-		d, err := objstore.NewDir(os.Dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		base = d
-	} else {
-		s3, err := objstore.NewS3(testkit.Context(t), objstore.S3Config{Endpoint: os.Endpoint, AccessKey: os.AccessKey, SecretKey: os.SecretKey, Bucket: os.Bucket, Secure: os.Secure})
-		if err != nil {
-			t.Fatal(err)
-		}
-		base = objstore.WithPrefix(s3, os.Prefix)
-	}
-	f.store = &recordingStore{Store: base}
+	f.store = &recordingStore{Store: os.Store(t)}
 	t.Logf("using %s, %s, %s", f.k, f.redis, os)
 	if src.Length == 0 {
 		src.Length = time.Minute
@@ -107,6 +92,14 @@ func newFixture(t *testing.T, src ticks.SyntheticConfig, mod func(*ticks.Config)
 	if mod != nil {
 		mod(&f.cfg)
 	}
+	f.connect(t)
+	return f
+}
+
+// connect builds the fixture's pipeline environment and coordinator from its
+// services, store, registry and config.
+func (f *fixture) connect(t *testing.T) {
+	t.Helper()
 	f.env = pipelines.Env{
 		Kafka:      append(f.k.Opts(t), kgo.FetchMaxWait(100*time.Millisecond)),
 		Redis:      f.redis.Client,
@@ -115,12 +108,12 @@ func newFixture(t *testing.T, src ticks.SyntheticConfig, mod func(*ticks.Config)
 		Logger:     testLogger(t),
 	}
 	f.coord = ticks.NewCoordinator(f.k.Client(t), f.env.Kafka, f.cfg)
-	return f
 }
 
 func ptr[T any](v T) *T { return &v }
 
-// startWorker runs a worker; stop cancels it and waits for Run to return.
+// startWorker runs a worker and waits until it is ready; stop cancels it and
+// waits for Run to return (cleanup does so if the test does not).
 func (f *fixture) startWorker(t *testing.T) (stop func()) {
 	t.Helper()
 	env := f.env
@@ -131,34 +124,13 @@ func (f *fixture) startWorker(t *testing.T) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	var stopping atomic.Bool
-	go func() {
-		err := w.Run(ctx)
-		if !stopping.Load() {
-			t.Errorf("worker stopped on its own: %v", err)
+	stopRun := testkit.RunInBackground(t, "worker", w.Run)
+	testkit.WaitFor(t, 30*time.Second, "worker ready", w.Ready)
+	return func() {
+		if err := stopRun(); err != nil {
+			t.Errorf("worker Run: %v", err)
 		}
-		errc <- err
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			stopping.Store(true)
-			cancel()
-			select {
-			case err := <-errc:
-				if err != nil {
-					t.Errorf("worker Run: %v", err)
-				}
-			case <-time.After(60 * time.Second):
-				t.Errorf("worker did not stop within 60s")
-			}
-		})
 	}
-	t.Cleanup(stop)
-	waitFor(t, 30*time.Second, "worker ready", w.Ready)
-	return stop
 }
 
 func (f *fixture) trigger(t *testing.T, symbol string) ticks.TriggerResult {
@@ -183,22 +155,11 @@ func (f *fixture) job(t *testing.T, key string) *ticks.JobState {
 func (f *fixture) waitJob(t *testing.T, key string, timeout time.Duration, what string, cond func(*ticks.JobState) bool) *ticks.JobState {
 	t.Helper()
 	var st *ticks.JobState
-	waitFor(t, timeout, what, func() bool {
+	testkit.WaitFor(t, timeout, what, func() bool {
 		st = f.job(t, key)
 		return st != nil && cond(st)
 	})
 	return st
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // checkExact asserts that the job's segment files together hold exactly the
@@ -246,76 +207,6 @@ func (f *fixture) checkExact(t *testing.T, symbol string, from int64) []ticks.Se
 		t.Errorf("%s: segments end at %d, neither the session end %d nor the last tick", symbol, last.RangeEnd, sess.End)
 	}
 	return segs
-}
-
-// readTopic returns every record of topic from the start to its end.
-func readTopic(t *testing.T, f *fixture, topic string) []*kgo.Record {
-	t.Helper()
-	ctx := testkit.ContextTimeout(t, 30*time.Second)
-	adm := f.k.Admin(t)
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := int64(0)
-	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
-	if total == 0 {
-		return nil
-	}
-	cl := f.k.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
-	var out []*kgo.Record
-	for int64(len(out)) < total {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read %s: %d of %d records", topic, len(out), total)
-		}
-		out = append(out, fs.Records()...)
-	}
-	return out
-}
-
-func header(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
-func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				ok := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						ok = true
-					}
-				}
-				if !ok {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.Counter.GetValue()
-			case m.Gauge != nil:
-				sum += m.Gauge.GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 func decodeState(t *testing.T, r *kgo.Record) ticks.JobState {

@@ -229,36 +229,18 @@ func newKillFixture(t *testing.T) (*fixture, *recordingSource, memberSpec) {
 		SessionLength: time.Minute, MeanGap: 50 * time.Millisecond,
 		Marker: filepath.Join(t.TempDir(), "hung"),
 	}
-	var base objstore.Store
 	if objs.Dir != "" {
-		d, err := objstore.NewDir(objs.Dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		base, spec.StoreDir = d, objs.Dir
+		spec.StoreDir = objs.Dir
 	} else {
-		spec.S3 = objstore.S3Config{Endpoint: objs.Endpoint, AccessKey: objs.AccessKey, SecretKey: objs.SecretKey, Bucket: objs.Bucket, Secure: objs.Secure}
-		spec.S3Prefix = objs.Prefix
-		s3, err := objstore.NewS3(testkit.Context(t), spec.S3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		base = objstore.WithPrefix(s3, objs.Prefix)
+		spec.S3, spec.S3Prefix = objs.S3Config(), objs.Prefix
 	}
-	f.store = &recordingStore{Store: base}
+	f.store = &recordingStore{Store: objs.Store(t)}
 	t.Logf("using %s, %s, %s", f.k, f.redis, objs)
 	f.src = ticks.NewSynthetic(killSynthetic(spec))
 	rec := &recordingSource{Source: f.src}
 	f.cfg = killConfig(spec)
 	f.cfg.Source = rec
-	f.env = pipelines.Env{
-		Kafka:      append(f.k.Opts(t), kgo.FetchMaxWait(100*time.Millisecond)),
-		Redis:      f.redis.Client,
-		Objects:    f.store,
-		Registerer: f.reg,
-		Logger:     testLogger(t),
-	}
-	f.coord = ticks.NewCoordinator(f.k.Client(t), f.env.Kafka, f.cfg)
+	f.connect(t)
 	return f, rec, spec
 }
 
@@ -352,7 +334,7 @@ func TestKilledWorkerResumesFromCursor(t *testing.T) {
 
 			// Wait for the kill point, then SIGKILL member A.
 			if spec.HangAfterPut > 0 || spec.HangAtFetch > 0 {
-				waitFor(t, 45*time.Second, "member A to reach the kill point", func() bool {
+				testkit.WaitFor(t, 45*time.Second, "member A to reach the kill point", func() bool {
 					if a.exited() {
 						t.Fatalf("member A exited on its own: %v", a.err)
 					}
@@ -401,7 +383,7 @@ func TestKilledWorkerResumesFromCursor(t *testing.T) {
 				t.Fatalf("at the kill: cursor %d, %d files, %d beyond the cursor %v; want %d beyond it, starting at cursor+1",
 					mid.Cursor, len(atKill), len(pending), pending, tc.wantPending)
 			}
-			jobsAtKill := len(readTopic(t, f, f.cfg.JobsTopic))
+			jobsAtKill := len(f.k.ReadTopic(t, f.cfg.JobsTopic))
 			t.Logf("killed member A at cursor %d after %d segments; %d files, %d beyond the cursor", mid.Cursor, mid.Segments, len(atKill), len(pending))
 
 			// Member B (in process: its source calls and writes are recorded).
@@ -457,13 +439,13 @@ func TestKilledWorkerResumesFromCursor(t *testing.T) {
 					t.Errorf("member B fetched from %d, at or before the cursor %d", s, mid.Cursor)
 				}
 			}
-			if got := metric(t, f.reg, "sluice_ticks_segments_total", "result", "skipped"); got != float64(len(pending)) {
+			if got := testkit.Metric(t, f.reg, "sluice_ticks_segments_total", "result", "skipped"); got != float64(len(pending)) {
 				t.Errorf("member B skipped %v existing segment files, want %d", got, len(pending))
 			}
 
 			// The state B wrote starts past the cursor A left and only moves
 			// forward.
-			after := readTopic(t, f, f.cfg.JobsTopic)[jobsAtKill:]
+			after := f.k.ReadTopic(t, f.cfg.JobsTopic)[jobsAtKill:]
 			if len(after) == 0 {
 				t.Fatal("no state written after the kill")
 			}
@@ -478,7 +460,7 @@ func TestKilledWorkerResumesFromCursor(t *testing.T) {
 			if first := decodeState(t, after[0]); first.LastStart != mid.Cursor+1 {
 				t.Errorf("first segment done after the kill starts at %d, want cursor+1 = %d", first.LastStart, mid.Cursor+1)
 			}
-			if n := len(readTopic(t, f, f.cfg.DLQTopic)); n != 0 {
+			if n := len(f.k.ReadTopic(t, f.cfg.DLQTopic)); n != 0 {
 				t.Errorf("%d DLQ records", n)
 			}
 		})

@@ -55,18 +55,18 @@ func TestTriggeredJobCompletesWithExactTicks(t *testing.T) {
 	if len(segs) < 10 {
 		t.Errorf("%d segments, want ≥ 10 with 100-tick segments", len(segs))
 	}
-	if got := metric(t, f.reg, "sluice_ticks_fetched_total"); got != float64(len(all)) {
+	if got := testkit.Metric(t, f.reg, "sluice_ticks_fetched_total"); got != float64(len(all)) {
 		t.Errorf("ticks fetched metric %v, want %d", got, len(all))
 	}
-	if got := metric(t, f.reg, "sluice_ticks_segments_total", "result", "written"); got != float64(len(segs)) {
+	if got := testkit.Metric(t, f.reg, "sluice_ticks_segments_total", "result", "written"); got != float64(len(segs)) {
 		t.Errorf("segments written metric %v, want %d", got, len(segs))
 	}
-	if metric(t, f.reg, "sluice_ratelimit_decisions_total", "decision", "denied") == 0 || metric(t, f.reg, "sluice_ratelimit_decisions_total", "decision", "allowed") < float64(len(segs)) {
+	if testkit.Metric(t, f.reg, "sluice_ratelimit_decisions_total", "decision", "denied") == 0 || testkit.Metric(t, f.reg, "sluice_ratelimit_decisions_total", "decision", "allowed") < float64(len(segs)) {
 		t.Errorf("limiter metrics: allowed %v denied %v; want ≥ %d allowed and some denials at 5/s",
-			metric(t, f.reg, "sluice_ratelimit_decisions_total", "decision", "allowed"), metric(t, f.reg, "sluice_ratelimit_decisions_total", "decision", "denied"), len(segs))
+			testkit.Metric(t, f.reg, "sluice_ratelimit_decisions_total", "decision", "allowed"), testkit.Metric(t, f.reg, "sluice_ratelimit_decisions_total", "decision", "denied"), len(segs))
 	}
 	// The grants respected 5 per second (server-side sorted set).
-	if n := metric(t, f.reg, "sluice_dlq_records_total"); n != 0 {
+	if n := testkit.Metric(t, f.reg, "sluice_dlq_records_total"); n != 0 {
 		t.Errorf("%v records dead-lettered", n)
 	}
 }
@@ -110,7 +110,7 @@ func TestTriggerRejectsBadInput(t *testing.T) {
 		}
 	}
 	// Only the valid request produced a command.
-	recs := readTopic(t, f, f.cfg.TasksTopic)
+	recs := f.k.ReadTopic(t, f.cfg.TasksTopic)
 	if len(recs) != 1 || string(recs[0].Key) != "NQ:2025-11-18" || !strings.Contains(string(recs[0].Value), `"kind":"trigger"`) {
 		t.Fatalf("tasks topic holds %d records, want the one trigger", len(recs))
 	}
@@ -161,12 +161,12 @@ func TestRetriggerFencesOldInstance(t *testing.T) {
 			t.Errorf("the zombie task wrote %s", k)
 		}
 	}
-	if metric(t, f.reg, "sluice_ticks_zombie_tasks_total") < 1 {
+	if testkit.Metric(t, f.reg, "sluice_ticks_zombie_tasks_total") < 1 {
 		t.Error("no zombie task counted")
 	}
 	// In the state log, once B appears, A never does again.
 	seenB := false
-	for _, r := range readTopic(t, f, f.cfg.JobsTopic) {
+	for _, r := range f.k.ReadTopic(t, f.cfg.JobsTopic) {
 		s := decodeState(t, r)
 		switch s.JobInstanceID {
 		case b.JobInstanceID:
@@ -238,7 +238,7 @@ func TestBootstrapBackfillsMissingRange(t *testing.T) {
 	if st := f.job(t, res.JobKey); st != nil {
 		t.Fatalf("state still there after the tombstone: %+v", st)
 	}
-	jobsBefore := len(readTopic(t, f, f.cfg.JobsTopic))
+	jobsBefore := len(f.k.ReadTopic(t, f.cfg.JobsTopic))
 	f.startWorker(t)
 	sup := ticks.NewSupervisor(f.cfg, f.coord, f.store, testLogger(t))
 	rep, err := sup.Bootstrap(ctx)
@@ -263,7 +263,7 @@ func TestBootstrapBackfillsMissingRange(t *testing.T) {
 		t.Errorf("restored %+v, want the deleted segment %+v", restored, victim)
 	}
 	// No state written since the bootstrap moved the cursor.
-	for _, r := range readTopic(t, f, f.cfg.JobsTopic)[jobsBefore:] {
+	for _, r := range f.k.ReadTopic(t, f.cfg.JobsTopic)[jobsBefore:] {
 		if s := decodeState(t, r); s.Cursor != st.EndTime {
 			t.Errorf("state record with cursor %d during the backfill, want %d", s.Cursor, st.EndTime)
 		}
@@ -295,10 +295,10 @@ func TestTransientSourceErrorsRetried(t *testing.T) {
 	if st.LastErrorType == "" {
 		t.Error("no last_error_type recorded")
 	}
-	if metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "IB_504") < 3 || metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "PACING_VIOLATION") < 1 {
-		t.Errorf("source error metrics: 504 %v, pacing %v", metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "IB_504"), metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "PACING_VIOLATION"))
+	if testkit.Metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "IB_504") < 3 || testkit.Metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "PACING_VIOLATION") < 1 {
+		t.Errorf("source error metrics: 504 %v, pacing %v", testkit.Metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "IB_504"), testkit.Metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "PACING_VIOLATION"))
 	}
-	if n := len(readTopic(t, f, f.cfg.DLQTopic)); n != 0 {
+	if n := len(f.k.ReadTopic(t, f.cfg.DLQTopic)); n != 0 {
 		t.Errorf("%d DLQ records", n)
 	}
 }
@@ -317,7 +317,7 @@ func TestAlwaysFailingSourceDeadLetters(t *testing.T) {
 		t.Errorf("failed state %+v; want last_error_type IB_504 and an unmoved cursor", st)
 	}
 	var dlq []*kgo.Record
-	waitFor(t, 10*time.Second, "DLQ record", func() bool { dlq = readTopic(t, f, f.cfg.DLQTopic); return len(dlq) > 0 })
+	testkit.WaitFor(t, 10*time.Second, "DLQ record", func() bool { dlq = f.k.ReadTopic(t, f.cfg.DLQTopic); return len(dlq) > 0 })
 	r := dlq[0]
 	var task ticks.Task
 	_ = json.Unmarshal(r.Value, &task)
@@ -328,11 +328,14 @@ func TestAlwaysFailingSourceDeadLetters(t *testing.T) {
 		stages.HeaderReason: string(stages.ReasonRetriesExhausted), stages.HeaderAttempts: "3",
 		stages.HeaderSourceTopic: f.cfg.TasksTopic, stages.HeaderStage: "ticks/segment", stages.HeaderRule: "",
 	} {
-		if got := header(r, h); got != want {
+		if got, _ := testkit.Header(r, h); got != want {
 			t.Errorf("header %s = %q, want %q", h, got, want)
 		}
 	}
-	if !strings.Contains(header(r, stages.HeaderError), "504") || header(r, stages.HeaderFailedAt) == "" || header(r, stages.HeaderSourceOffset) == "" {
+	errHeader, _ := testkit.Header(r, stages.HeaderError)
+	failedAt, _ := testkit.Header(r, stages.HeaderFailedAt)
+	sourceOffset, _ := testkit.Header(r, stages.HeaderSourceOffset)
+	if !strings.Contains(errHeader, "504") || failedAt == "" || sourceOffset == "" {
 		t.Errorf("headers %v", r.Headers)
 	}
 	if n := f.src.Calls(); n != 3 {
@@ -371,15 +374,15 @@ func TestStalledJobRetriggeredFromCursor(t *testing.T) {
 	}
 	f.checkExact(t, "SI", cursor+1)
 	var statuses []string
-	for _, r := range readTopic(t, f, f.cfg.JobsTopic) {
+	for _, r := range f.k.ReadTopic(t, f.cfg.JobsTopic) {
 		s := decodeState(t, r)
 		statuses = append(statuses, string(s.Status))
 	}
 	if !strings.Contains(strings.Join(statuses, ","), "RUNNING,STALLED,PENDING") {
 		t.Errorf("state history %v, want RUNNING,STALLED,PENDING,…", statuses)
 	}
-	if metric(t, f.reg, "sluice_ticks_stalled_jobs_total") != 1 {
-		t.Errorf("stalled metric %v", metric(t, f.reg, "sluice_ticks_stalled_jobs_total"))
+	if testkit.Metric(t, f.reg, "sluice_ticks_stalled_jobs_total") != 1 {
+		t.Errorf("stalled metric %v", testkit.Metric(t, f.reg, "sluice_ticks_stalled_jobs_total"))
 	}
 	// A fresh heartbeat is not stalled.
 	if keys, err := sup.ScanStalls(ctx); err != nil || len(keys) != 0 {
@@ -419,8 +422,8 @@ func TestSegmentFilesIdempotent(t *testing.T) {
 	if got := f.src.Calls() - calls0; got != int64(len(segs)-1) {
 		t.Errorf("%d source calls for %d segments, want the first skipped", got, len(segs))
 	}
-	if metric(t, f.reg, "sluice_ticks_segments_total", "result", "skipped") != 1 || metric(t, f.reg, "sluice_ticks_foreign_segments_replaced_total") != 1 {
-		t.Errorf("skipped %v, replaced %v; want 1 and 1", metric(t, f.reg, "sluice_ticks_segments_total", "result", "skipped"), metric(t, f.reg, "sluice_ticks_foreign_segments_replaced_total"))
+	if testkit.Metric(t, f.reg, "sluice_ticks_segments_total", "result", "skipped") != 1 || testkit.Metric(t, f.reg, "sluice_ticks_foreign_segments_replaced_total") != 1 {
+		t.Errorf("skipped %v, replaced %v; want 1 and 1", testkit.Metric(t, f.reg, "sluice_ticks_segments_total", "result", "skipped"), testkit.Metric(t, f.reg, "sluice_ticks_foreign_segments_replaced_total"))
 	}
 	if st.Ticks != int64(len(mustTicks(t, f, "YM"))) {
 		t.Errorf("state counts %d ticks", st.Ticks)

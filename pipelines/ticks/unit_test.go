@@ -127,7 +127,7 @@ func TestServicesAndDemoScenario(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 30*time.Second, "services ready", func() bool { return svcs[0].Ready() && svcs[1].Ready() })
+	testkit.WaitFor(t, 30*time.Second, "services ready", func() bool { return svcs[0].Ready() && svcs[1].Ready() })
 	srv := httptest.NewServer(env.Ops.Handler())
 	defer srv.Close()
 	resp, err := http.Post(srv.URL+"/api/v1/ingest/trigger", "application/json", strings.NewReader(`{"symbol":"x"}`))

@@ -205,18 +205,18 @@ func TestSink(t *testing.T) {
 		if got["k06"].V != 6 || got["k06"].N != 6 {
 			t.Errorf("k06 = %+v", got["k06"])
 		}
-		if v := gatherValue(t, reg, "sluice_pgsink_rows_written_total", nil); v != 11 {
+		if v := testkit.Metric(t, reg, "sluice_pgsink_rows_written_total"); v != 11 {
 			t.Errorf("rows written metric = %v, want 11", v)
 		}
 		// 4 bad groups among 15: far fewer transactions than row by row.
 		txs := 0.0
 		for _, r := range []string{"ok", "row_error"} {
-			txs += gatherValue(t, reg, "sluice_pgsink_transactions_total", map[string]string{"result": r})
+			txs += testkit.Metric(t, reg, "sluice_pgsink_transactions_total", "result", r)
 		}
 		if txs > 20 {
 			t.Errorf("bisection used %v transactions for 15 rows and 3 culprits", txs)
 		}
-		if v := gatherValue(t, reg, "sluice_pgsink_rows_rejected_total", map[string]string{"rule": "pg.22003", "pipeline": "test", "table": "items"}); v != 3 {
+		if v := testkit.Metric(t, reg, "sluice_pgsink_rows_rejected_total", "rule", "pg.22003", "pipeline", "test", "table", "items"); v != 3 {
 			t.Errorf("rejected{pg.22003} = %v, want 3", v)
 		}
 	})
@@ -462,45 +462,10 @@ func TestMetricsShareARegistry(t *testing.T) {
 	if err := s.Write(context.Background(), []item{{K: "x"}}); err == nil {
 		t.Fatal("write without a database succeeded")
 	}
-	if v := gatherValue(t, reg, "sluice_pgsink_transactions_total", map[string]string{"pipeline": "p", "table": "a", "result": "error"}); v != 1 {
+	if v := testkit.Metric(t, reg, "sluice_pgsink_transactions_total", "pipeline", "p", "table", "a", "result", "error"); v != 1 {
 		t.Errorf("transactions{error} = %v", v)
 	}
-	if v := gatherValue(t, reg, "sluice_pgsink_batch_size", map[string]string{"pipeline": "p", "table": "a"}); v != 1 {
+	if v := testkit.Metric(t, reg, "sluice_pgsink_batch_size", "pipeline", "p", "table", "a"); v != 1 {
 		t.Errorf("batch size observations = %v", v)
 	}
-}
-
-// gatherValue sums the counter values (or histogram sample counts) of the
-// series of metric name whose labels include want.
-func gatherValue(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if labels[k] != v {
-					continue metric
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				total += m.GetCounter().GetValue()
-			case m.Histogram != nil:
-				total += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return total
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -57,6 +56,7 @@ func (s spec) record(topic string) *kgo.Record {
 }
 
 type env struct {
+	k             *testkit.Kafka
 	opts          []kgo.Opt
 	cl            *kgo.Client // produces to explicit partitions
 	dlqTopic, src string
@@ -68,6 +68,7 @@ func newEnv(t *testing.T) env {
 	t.Helper()
 	k := testkit.NewKafka(t, testkit.FakeOK())
 	return env{
+		k:        k,
 		opts:     k.Opts(t),
 		cl:       k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner())),
 		dlqTopic: k.Topic(t, "dlq", 2),
@@ -88,36 +89,6 @@ func (e env) write(t *testing.T, topic string, specs ...spec) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// readAll reads every record of topic, up to its current end offsets, with a
-// direct consumer.
-func (e env) readAll(t *testing.T, topic string) []*kgo.Record {
-	t.Helper()
-	ctx := ctxT(t)
-	ends, err := kadm.NewClient(e.cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	left := 0
-	ends.Each(func(o kadm.ListedOffset) { left += int(o.Offset) })
-	if left == 0 {
-		return nil
-	}
-	cl, err := kgo.NewClient(append(e.opts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var out []*kgo.Record
-	for len(out) < left {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read %d of %d records of %s", len(out), left, topic)
-		}
-		out = append(out, fs.Records()...)
-	}
-	return out
 }
 
 // fixture is the DLQ content most tests use.
@@ -321,7 +292,7 @@ func TestRedrive(t *testing.T) {
 	if fmt.Sprint(decisions) != fmt.Sprint(wantDecisions) {
 		t.Fatalf("decisions %v, want %v", decisions, wantDecisions)
 	}
-	if got := e.readAll(t, src); len(got) != 0 {
+	if got := e.k.ReadTopic(t, src); len(got) != 0 {
 		t.Fatalf("dry run produced %d records", len(got))
 	}
 
@@ -339,7 +310,7 @@ func TestRedrive(t *testing.T) {
 	if res != wantRes {
 		t.Fatalf("result %+v, want %+v", res, wantRes)
 	}
-	got := e.readAll(t, src)
+	got := e.k.ReadTopic(t, src)
 	if len(got) != 2 {
 		t.Fatalf("source topic has %d records, want 2", len(got))
 	}
@@ -356,10 +327,7 @@ func TestRedrive(t *testing.T) {
 		if string(r.Value) != value || r.Partition != partition {
 			t.Fatalf("%s: value %q partition %d, want %q %d", key, r.Value, r.Partition, value, partition)
 		}
-		hs := map[string]string{}
-		for _, h := range r.Headers {
-			hs[h.Key] = string(h.Value)
-		}
+		hs := testkit.Headers(r)
 		want := map[string]string{stages.HeaderRedriveCount: redrives}
 		for k, v := range extra {
 			want[k] = v
@@ -393,7 +361,7 @@ func TestRedriveLimit(t *testing.T) {
 	if res.Sent != 1 || res.Refused != 2 {
 		t.Fatalf("result %+v, want 1 sent (a) and 2 refused (b at the limit, c unreadable)", res)
 	}
-	got := e.readAll(t, src)
+	got := e.k.ReadTopic(t, src)
 	if len(got) != 1 || string(got[0].Key) != "a" {
 		t.Fatalf("source got %d records, want only a", len(got))
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/stages"
@@ -145,33 +144,12 @@ func TestDenyWaitsForBindingWindow(t *testing.T) {
 	if want := grants[0].Add(3 * time.Second).Sub(d.At); d.Wait != want {
 		t.Errorf("wait %s, want %s from the 3s window", d.Wait, want)
 	}
-	if got := testutil.ToFloat64(counter(t, reg, "allowed")); got != 3 {
+	if got := testkit.Metric(t, reg, "sluice_ratelimit_decisions_total", "decision", "allowed"); got != 3 {
 		t.Errorf("allowed counter %v, want 3", got)
 	}
-	if got := testutil.ToFloat64(counter(t, reg, "denied")); got != 2 {
+	if got := testkit.Metric(t, reg, "sluice_ratelimit_decisions_total", "decision", "denied"); got != 2 {
 		t.Errorf("denied counter %v, want 2", got)
 	}
-}
-
-func counter(t *testing.T, reg *prometheus.Registry, decision string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_ratelimit_decisions_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "decision" && lp.GetValue() == decision {
-					return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x"}, func() float64 { return m.GetCounter().GetValue() })
-				}
-			}
-		}
-	}
-	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "x"}, func() float64 { return 0 })
 }
 
 // After the server lost its script cache, EVALSHA fails with NOSCRIPT and

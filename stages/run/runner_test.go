@@ -59,7 +59,7 @@ func TestRebalanceMidBatchLosesNothing(t *testing.T) {
 	var revMu sync.Mutex
 	committedAtRevoke := map[int32]int64{}
 	revokeHook := run.WithRevokeHook(func(ctx context.Context, revoked map[string][]int32) {
-		c := committed(t, adm, cfg.Group, cfg.Topics[0])
+		c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])
 		revMu.Lock()
 		defer revMu.Unlock()
 		for _, p := range revoked[cfg.Topics[0]] {
@@ -67,9 +67,9 @@ func TestRebalanceMidBatchLosesNothing(t *testing.T) {
 		}
 	})
 	_, stopA := start(t, k, cfg, passthrough, sinkA, revokeHook)
-	waitFor(t, 60*time.Second, "member A to write 600 records", func() bool { return sinkA.Len() >= 600 })
+	testkit.WaitFor(t, 60*time.Second, "member A to write 600 records", func() bool { return sinkA.Len() >= 600 })
 	_, stopB := start(t, k, cfg, passthrough, sinkB)
-	waitFor(t, 120*time.Second, "both members to land every record", func() bool {
+	testkit.WaitFor(t, 120*time.Second, "both members to land every record", func() bool {
 		seen := map[coord]bool{}
 		for _, s := range []*memsink.Sink[msg]{sinkA, sinkB} {
 			for _, m := range s.Items() {
@@ -116,8 +116,8 @@ func TestRebalanceMidBatchLosesNothing(t *testing.T) {
 		}
 	}
 	t.Logf("records=%d memberA=%d memberB=%d duplicates=%d revoked=%v", n, sinkA.Len(), sinkB.Len(), dups, committedAtRevoke)
-	ends := endOffsets(t, adm, cfg.Topics[0])
-	got := committed(t, adm, cfg.Group, cfg.Topics[0])
+	ends := testkit.EndOffsets(t, adm, cfg.Topics[0])
+	got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])
 	for p, e := range ends {
 		if got[p] != e {
 			t.Errorf("partition %d: committed %d, end %d", p, got[p], e)
@@ -148,14 +148,14 @@ func TestPoisonRecordDeadLettered(t *testing.T) {
 	sink := memsink.New[msg]()
 	before := time.Now().Add(-time.Second).UTC().Truncate(time.Second)
 	_, stop := start(t, k, cfg, stage, sink)
-	waitFor(t, 60*time.Second, "valid records", func() bool { return sink.Len() == n-2 })
-	waitFor(t, 30*time.Second, "commit of every record", func() bool {
-		return sum(committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	testkit.WaitFor(t, 60*time.Second, "valid records", func() bool { return sink.Len() == n-2 })
+	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	dlq := readAll(t, k, adm, cfg.DLQTopic)
+	dlq := k.ReadTopic(t, cfg.DLQTopic)
 	if len(dlq) != 2 {
 		t.Fatalf("DLQ has %d records, want 2", len(dlq))
 	}
@@ -179,11 +179,11 @@ func TestPoisonRecordDeadLettered(t *testing.T) {
 			stages.HeaderAttempts:        "1",
 		}
 		for h, v := range want {
-			if got, ok := header(d, h); !ok || got != v {
+			if got, ok := testkit.Header(d, h); !ok || got != v {
 				t.Errorf("header %s = %q (present %t), want %q", h, got, ok, v)
 			}
 		}
-		at, _ := header(d, stages.HeaderFailedAt)
+		at, _ := testkit.Header(d, stages.HeaderFailedAt)
 		ts, err := time.Parse(time.RFC3339, at)
 		if err != nil || ts.Before(before) || ts.After(time.Now().Add(time.Second)) {
 			t.Errorf("dlq.failed_at = %q (%v), want RFC 3339 now", at, err)
@@ -221,15 +221,15 @@ func TestTransientSinkFailureRetriesWithoutCommit(t *testing.T) {
 			} else if fmt.Sprint(vals) != fmt.Sprint(firstBatch) {
 				t.Errorf("write %d got a different batch than the failed one", write)
 			}
-			commitsWhileFailing = append(commitsWhileFailing, committed(t, adm, cfg.Group, cfg.Topics[0]))
+			commitsWhileFailing = append(commitsWhileFailing, testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]))
 			return errors.New("connection reset by peer")
 		}
 		return nil
 	}))
 	reg := prometheus.NewRegistry()
 	_, stop := start(t, k, cfg, passthrough, sink, run.WithRegisterer(reg))
-	waitFor(t, 30*time.Second, "all records written", func() bool { return sink.Len() == n })
-	waitFor(t, 30*time.Second, "commit", func() bool { return committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n })
+	testkit.WaitFor(t, 30*time.Second, "all records written", func() bool { return sink.Len() == n })
+	testkit.WaitFor(t, 30*time.Second, "commit", func() bool { return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -238,10 +238,10 @@ func TestTransientSinkFailureRetriesWithoutCommit(t *testing.T) {
 			t.Errorf("offsets committed during failure %d: %v", i+1, c)
 		}
 	}
-	if got := gauge(t, reg, "sluice_retries_total"); got != 3 {
+	if got := testkit.Metric(t, reg, "sluice_retries_total"); got != 3 {
 		t.Errorf("sluice_retries_total = %v, want 3", got)
 	}
-	if got := gauge(t, reg, "sluice_dlq_records_total"); got != 0 {
+	if got := testkit.Metric(t, reg, "sluice_dlq_records_total"); got != 0 {
 		t.Errorf("transient failures dead-lettered %v records", got)
 	}
 	seen := map[string]int{}
@@ -299,15 +299,15 @@ func TestDLQProduceFailureHoldsCommit(t *testing.T) {
 	}
 	sink := memsink.New[msg]()
 	_, stop := start(t, k, cfg, stage, sink, run.WithKafkaOpts(kgo.RecordDeliveryTimeout(time.Second)))
-	waitFor(t, 30*time.Second, "DLQ produce to be rejected twice", func() bool { return failures.Load() >= 2 })
-	if c := committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
+	testkit.WaitFor(t, 30*time.Second, "DLQ produce to be rejected twice", func() bool { return failures.Load() >= 2 })
+	if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
 		t.Fatalf("committed %v while the DLQ record was not acknowledged", c)
 	}
-	waitFor(t, 30*time.Second, "commit after the DLQ accepted", func() bool { return committed(t, adm, cfg.Group, cfg.Topics[0])[0] == 5 })
+	testkit.WaitFor(t, 30*time.Second, "commit after the DLQ accepted", func() bool { return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == 5 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(readAll(t, k, adm, cfg.DLQTopic)); got < 1 {
+	if got := len(k.ReadTopic(t, cfg.DLQTopic)); got < 1 {
 		t.Fatalf("DLQ has %d records", got)
 	}
 	if sink.Len() != 4 {
@@ -347,7 +347,7 @@ func TestGracefulShutdownCommitsWhatWasDone(t *testing.T) {
 	if written < 60 || written >= n {
 		t.Fatalf("written %d records; want the in-flight batch finished and the rest left", written)
 	}
-	if got := committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != int64(written) {
+	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != int64(written) {
 		t.Fatalf("committed offset %d, want %d (every written record, nothing more)", got, written)
 	}
 }
@@ -378,18 +378,18 @@ func TestPausedPartitionDoesNotBlockOthers(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	_, stop := start(t, k, cfg, stage, sink, run.WithRegisterer(reg))
 	others := 300 - perPartition[blockedPartition]
-	waitFor(t, 60*time.Second, "the other partitions to drain", func() bool { return sink.Len() == others })
+	testkit.WaitFor(t, 60*time.Second, "the other partitions to drain", func() bool { return sink.Len() == others })
 	for _, m := range sink.Items() {
 		if m.Source.Partition == blockedPartition {
 			t.Fatalf("blocked partition produced output")
 		}
 	}
-	if got := gauge(t, reg, "sluice_paused_partitions"); got != 1 {
+	if got := testkit.Metric(t, reg, "sluice_paused_partitions"); got != 1 {
 		t.Fatalf("sluice_paused_partitions = %v, want 1", got)
 	}
 	blocked.Store(false)
-	waitFor(t, 60*time.Second, "the blocked partition to drain", func() bool { return sink.Len() == 300 })
-	waitFor(t, 10*time.Second, "resume", func() bool { return gauge(t, reg, "sluice_paused_partitions") == 0 })
+	testkit.WaitFor(t, 60*time.Second, "the blocked partition to drain", func() bool { return sink.Len() == 300 })
+	testkit.WaitFor(t, 10*time.Second, "resume", func() bool { return testkit.Metric(t, reg, "sluice_paused_partitions") == 0 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -418,20 +418,20 @@ func TestRetriesExhaustedDeadLetters(t *testing.T) {
 	}
 	sink := memsink.New[msg]()
 	_, stop := start(t, k, cfg, stage, sink)
-	waitFor(t, 30*time.Second, "the other records", func() bool { return sink.Len() == 9 })
-	waitFor(t, 30*time.Second, "commit", func() bool { return committed(t, adm, cfg.Group, cfg.Topics[0])[0] == 10 })
+	testkit.WaitFor(t, 30*time.Second, "the other records", func() bool { return sink.Len() == 9 })
+	testkit.WaitFor(t, 30*time.Second, "commit", func() bool { return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == 10 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if got := calls.Load(); got != 3 {
 		t.Fatalf("stage called %d times for the failing record, want 3", got)
 	}
-	dlq := readAll(t, k, adm, cfg.DLQTopic)
+	dlq := k.ReadTopic(t, cfg.DLQTopic)
 	if len(dlq) != 1 {
 		t.Fatalf("DLQ has %d records, want 1", len(dlq))
 	}
 	for h, want := range map[string]string{stages.HeaderReason: "retries_exhausted", stages.HeaderAttempts: "3", stages.HeaderError: "upstream 504", stages.HeaderSourceOffset: "4"} {
-		if got, _ := header(dlq[0], h); got != want {
+		if got, _ := testkit.Header(dlq[0], h); got != want {
 			t.Errorf("%s = %q, want %q", h, got, want)
 		}
 	}
@@ -462,7 +462,7 @@ func TestFatalStopsWithoutCommit(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "schema mismatch") || ctx.Err() != nil {
 		t.Fatalf("Run = %v, want the fatal error before the deadline", err)
 	}
-	if got := committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != 6 {
+	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != 6 {
 		t.Fatalf("committed %d, want 6 (everything before the fatal record)", got)
 	}
 	if sink.Len() != 6 {

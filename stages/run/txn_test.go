@@ -16,27 +16,6 @@ import (
 	"github.com/sluicehq/sluice/stages/run"
 )
 
-// readCommitted reads every committed record of topic.
-func readCommitted(t *testing.T, k *testkit.Kafka, topic string, want int) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	var out []*kgo.Record
-	for ctx.Err() == nil {
-		out = append(out, cl.PollFetches(ctx).Records()...)
-		if len(out) > want {
-			break
-		}
-	}
-	return out
-}
-
 // A fatal error aborts the poll's transaction; after a restart every input
 // appears exactly once in the output (read_committed), poison records in the
 // DLQ, and the group's offsets are at the end.
@@ -82,7 +61,7 @@ func TestTransactionalExactlyOnceAcrossAbort(t *testing.T) {
 			case <-deadline:
 				t.Fatal("transactional runner did not finish")
 			case <-time.After(100 * time.Millisecond):
-				if sum(committed(t, adm, cfg.Group, cfg.Topics[0])) == n {
+				if sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n {
 					cancel()
 					return <-errc
 				}
@@ -95,7 +74,7 @@ func TestTransactionalExactlyOnceAcrossAbort(t *testing.T) {
 	if err := runOnce(); err != nil {
 		t.Fatalf("second run: %v", err)
 	}
-	out := readCommitted(t, k, outTopic, n)
+	out := k.ReadTopic(t, outTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	counts := map[string]int{}
 	for _, r := range out {
 		counts[string(r.Value)]++
@@ -109,11 +88,11 @@ func TestTransactionalExactlyOnceAcrossAbort(t *testing.T) {
 	if len(out) != n-poison {
 		t.Fatalf("read %d committed outputs, want %d", len(out), n-poison)
 	}
-	dlq := readCommitted(t, k, cfg.DLQTopic, poison)
+	dlq := k.ReadTopic(t, cfg.DLQTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if len(dlq) != poison {
 		t.Fatalf("DLQ has %d committed records, want %d", len(dlq), poison)
 	}
-	if rule, _ := header(dlq[0], stages.HeaderRule); rule != "tx.poison" {
+	if rule, _ := testkit.Header(dlq[0], stages.HeaderRule); rule != "tx.poison" {
 		t.Fatalf("dlq.rule = %q", rule)
 	}
 }
