@@ -29,11 +29,30 @@ type Config struct {
 	// (default Asia/Ho_Chi_Minh).
 	MarketLocation *time.Location
 	// Runtime overrides batching, retry and commit settings; its Name,
-	// Group, Topics and DLQTopic are set from the fields above.
+	// Group, Topics and DLQTopic are set from the fields above. Zero batch
+	// settings take the silver defaults (DefaultBatchMaxRecords,
+	// DefaultBatchMaxBytes, DefaultMaxInFlight), the others the runtime's.
 	Runtime run.Config
 	// Clock is the validator's clock (default time.Now).
 	Clock func() time.Time
 }
+
+// Silver's batch defaults. Large batches matter here because the sink's
+// cost is per row upserted and per transaction: records of one key in one
+// batch are merged into one row, and one COPY + INSERT … ON CONFLICT per
+// table serves the whole batch. Measured with bench/silverbench (1 M
+// records, 6 partitions, 2 cores, real Kafka + PostgreSQL): 2 000-record
+// batches ran in 19–21 s (PostgreSQL 17.9 s CPU, peak RSS 200 MiB); 10 000
+// in 14.1–14.8 s (15–16 s CPU, 390 MiB). A batch only fills up to the limit
+// when records are waiting (a backlog): otherwise BatchLinger bounds the
+// wait, so the latency of a quiet stream does not change. MaxInFlight,
+// the records buffered per partition, is kept just above one batch to bound
+// memory (it must stay above one fetch, about 2 000 bronze records per MiB).
+const (
+	DefaultBatchMaxRecords = 10_000
+	DefaultBatchMaxBytes   = 8 << 20
+	DefaultMaxInFlight     = 12_000
+)
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Group == "" {
@@ -62,7 +81,13 @@ func (c Config) withDefaults() (Config, error) {
 		c.MarketLocation = loc
 	}
 	if c.Runtime.BatchMaxRecords == 0 {
-		c.Runtime.BatchMaxRecords = 2000
+		c.Runtime.BatchMaxRecords = DefaultBatchMaxRecords
+	}
+	if c.Runtime.BatchMaxBytes == 0 {
+		c.Runtime.BatchMaxBytes = DefaultBatchMaxBytes
+	}
+	if c.Runtime.MaxInFlight == 0 {
+		c.Runtime.MaxInFlight = max(DefaultMaxInFlight, c.Runtime.BatchMaxRecords+c.Runtime.BatchMaxRecords/5)
 	}
 	c.Runtime.Name, c.Runtime.Group = "silver", c.Group
 	c.Runtime.Topics, c.Runtime.DLQTopic = []string{c.Topic}, c.DLQTopic
