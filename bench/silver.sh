@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# make bench-silver: the silver pipeline vs the seed's SKIP LOCKED design vs
+# the database ceiling, on the real local stack (Kafka + PostgreSQL).
+#
+#   bash bench/silver.sh                 # N=1 000 000, writes bench/results-silver.md
+#   SILVER_N=100000 bash bench/silver.sh # a quicker run (report not written)
+#   SILVER_ARGS="--profile --keep" bash bench/silver.sh
+#
+# Needs KAFKA_BROKERS and DATABASE_URL; when they are unset, the stack's env
+# file (deploy/stack, `make stack-up`) is sourced.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ -z ${KAFKA_BROKERS:-} || -z ${DATABASE_URL:-} ]]; then
+	envfile=$(bash deploy/stack/env.sh 2>/dev/null || true)
+	envfile=${envfile:-$HOME/.sluice-stack/env}
+	if [[ ! -f $envfile ]]; then
+		echo "bench-silver: no KAFKA_BROKERS/DATABASE_URL and no stack env file; run: make stack-up" >&2
+		exit 1
+	fi
+	# shellcheck disable=SC1090
+	. "$envfile"
+fi
+
+N=${SILVER_N:-1000000}
+OUT=${SILVER_OUT:-}
+if [[ -z $OUT && $N -ge 1000000 ]]; then
+	OUT=bench/results-silver.md
+fi
+
+mkdir -p bench/.work
+go build -o bench/.work/silverbench ./bench/silverbench
+args=(run --n "$N" --workdir bench/.work)
+[[ -n $OUT ]] && args+=(--out "$OUT")
+# shellcheck disable=SC2206
+args+=(${SILVER_ARGS:-})
+exec bench/.work/silverbench "${args[@]}"

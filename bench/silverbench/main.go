@@ -1,0 +1,421 @@
+// Command silverbench is the silver benchmark behind `make bench-silver`
+// (bench/silver.sh). In one run, on the real Kafka and PostgreSQL of the
+// environment (KAFKA_BROKERS, DATABASE_URL), it pushes the same corpus of
+// bronze records (silver.GenerateCorpus, fixed seed: half ta.bar, half
+// sa.article, 10 % invalid) through
+//
+//	a. the sluice silver pipeline, produce → tables, run as a separate
+//	   process (`silverbench pipeline`, the code path of `sluice run silver`
+//	   with explicit topic names);
+//	b. a Go port of the seed's worker: task_q, FOR UPDATE SKIP LOCKED inside
+//	   the silver_consume advisory lock, batches of 500, per-task upsert or
+//	   DLQ insert, then delete, 2 workers (variant_b.go);
+//	c. the database's ceiling: the final rows applied from pre-loaded
+//	   UNLOGGED staging tables with one INSERT … SELECT … ON CONFLICT per
+//	   table (variant_c.go);
+//
+// checks that a, b and c leave identical ta_silver/sa_silver contents and
+// that a and b dead-letter the same records, and writes a Markdown report.
+//
+// Usage:
+//
+//	silverbench run [--n 1000000] [--out bench/results-silver.md] …
+//	silverbench pipeline --topic T --dlq-topic D --flags-topic F --group G …
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/kconf"
+	"github.com/sluicehq/sluice/schemas"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: silverbench run|pipeline [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = runBench(os.Args[2:])
+	case "pipeline":
+		err = runPipeline(os.Args[2:])
+	case "consume":
+		err = runConsume(os.Args[2:])
+	case "seed":
+		err = runSeed(os.Args[2:])
+	case "sink":
+		err = runSinkDiag(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown subcommand %q (want run or pipeline)", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "silverbench:", err)
+		os.Exit(1)
+	}
+}
+
+func logf2(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// config is the benchmark's configuration.
+type config struct {
+	n           int
+	seed        int64
+	invalid     float64
+	partitions  int
+	brokers     []string
+	kopts       []kgo.Opt
+	databaseURL string
+	id          string
+	prefix      string
+	workDir     string
+	out         string
+	variants    string
+	keep        bool
+	profile     bool
+	timeout     time.Duration
+	pipeline    pipelineFlags
+}
+
+func runBench(args []string) error {
+	cfg := &config{}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.IntVar(&cfg.n, "n", 1_000_000, "records in the corpus")
+	fs.Int64Var(&cfg.seed, "seed", 20251121, "corpus seed")
+	fs.Float64Var(&cfg.invalid, "invalid", 0.10, "fraction of invalid records")
+	fs.IntVar(&cfg.partitions, "partitions", 6, "partitions of the bronze topic")
+	fs.StringVar(&cfg.workDir, "workdir", "bench/.work", "directory for the pipeline log and profiles")
+	fs.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
+	fs.StringVar(&cfg.variants, "variants", "abc", "variants to run: a, b, c, and B = the seed port without its advisory lock (informational, not run by default)")
+	fs.BoolVar(&cfg.keep, "keep", false, "keep the topics, group and schemas")
+	fs.BoolVar(&cfg.profile, "profile", false, "write a CPU profile of the pipeline process to WORKDIR/pipeline.cpu.pprof")
+	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "limit for variant a")
+	fs.IntVar(&cfg.pipeline.batchMaxRecords, "batch-max-records", 0, "variant a: run.Config.BatchMaxRecords (0: pipeline default)")
+	fs.IntVar(&cfg.pipeline.batchMaxBytes, "batch-max-bytes", 0, "variant a: run.Config.BatchMaxBytes (0: runtime default)")
+	fs.IntVar(&cfg.pipeline.maxInFlight, "max-in-flight", 0, "variant a: run.Config.MaxInFlight (0: runtime default)")
+	fs.DurationVar(&cfg.pipeline.batchLinger, "batch-linger", 0, "variant a: run.Config.BatchLinger (0: runtime default)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	kc := kconf.FromEnv()
+	if len(kc.Brokers) == 0 {
+		return fmt.Errorf("KAFKA_BROKERS is not set (start the stack: make stack-up, then . ~/.sluice-stack/env)")
+	}
+	cfg.brokers = kc.Brokers
+	kopts, err := kc.Opts()
+	if err != nil {
+		return err
+	}
+	cfg.kopts = kopts
+	if cfg.databaseURL = os.Getenv("DATABASE_URL"); cfg.databaseURL == "" {
+		return fmt.Errorf("DATABASE_URL is not set")
+	}
+	cfg.id = fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)
+	cfg.prefix = "bench-" + cfg.id + "."
+	if err := os.MkdirAll(cfg.workDir, 0o755); err != nil {
+		return err
+	}
+	if cfg.workDir, err = filepath.Abs(cfg.workDir); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return bench(ctx, cfg)
+}
+
+// schemaURL returns the database URL with search_path set to schema.
+func schemaURL(base, schema string) (string, error) {
+	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
+		u, err := url.Parse(base)
+		if err != nil {
+			return "", fmt.Errorf("DATABASE_URL: %w", err)
+		}
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	}
+	return base + " search_path=" + schema, nil
+}
+
+// freshSchema creates schema and applies the sluice migrations in it.
+func freshSchema(ctx context.Context, admin *pgx.Conn, base, schema string) (string, error) {
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return "", fmt.Errorf("create schema %s: %w", schema, err)
+	}
+	u, err := schemaURL(base, schema)
+	if err != nil {
+		return "", err
+	}
+	if _, err := schemas.Migrate(ctx, u); err != nil {
+		return "", fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	return u, nil
+}
+
+// results gathers everything the report shows.
+type results struct {
+	cfg       *config
+	started   time.Time
+	p         *prepared
+	a         *resultA
+	b         *resultB
+	bUnlocked *resultB // informational: the seed port without its advisory lock
+	c         *resultC
+	floor     time.Duration        // fetch-only consumer of the bronze topic
+	sums      map[string]tableSums // variant → checksums
+	dlqB      map[string]int
+	dlqBTotal int
+	readyB    int64
+	loadAvg   string
+	kafkaVer  string
+	pgVer     string
+	checks    []check
+	info      []string
+}
+
+type check struct {
+	name string
+	ok   bool
+	info string
+}
+
+func bench(ctx context.Context, cfg *config) (err error) {
+	r := &results{cfg: cfg, started: time.Now(), sums: map[string]tableSums{}, loadAvg: loadAvg()}
+	has := func(v string) bool { return strings.Contains(cfg.variants, v) }
+
+	logf2("generating %d records (seed %d, %.0f %% invalid) and the expected outcome", cfg.n, cfg.seed, cfg.invalid*100)
+	if r.p, err = prepare(cfg.seed, cfg.n, cfg.invalid); err != nil {
+		return err
+	}
+	logf2("  %d valid (%d ta, %d sa) → %d ta rows, %d sa rows; %d invalid; %s", r.p.valid, r.p.validTA, r.p.validSA,
+		len(r.p.finalTA), len(r.p.finalSA), r.p.invalid(), r.p.genTime.Round(time.Millisecond))
+
+	cl, err := kgo.NewClient(cfg.kopts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	admin, err := pgx.Connect(ctx, cfg.databaseURL)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer admin.Close(context.Background())
+	r.kafkaVer, r.pgVer = kafkaVersion(ctx, adm), pgVersion(ctx, admin)
+
+	schemaOf := func(v string) string { return "bench_" + cfg.id + "_" + v }
+	var ts topicSet
+	defer func() {
+		if cfg.keep {
+			logf2("kept: topics %s*, group %ssilver, schemas %s, %s, %s", cfg.prefix, cfg.prefix, schemaOf("a"), schemaOf("b"), schemaOf("c"))
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		for _, v := range []string{"a", "b", "bu", "c"} {
+			_, _ = admin.Exec(cctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schemaOf(v)}.Sanitize()+" CASCADE")
+		}
+		if ts.bronze != "" {
+			_, _ = adm.DeleteGroups(cctx, cfg.prefix+"silver")
+			_, _ = adm.DeleteTopics(cctx, ts.bronze, ts.dlq, ts.flags)
+		}
+	}()
+
+	if has("a") {
+		logf2("a: topics %s* (%d partitions), schema %s", cfg.prefix, cfg.partitions, schemaOf("a"))
+		if ts, err = silverTopics(ctx, adm, cfg.prefix, cfg.partitions); err != nil {
+			return err
+		}
+		urlA, err := freshSchema(ctx, admin, cfg.databaseURL, schemaOf("a"))
+		if err != nil {
+			return err
+		}
+		r.a = &resultA{}
+		logf2("a: producing %d records to %s", cfg.n, ts.bronze)
+		prod, err := produce(ctx, cfg.kopts, ts.bronze, r.p)
+		if err != nil {
+			return err
+		}
+		logf2("a: produced in %s (%.0f records/s); starting the pipeline process", prod.Round(time.Millisecond), rate(cfg.n, prod))
+		checkpoint(ctx, admin)
+		if r.a, err = runVariantA(ctx, cfg, cfg.kopts, adm, ts, urlA, r.p); err != nil {
+			return fmt.Errorf("variant a: %w", err)
+		}
+		r.a.produce = prod
+		logf2("a: %s → %.0f records/s (offsets committed at %s); peak RSS %d MiB", r.a.run.Round(time.Millisecond),
+			rate(cfg.n, r.a.run), r.a.committed.Round(time.Millisecond), r.a.peakRSSKB/1024)
+		logf2("a: CPU by process: %s", r.a.cpuSplit)
+		if r.sums["a"], err = checksums(ctx, admin, schemaOf("a")); err != nil {
+			return err
+		}
+		if r.floor, err = consumeFloor(ctx, cfg, ts.bronze); err != nil {
+			return err
+		}
+		logf2("a: Kafka consume floor (fetch only, separate process): %s → %.0f records/s", r.floor.Round(time.Millisecond), rate(cfg.n, r.floor))
+	}
+	for _, bv := range []struct {
+		name   string
+		noLock bool
+		dst    **resultB
+	}{{"b", false, &r.b}, {"B", true, &r.bUnlocked}} {
+		if !has(bv.name) {
+			continue
+		}
+		schema := schemaOf(strings.ToLower(bv.name))
+		if bv.noLock {
+			schema = schemaOf("bu")
+		}
+		urlB, err := freshSchema(ctx, admin, cfg.databaseURL, schema)
+		if err != nil {
+			return err
+		}
+		conn, err := pgx.Connect(ctx, urlB)
+		if err != nil {
+			return err
+		}
+		logf2("%s: loading %d tasks into %s.task_q", bv.name, cfg.n, schema)
+		t0 := time.Now()
+		err = loadTaskQueue(ctx, conn, r.p)
+		conn.Close(context.Background())
+		if err != nil {
+			return err
+		}
+		logf2("%s: loaded in %s; running %d seed workers (advisory lock: %t)", bv.name, time.Since(t0).Round(time.Millisecond), seedWorkerCount, !bv.noLock)
+		checkpoint(ctx, admin)
+		res, err := runVariantB(ctx, urlB, bv.noLock)
+		if err != nil {
+			return fmt.Errorf("variant %s: %w", bv.name, err)
+		}
+		*bv.dst = res
+		logf2("%s: %s → %.0f records/s (%d batches, %d lock misses, %d deadlocks, backlog check %s)", bv.name, res.Run.Round(time.Millisecond),
+			rate(cfg.n, res.Run), res.Batches, res.LockMisses, res.Deadlocks, res.Backlog.Round(time.Millisecond))
+		logf2("%s: CPU by process: %s", bv.name, res.cpuSplit)
+		if r.sums[bv.name], err = checksums(ctx, admin, schema); err != nil {
+			return err
+		}
+		if !bv.noLock {
+			if r.dlqB, r.dlqBTotal, r.readyB, err = seedDLQ(ctx, admin, schema); err != nil {
+				return err
+			}
+		}
+	}
+	if has("c") {
+		urlC, err := freshSchema(ctx, admin, cfg.databaseURL, schemaOf("c"))
+		if err != nil {
+			return err
+		}
+		conn, err := pgx.Connect(ctx, urlC)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		logf2("c: loading %d ta + %d sa final rows into unlogged staging tables", len(r.p.finalTA), len(r.p.finalSA))
+		t0 := time.Now()
+		if err := loadVariantC(ctx, conn, r.p); err != nil {
+			return err
+		}
+		loadC := time.Since(t0)
+		checkpoint(ctx, admin)
+		if r.c, err = runVariantC(ctx, conn); err != nil {
+			return err
+		}
+		r.c.load = loadC
+		logf2("c: %s (ta %s, sa %s) → %.0f records/s over the %d input records", r.c.total().Round(time.Millisecond),
+			r.c.ta.Round(time.Millisecond), r.c.sa.Round(time.Millisecond), rate(cfg.n, r.c.total()), cfg.n)
+		if r.sums["c"], err = checksums(ctx, admin, schemaOf("c")); err != nil {
+			return err
+		}
+	}
+	r.verify()
+	report := r.markdown()
+	fmt.Println(report)
+	if cfg.out != "" {
+		if err := os.WriteFile(cfg.out, []byte(report), 0o644); err != nil {
+			return err
+		}
+		logf2("report written to %s", cfg.out)
+	}
+	for _, c := range r.checks {
+		if !c.ok {
+			return fmt.Errorf("check failed: %s: %s", c.name, c.info)
+		}
+	}
+	return nil
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// checkpoint flushes dirty buffers so that one variant's writes are not
+// paid for by the next one's timing.
+func checkpoint(ctx context.Context, admin *pgx.Conn) {
+	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
+		logf2("  (CHECKPOINT failed: %v)", err)
+	}
+}
+
+func kafkaVersion(ctx context.Context, adm *kadm.Client) string {
+	guess := "unknown"
+	if vs, err := adm.ApiVersions(ctx); err == nil {
+		for _, v := range vs.Sorted() {
+			if v.Err == nil {
+				guess = v.VersionGuess()
+				break
+			}
+		}
+	}
+	if dir := os.Getenv("SLUICE_STACK_DIR"); dir != "" {
+		if m, _ := filepath.Glob(filepath.Join(dir, "kafka", "lib", "kafka-clients-*.jar")); len(m) > 0 {
+			v := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(m[0]), "kafka-clients-"), ".jar")
+			return fmt.Sprintf("Apache Kafka %s, KRaft, 1 node (franz-go guess: %s)", v, guess)
+		}
+	}
+	return guess
+}
+
+func pgVersion(ctx context.Context, conn *pgx.Conn) string {
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&v); err != nil {
+		return "unknown"
+	}
+	var fsync, sc, sb string
+	_ = conn.QueryRow(ctx, "SELECT current_setting('fsync'), current_setting('synchronous_commit'), current_setting('shared_buffers')").Scan(&fsync, &sc, &sb)
+	return fmt.Sprintf("PostgreSQL %s (fsync=%s, synchronous_commit=%s, shared_buffers=%s)", v, fsync, sc, sb)
+}
+
+func goVersion() string { return runtime.Version() }
+
+// loadAvg returns the 1/5/15-minute load averages.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	rpprof "runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluicehq/sluice/internal/kconf"
+	"github.com/sluicehq/sluice/internal/opshttp"
+	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/silver"
+	"github.com/sluicehq/sluice/stages/run"
+)
+
+// pipelineFlags are the settings of the `pipeline` subcommand. Zero
+// runtime values keep the defaults of silver.Services, which are what
+// `sluice run silver` uses.
+type pipelineFlags struct {
+	brokers, databaseURL               string
+	group, topic, dlqTopic, flagsTopic string
+	opsAddr, cpuProfile                string
+	batchMaxRecords, maxInFlight       int
+	batchMaxBytes                      int
+	batchLinger                        time.Duration
+}
+
+func (p *pipelineFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.brokers, "brokers", os.Getenv("KAFKA_BROKERS"), "Kafka seed brokers (env KAFKA_BROKERS)")
+	fs.StringVar(&p.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL; put the schema in search_path (env DATABASE_URL)")
+	fs.StringVar(&p.group, "group", "silver", "consumer group")
+	fs.StringVar(&p.topic, "topic", "bronze.records", "bronze topic")
+	fs.StringVar(&p.dlqTopic, "dlq-topic", "bronze.dlq", "DLQ topic")
+	fs.StringVar(&p.flagsTopic, "flags-topic", "control.flags", "control flags topic")
+	fs.StringVar(&p.opsAddr, "ops-addr", "127.0.0.1:0", "ops HTTP address (/metrics, /debug/pprof/)")
+	fs.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.IntVar(&p.batchMaxRecords, "batch-max-records", 0, "run.Config.BatchMaxRecords (0: the pipeline's default)")
+	fs.IntVar(&p.batchMaxBytes, "batch-max-bytes", 0, "run.Config.BatchMaxBytes (0: the runtime's default)")
+	fs.IntVar(&p.maxInFlight, "max-in-flight", 0, "run.Config.MaxInFlight (0: the runtime's default)")
+	fs.DurationVar(&p.batchLinger, "batch-linger", 0, "run.Config.BatchLinger (0: the runtime's default)")
+}
+
+// args renders p back into command-line arguments for the child process.
+func (p *pipelineFlags) args() []string {
+	a := []string{"pipeline",
+		"--brokers", p.brokers, "--database-url", p.databaseURL,
+		"--group", p.group, "--topic", p.topic, "--dlq-topic", p.dlqTopic, "--flags-topic", p.flagsTopic,
+		"--ops-addr", p.opsAddr,
+		"--batch-max-records", fmt.Sprint(p.batchMaxRecords), "--batch-max-bytes", fmt.Sprint(p.batchMaxBytes),
+		"--max-in-flight", fmt.Sprint(p.maxInFlight), "--batch-linger", p.batchLinger.String(),
+	}
+	if p.cpuProfile != "" {
+		a = append(a, "--cpuprofile", p.cpuProfile)
+	}
+	return a
+}
+
+// runPipeline is the `pipeline` subcommand: the silver pipeline exactly as
+// `sluice run silver` builds it (silver.Services on a pipelines.Env with a
+// pgx pool, a Prometheus registry with the Go and process collectors and
+// the ops HTTP server), but with explicit topic names so that the benchmark
+// runs on an isolated topic set. It runs until SIGINT/SIGTERM.
+func runPipeline(args []string) error {
+	var p pipelineFlags
+	fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
+	p.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if p.cpuProfile != "" {
+		f, err := os.Create(p.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := rpprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer rpprof.StopCPUProfile()
+	}
+
+	kc := kconf.FromEnv()
+	kc.Brokers = kconf.SplitBrokers(p.brokers)
+	kopts, err := kc.Opts()
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ops := opshttp.New(reg, log)
+	ops.Handle("GET /debug/pprof/", http.HandlerFunc(pprof.Index))
+	ops.Handle("GET /debug/pprof/profile", http.HandlerFunc(pprof.Profile))
+
+	pcfg, err := pgxpool.ParseConfig(p.databaseURL)
+	if err != nil {
+		return fmt.Errorf("invalid database URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+
+	env := pipelines.Env{Kafka: kopts, DB: pool, Registerer: reg, Logger: log, Ops: ops}
+	services, err := silver.Services(env, silver.Config{
+		Group: p.group, Topic: p.topic, DLQTopic: p.dlqTopic, FlagsTopic: p.flagsTopic,
+		Runtime: run.Config{
+			BatchMaxRecords: p.batchMaxRecords, BatchMaxBytes: p.batchMaxBytes,
+			MaxInFlight: p.maxInFlight, BatchLinger: p.batchLinger,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	grp, gctx := errgroup.WithContext(ctx)
+	for _, s := range services {
+		ops.AddReadiness(s.Name(), s.Ready)
+	}
+	addr, errc, err := ops.ListenAndServe(gctx, p.opsAddr)
+	if err != nil {
+		return err
+	}
+	log.Info("ops endpoints", "addr", addr.String())
+	grp.Go(func() error { return <-errc })
+	for _, s := range services {
+		grp.Go(func() error {
+			if err := s.Run(gctx); err != nil {
+				return fmt.Errorf("%s: %w", s.Name(), err)
+			}
+			return nil
+		})
+	}
+	err = grp.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

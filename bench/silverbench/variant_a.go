@@ -1,0 +1,516 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/topics"
+)
+
+// topicSet is the isolated topic set of one benchmark run.
+type topicSet struct{ bronze, dlq, flags string }
+
+// silverTopics creates the prefixed silver topics (catalog settings, the
+// bronze topic with partitions partitions).
+func silverTopics(ctx context.Context, adm *kadm.Client, prefix string, partitions int) (topicSet, error) {
+	var specs []topics.Spec
+	for _, s := range topics.Catalog() {
+		switch s.Name {
+		case topics.BronzeRecords, topics.BronzeDLQ, topics.ControlFlags:
+			specs = append(specs, s)
+		}
+	}
+	specs, err := topics.Select(specs, topics.WithPrefix(prefix), topics.WithPartitions(topics.BronzeRecords, int32(partitions)))
+	if err != nil {
+		return topicSet{}, err
+	}
+	if _, err := topics.Ensure(ctx, adm, specs); err != nil {
+		return topicSet{}, fmt.Errorf("create topics: %w", err)
+	}
+	return topicSet{prefix + topics.BronzeRecords, prefix + topics.BronzeDLQ, prefix + topics.ControlFlags}, nil
+}
+
+// produce writes the corpus to topic in order (record i with timestamp
+// p.recordTime(i)) and returns how long it took until every record was acked.
+func produce(ctx context.Context, kopts []kgo.Opt, topic string, p *prepared) (time.Duration, error) {
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...), kgo.DefaultProduceTopic(topic))...)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	start := time.Now()
+	for i, rec := range p.recs {
+		r := &kgo.Record{Key: []byte(rec.Key), Value: rec.Value, Timestamp: p.recordTime(i)}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				if failed.Add(1) == 1 {
+					firstErr.Store(err)
+				}
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	if n := failed.Load(); n > 0 {
+		return d, fmt.Errorf("%d records failed to produce, first: %v", n, firstErr.Load())
+	}
+	return d, nil
+}
+
+// resultA is the outcome of variant a.
+type resultA struct {
+	produce   time.Duration
+	run       time.Duration // child start → every record done (metric)
+	committed time.Duration // child start → group lag 0 on the bronze topic
+	peakRSSKB int64
+	cpu       time.Duration // user+system CPU of the child
+	machine   float64       // machine CPU busy fraction during run
+	cpuSplit  string        // CPU time per command during run
+	dlq       map[string]int
+	dlqTotal  int
+	logFile   string
+}
+
+// runVariantA starts the pipeline as a separate process and waits until
+// every input record is done.
+func runVariantA(ctx context.Context, cfg *config, kopts []kgo.Opt, adm *kadm.Client, ts topicSet, dbURL string, p *prepared) (*resultA, error) {
+	res := &resultA{logFile: cfg.workDir + "/pipeline.log"}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	pf := cfg.pipeline
+	pf.brokers = strings.Join(cfg.brokers, ",")
+	pf.databaseURL = dbURL
+	pf.group = cfg.prefix + "silver"
+	pf.topic, pf.dlqTopic, pf.flagsTopic = ts.bronze, ts.dlq, ts.flags
+	pf.opsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	if cfg.profile {
+		pf.cpuProfile = cfg.workDir + "/pipeline.cpu.pprof"
+	}
+	logf, err := os.Create(res.logFile)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe, pf.args()...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = os.Environ()
+
+	cpu0, sampler := machineCPU(), startCPUSampler()
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start pipeline: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopChild := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	pid := cmd.Process.Pid
+	metricsURL := "http://" + pf.opsAddr + "/metrics"
+	n := float64(len(p.recs))
+	deadline := time.After(cfg.timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	lastLog := time.Now()
+	for done := false; !done; {
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("pipeline exited early (%v); see %s", err, res.logFile)
+		case <-deadline:
+			stopChild()
+			return nil, fmt.Errorf("pipeline did not finish within %s; see %s", cfg.timeout, res.logFile)
+		case <-ctx.Done():
+			stopChild()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+		got, err := scrapeSum(metricsURL, "sluice_records_done_total")
+		if err == nil && got >= n {
+			res.run = time.Since(start)
+			done = true
+		}
+		if time.Since(lastLog) > 5*time.Second {
+			lastLog = time.Now()
+			logf2("  a: %.0f/%.0f records done after %s (rss %d MiB)", got, n, time.Since(start).Round(time.Second), procStatusKB(pid, "VmRSS")/1024)
+		}
+	}
+	res.machine = machineCPU().busySince(cpu0)
+	res.cpuSplit = cpuSplit(sampler.stop())
+	// Offsets are committed every second after the effects are durable:
+	// wait for the group's lag to reach zero (not part of the rate).
+	for {
+		lag, err := groupLag(ctx, adm, pf.group, ts.bronze)
+		if err == nil && lag == 0 {
+			res.committed = time.Since(start)
+			break
+		}
+		if time.Since(start) > res.run+60*time.Second {
+			stopChild()
+			return nil, fmt.Errorf("group lag still %d (err %v) 60 s after every record was done", lag, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	saveMetrics(metricsURL, cfg.workDir+"/pipeline.metrics")
+	res.peakRSSKB = procStatusKB(pid, "VmHWM")
+	res.cpu = procCPU(pid)
+	stopChild()
+	if res.dlq, res.dlqTotal, err = dlqStats(ctx, adm, cfg.kopts, ts.dlq); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// scrapeSum returns the sum of every series of metric in a Prometheus text
+// exposition at url.
+func scrapeSum(url, metric string) (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, metric) {
+			continue
+		}
+		rest := line[len(metric):]
+		if rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
+		}
+		sum += v
+		found = true
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, errors.New("metric not exposed yet")
+	}
+	return sum, nil
+}
+
+// groupLag is the number of records of topic not committed by group.
+func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return -1, err
+	}
+	committed, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return -1, err
+	}
+	var lag int64
+	var ferr error
+	ends.Each(func(e kadm.ListedOffset) {
+		if e.Err != nil {
+			ferr = e.Err
+			return
+		}
+		at := int64(0)
+		if c, ok := committed.Lookup(e.Topic, e.Partition); ok && c.Err == nil {
+			at = c.At
+		}
+		lag += max(0, e.Offset-at)
+	})
+	return lag, ferr
+}
+
+// dlqStats reads the whole DLQ topic and counts records by their dlq.reason
+// and dlq.rule headers.
+func dlqStats(ctx context.Context, adm *kadm.Client, kopts []kgo.Opt, topic string) (map[string]int, int, error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, 0, err
+	}
+	want := map[int32]int64{}
+	parts := map[int32]kgo.Offset{}
+	ends.Each(func(e kadm.ListedOffset) {
+		if e.Offset > 0 {
+			want[e.Partition] = e.Offset
+			parts[e.Partition] = kgo.NewOffset().AtStart()
+		}
+	})
+	out := map[string]int{}
+	if len(parts) == 0 {
+		return out, 0, nil
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer cl.Close()
+	total := 0
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for len(want) > 0 {
+		fs := cl.PollFetches(rctx)
+		if err := rctx.Err(); err != nil {
+			return nil, 0, fmt.Errorf("read DLQ %s: %w", topic, err)
+		}
+		fs.EachError(func(_ string, _ int32, e error) { err = e })
+		if err != nil {
+			return nil, 0, fmt.Errorf("read DLQ %s: %w", topic, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			var reason, rule string
+			for _, h := range r.Headers {
+				switch h.Key {
+				case stages.HeaderReason:
+					reason = string(h.Value)
+				case stages.HeaderRule:
+					rule = string(h.Value)
+				}
+			}
+			out[dlqKey(stages.Reason(reason), rule)]++
+			total++
+			if r.Offset+1 >= want[r.Partition] {
+				delete(want, r.Partition)
+			}
+		})
+	}
+	return out, total, nil
+}
+
+// procStatusKB returns a "kB" field of /proc/PID/status (e.g. VmHWM), or -1.
+func procStatusKB(pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// procCPU returns the user+system CPU time of a live process.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	// fields after the command: state(0) … utime(11) stime(12), in clock ticks (100 Hz)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond
+}
+
+// cpuSample is the aggregate line of /proc/stat.
+type cpuSample struct{ busy, total int64 }
+
+func machineCPU() cpuSample {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuSample{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var s cpuSample
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		s.total += n
+		if i != 3 && i != 4 { // idle, iowait
+			s.busy += n
+		}
+	}
+	return s
+}
+
+// busySince is the fraction of machine CPU busy since earlier (0..1).
+func (s cpuSample) busySince(earlier cpuSample) float64 {
+	if s.total == earlier.total {
+		return 0
+	}
+	return float64(s.busy-earlier.busy) / float64(s.total-earlier.total)
+}
+
+// cpuSampler accounts the CPU time used by every process between start
+// and stop, grouped by command name. It samples /proc every 500 ms and
+// keeps the last value seen per process, so processes that exit during
+// the interval (a client and its PostgreSQL backends) are counted up to
+// their last sample.
+type cpuSampler struct {
+	base, last map[int]procTime
+	stopc      chan struct{}
+	done       chan struct{}
+}
+
+type procTime struct {
+	comm string
+	cpu  time.Duration
+}
+
+func startCPUSampler() *cpuSampler {
+	s := &cpuSampler{base: procTimes(), last: map[int]procTime{}, stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			for pid, pt := range procTimes() {
+				s.last[pid] = pt
+			}
+			select {
+			case <-s.stopc:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the sampling and returns the CPU time per command.
+func (s *cpuSampler) stop() map[string]time.Duration {
+	close(s.stopc)
+	<-s.done
+	for pid, pt := range procTimes() {
+		s.last[pid] = pt
+	}
+	out := map[string]time.Duration{}
+	for pid, pt := range s.last {
+		d := pt.cpu
+		if b, ok := s.base[pid]; ok && b.cpu <= d {
+			d -= b.cpu // the same process (a reused pid would have less CPU)
+		}
+		comm, _, _ := strings.Cut(pt.comm, "-") // kworker/u8:3-writeback: the suffix is the current work queue
+		out[comm] += d
+	}
+	return out
+}
+
+func procTimes() map[int]procTime {
+	out := map[int]procTime{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i, j := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if i < 0 || j < i {
+			continue
+		}
+		out[pid] = procTime{comm: s[i+1 : j], cpu: procCPU(pid)}
+	}
+	return out
+}
+
+// cpuSplit renders CPU time per command, keeping commands that used at
+// least 100 ms, as "name 1.2 s" sorted by time.
+func cpuSplit(after map[string]time.Duration) string {
+	type kv struct {
+		k string
+		d time.Duration
+	}
+	var l []kv
+	for k, d := range after {
+		if d >= 100*time.Millisecond {
+			l = append(l, kv{k, d})
+		}
+	}
+	slices.SortFunc(l, func(a, b kv) int { return int(b.d - a.d) })
+	var parts []string
+	for _, x := range l {
+		parts = append(parts, fmt.Sprintf("%s %.1f s", x.k, x.d.Seconds()))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// saveMetrics stores the pipeline's final /metrics exposition (batch sizes,
+// phase durations, sink transactions) next to its log for later analysis.
+func saveMetrics(url, path string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil {
+		_ = os.WriteFile(path, b, 0o644)
+	}
+}
