@@ -58,7 +58,7 @@ func runConsume(args []string) error {
 
 // consumeFloor times a `consume` child process over the bronze topic.
 func consumeFloor(ctx context.Context, cfg *config, topic string) (time.Duration, error) {
-	exe, err := os.Executable()
+	exe, err := childExe(cfg, "consume-floor")
 	if err != nil {
 		return 0, err
 	}

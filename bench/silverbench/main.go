@@ -19,8 +19,11 @@
 //
 // Usage:
 //
-//	silverbench run [--n 1000000] [--out bench/results-silver.md] …
-//	silverbench pipeline --topic T --dlq-topic D --flags-topic F --group G …
+//	silverbench run [--n 1000000] [--out bench/results-silver.md] [--profile] [--variants abc] …
+//
+// The other subcommands are the children it starts — `pipeline` (variant
+// a), `seed` (variant b), `consume` (the Kafka fetch floor) — and `sink`, a
+// diagnostic that times silver.NewSink alone on the corpus's rows.
 package main
 
 import (
@@ -32,6 +35,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -248,7 +252,6 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		if err != nil {
 			return err
 		}
-		r.a = &resultA{}
 		logf2("a: producing %d records to %s", cfg.n, ts.bronze)
 		prod, err := produce(ctx, cfg.kopts, ts.bronze, r.p)
 		if err != nil {
@@ -256,7 +259,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		}
 		logf2("a: produced in %s (%.0f records/s); starting the pipeline process", prod.Round(time.Millisecond), rate(cfg.n, prod))
 		checkpoint(ctx, admin)
-		if r.a, err = runVariantA(ctx, cfg, cfg.kopts, adm, ts, urlA, r.p); err != nil {
+		if r.a, err = runVariantA(ctx, cfg, adm, ts, urlA, r.p); err != nil {
 			return fmt.Errorf("variant a: %w", err)
 		}
 		r.a.produce = prod
@@ -272,17 +275,14 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		logf2("a: Kafka consume floor (fetch only, separate process): %s → %.0f records/s", r.floor.Round(time.Millisecond), rate(cfg.n, r.floor))
 	}
 	for _, bv := range []struct {
-		name   string
-		noLock bool
-		dst    **resultB
-	}{{"b", false, &r.b}, {"B", true, &r.bUnlocked}} {
+		name, schema string
+		noLock       bool
+		dst          **resultB
+	}{{"b", schemaOf("b"), false, &r.b}, {"B", schemaOf("bu"), true, &r.bUnlocked}} {
 		if !has(bv.name) {
 			continue
 		}
-		schema := schemaOf(strings.ToLower(bv.name))
-		if bv.noLock {
-			schema = schemaOf("bu")
-		}
+		schema := bv.schema
 		urlB, err := freshSchema(ctx, admin, cfg.databaseURL, schema)
 		if err != nil {
 			return err
@@ -300,7 +300,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		}
 		logf2("%s: loaded in %s; running %d seed workers (advisory lock: %t)", bv.name, time.Since(t0).Round(time.Millisecond), seedWorkerCount, !bv.noLock)
 		checkpoint(ctx, admin)
-		res, err := runVariantB(ctx, urlB, bv.noLock)
+		res, err := runVariantB(ctx, cfg, urlB, bv.noLock)
 		if err != nil {
 			return fmt.Errorf("variant %s: %w", bv.name, err)
 		}
@@ -334,6 +334,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		}
 		loadC := time.Since(t0)
 		checkpoint(ctx, admin)
+		quiesce()
 		if r.c, err = runVariantC(ctx, conn); err != nil {
 			return err
 		}
@@ -366,6 +367,29 @@ func rate(n int, d time.Duration) float64 {
 		return 0
 	}
 	return float64(n) / d.Seconds()
+}
+
+// childExe returns a symbolic link to this executable named name in the
+// work directory: a child started through it has name as its command name,
+// so its CPU time is told apart from the harness's in the per-process split.
+func childExe(cfg *config, name string) (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	link := filepath.Join(cfg.workDir, name)
+	_ = os.Remove(link)
+	if err := os.Symlink(exe, link); err != nil {
+		return "", err
+	}
+	return link, nil
+}
+
+// quiesce collects the harness's garbage (the corpus was just built) so
+// that its background GC does not run during a timed section.
+func quiesce() {
+	runtime.GC()
+	debug.FreeOSMemory()
 }
 
 // checkpoint flushes dirty buffers so that one variant's writes are not

@@ -87,16 +87,18 @@ type resultA struct {
 	cpu       time.Duration // user+system CPU of the child
 	machine   float64       // machine CPU busy fraction during run
 	cpuSplit  string        // CPU time per command during run
+	cpuBy     map[string]time.Duration
 	dlq       map[string]int
 	dlqTotal  int
 	logFile   string
+	metrics   string // the pipeline's /metrics at the end
 }
 
 // runVariantA starts the pipeline as a separate process and waits until
 // every input record is done.
-func runVariantA(ctx context.Context, cfg *config, kopts []kgo.Opt, adm *kadm.Client, ts topicSet, dbURL string, p *prepared) (*resultA, error) {
+func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, dbURL string, p *prepared) (*resultA, error) {
 	res := &resultA{logFile: cfg.workDir + "/pipeline.log"}
-	exe, err := os.Executable()
+	exe, err := childExe(cfg, "silver-pipeline")
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +124,7 @@ func runVariantA(ctx context.Context, cfg *config, kopts []kgo.Opt, adm *kadm.Cl
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = os.Environ()
 
+	quiesce()
 	cpu0, sampler := machineCPU(), startCPUSampler()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -168,7 +171,8 @@ func runVariantA(ctx context.Context, cfg *config, kopts []kgo.Opt, adm *kadm.Cl
 		}
 	}
 	res.machine = machineCPU().busySince(cpu0)
-	res.cpuSplit = cpuSplit(sampler.stop())
+	res.cpuBy = sampler.stop()
+	res.cpuSplit = cpuSplit(res.cpuBy)
 	// Offsets are committed every second after the effects are durable:
 	// wait for the group's lag to reach zero (not part of the rate).
 	for {
@@ -183,7 +187,12 @@ func runVariantA(ctx context.Context, cfg *config, kopts []kgo.Opt, adm *kadm.Cl
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	saveMetrics(metricsURL, cfg.workDir+"/pipeline.metrics")
+	// The final metrics (batch sizes, phase durations, merged rows) feed
+	// the report and stay next to the log.
+	if text, err := scrape(metricsURL); err == nil {
+		res.metrics = text
+		_ = os.WriteFile(cfg.workDir+"/pipeline.metrics", []byte(text), 0o644)
+	}
 	res.peakRSSKB = procStatusKB(pid, "VmHWM")
 	res.cpu = procCPU(pid)
 	stopChild()
@@ -202,31 +211,47 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// scrapeSum returns the sum of every series of metric in a Prometheus text
-// exposition at url.
-func scrapeSum(url, metric string) (float64, error) {
+// scrape fetches the Prometheus text exposition at url.
+func scrape(url string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// scrapeSum returns the sum of every series of metric at url.
+func scrapeSum(url, metric string) (float64, error) {
+	text, err := scrape(url)
+	if err != nil {
+		return 0, err
+	}
+	v, ok := metricSum(text, metric, "")
+	if !ok {
+		return 0, errors.New("metric not exposed yet")
+	}
+	return v, nil
+}
+
+// metricSum sums the series of metric in a text exposition whose labels
+// contain label (e.g. `phase="write"`; "" for all).
+func metricSum(text, metric, label string) (float64, bool) {
 	var sum float64
 	found := false
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, metric) {
-			continue
-		}
-		rest := line[len(metric):]
-		if rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+		rest, ok := strings.CutPrefix(line, metric)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') || !strings.Contains(rest, label) {
 			continue
 		}
 		f := strings.Fields(line)
@@ -237,13 +262,7 @@ func scrapeSum(url, metric string) (float64, error) {
 		sum += v
 		found = true
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	if !found {
-		return 0, errors.New("metric not exposed yet")
-	}
-	return sum, nil
+	return sum, found
 }
 
 // groupLag is the number of records of topic not committed by group.
@@ -449,7 +468,10 @@ func (s *cpuSampler) stop() map[string]time.Duration {
 		if b, ok := s.base[pid]; ok && b.cpu <= d {
 			d -= b.cpu // the same process (a reused pid would have less CPU)
 		}
-		comm, _, _ := strings.Cut(pt.comm, "-") // kworker/u8:3-writeback: the suffix is the current work queue
+		comm := pt.comm
+		if strings.HasPrefix(comm, "kworker/") {
+			comm, _, _ = strings.Cut(comm, "-") // kworker/u8:3-writeback: the suffix is the current work queue
+		}
 		out[comm] += d
 	}
 	return out
@@ -499,18 +521,4 @@ func cpuSplit(after map[string]time.Duration) string {
 		parts = append(parts, fmt.Sprintf("%s %.1f s", x.k, x.d.Seconds()))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// saveMetrics stores the pipeline's final /metrics exposition (batch sizes,
-// phase durations, sink transactions) next to its log for later analysis.
-func saveMetrics(url, path string) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil {
-		_ = os.WriteFile(path, b, 0o644)
-	}
 }

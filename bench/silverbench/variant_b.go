@@ -30,6 +30,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -181,8 +183,20 @@ func runSeed(args []string) error {
 	fs := flag.NewFlagSet("seed", flag.ContinueOnError)
 	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL with search_path = the loaded schema")
 	noLock := fs.Bool("no-lock", false, "skip the advisory lock (not the seed's design; informational)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -197,13 +211,18 @@ func runSeed(args []string) error {
 
 // runVariantB runs the seed port as a child process on dbURL (search_path =
 // the schema loaded by loadTaskQueue) until task_q has no ready task.
-func runVariantB(ctx context.Context, dbURL string, noLock bool) (*resultB, error) {
-	exe, err := os.Executable()
+func runVariantB(ctx context.Context, cfg *config, dbURL string, noLock bool) (*resultB, error) {
+	exe, err := childExe(cfg, "seed-workers")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, exe, "seed", "--database-url", dbURL, fmt.Sprintf("--no-lock=%t", noLock))
+	args := []string{"seed", "--database-url", dbURL, fmt.Sprintf("--no-lock=%t", noLock)}
+	if cfg.profile {
+		args = append(args, "--cpuprofile", filepath.Join(cfg.workDir, "seed.cpu.pprof"))
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stderr = os.Stderr
+	quiesce()
 	cpu0, sampler := machineCPU(), startCPUSampler()
 	out, err := cmd.Output()
 	split := sampler.stop()
