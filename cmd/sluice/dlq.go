@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/stages/dlq"
 	"github.com/sluicehq/sluice/topics"
@@ -64,17 +63,6 @@ func (ff *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
 	return f, nil
 }
 
-// dlqKafkaOpts checks within kafkaConnectTimeout that Kafka answers and
-// returns the connection options for the dlq package's own clients.
-func dlqKafkaOpts(ctx context.Context, g *globalConfig) ([]kgo.Opt, error) {
-	_, closeFn, err := kafkaAdmin(ctx, g)
-	if err != nil {
-		return nil, err
-	}
-	closeFn()
-	return g.Kafka.Opts()
-}
-
 func newDLQInspectCmd(g *globalConfig) *cobra.Command {
 	var (
 		topic   string
@@ -99,7 +87,7 @@ line instead). It joins no consumer group and commits nothing.`,
 			if limit < 0 {
 				return fmt.Errorf("invalid --limit %d (want ≥ 0)", limit)
 			}
-			opts, err := dlqKafkaOpts(cmd.Context(), g)
+			opts, err := kafkaOpts(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
@@ -115,7 +103,7 @@ line instead). It joins no consumer group and commits nothing.`,
 				return writeDLQText(out, r)
 			})
 			if err != nil {
-				return singleLineErr(err)
+				return err
 			}
 			if !asJSON {
 				fmt.Fprintf(out, "%d record(s)", n)
@@ -237,7 +225,7 @@ started.`,
 			if maxRedrives < 1 {
 				return fmt.Errorf("invalid --max-redrives %d (want ≥ 1)", maxRedrives)
 			}
-			opts, err := dlqKafkaOpts(cmd.Context(), g)
+			opts, err := kafkaOpts(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
@@ -259,7 +247,7 @@ started.`,
 			fmt.Fprintf(out, "%s: %d\nskipped by filter: %d\nrefused by loop guard (redrive count ≥ %d): %d\nunroutable (no dlq.source.topic): %d\n",
 				verb, res.Sent, res.Filtered, maxRedrives, res.Refused, res.Unroutable)
 			if err != nil {
-				return singleLineErr(err)
+				return err
 			}
 			if !dryRun && res.Sent > 0 {
 				fmt.Fprintf(out, "re-driven records stay in %s; to skip them next time add --since %s\n", topic, res.StartedAt.Format(time.RFC3339Nano))
@@ -294,7 +282,7 @@ and exits.`,
 			if err := g.needDatabase(); err != nil {
 				return err
 			}
-			opts, err := dlqKafkaOpts(cmd.Context(), g)
+			opts, err := kafkaOpts(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
@@ -306,12 +294,12 @@ and exits.`,
 			if once {
 				res, err := dlq.ArchiveOnce(cmd.Context(), opts, pool, topic, group)
 				if err != nil {
-					return singleLineErr(err)
+					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "archived %d new record(s) of %d read from %s\n", res.Inserted, res.Read, topic)
 				return nil
 			}
-			return singleLineErr(dlq.Archive(cmd.Context(), opts, pool, topic, group))
+			return dlq.Archive(cmd.Context(), opts, pool, topic, group)
 		},
 	}
 	f := cmd.Flags()
@@ -336,7 +324,7 @@ func archivePool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		if cctx.Err() != nil {
 			return nil, fmt.Errorf("database unreachable: no answer within %v", databaseConnectTimeout)
 		}
-		return nil, singleLineErr(fmt.Errorf("database: %w", err))
+		return nil, fmt.Errorf("database: %w", err)
 	}
 	if !exists {
 		pool.Close()

@@ -20,8 +20,9 @@ type needs struct {
 	db, redis, objects bool
 }
 
-// connectTimeout bounds every first contact with a service so that an
-// unreachable one gives a one-line error instead of a hang.
+// connectTimeout bounds every first contact with a service (Kafka,
+// PostgreSQL, Redis, S3) so that an unreachable one gives a one-line error
+// instead of a hang.
 const connectTimeout = 10 * time.Second
 
 // buildEnv connects to the services a command needs and returns the
@@ -33,10 +34,7 @@ func (g *globalConfig) buildEnv(ctx context.Context, n needs) (pipelines.Env, fu
 			closers[i]()
 		}
 	}
-	if err := g.needKafka(); err != nil {
-		return pipelines.Env{}, closeAll, err
-	}
-	kopts, err := g.Kafka.Opts()
+	kopts, err := kafkaOpts(ctx, g)
 	if err != nil {
 		return pipelines.Env{}, closeAll, err
 	}

@@ -37,12 +37,12 @@ non-zero after printing the others.`,
 			defer cancel()
 			rep, err := groupctl.Lag(ctx, adm, groups...)
 			if err != nil {
-				return singleLineErr(err)
+				return err
 			}
 			if err := printLag(cmd.OutOrStdout(), rep); err != nil {
 				return err
 			}
-			return singleLineErr(rep.Err())
+			return rep.Err()
 		},
 	}
 	f := cmd.Flags()

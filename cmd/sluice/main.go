@@ -13,15 +13,41 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := newRootCmd().ExecuteContext(ctx); err != nil {
-		// One line: some driver errors span several.
-		msg := strings.Join(strings.Fields(err.Error()), " ")
-		fmt.Fprintf(os.Stderr, "sluice: %s\n", msg)
+	if err := execute(ctx, newRootCmd()); err != nil {
+		fmt.Fprintf(os.Stderr, "sluice: %v\n", err)
 		os.Exit(1)
 	}
 }
+
+// execute runs the command tree and returns its error on one line: joined
+// errors and some driver errors span several lines, and the CLI promises a
+// one-line error for every failure.
+func execute(ctx context.Context, root *cobra.Command) error {
+	err := root.ExecuteContext(ctx)
+	if err == nil || !strings.Contains(err.Error(), "\n") {
+		return err
+	}
+	return lineErr{err}
+}
+
+// lineErr prints its wrapped error with its lines trimmed and joined by "; ".
+type lineErr struct{ err error }
+
+func (e lineErr) Error() string {
+	var parts []string
+	for _, l := range strings.Split(e.err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e lineErr) Unwrap() error { return e.err }

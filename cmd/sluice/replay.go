@@ -60,7 +60,7 @@ commits nothing.`,
 			defer cancel()
 			plan, err := groupctl.Replay(ctx, adm, req)
 			if err != nil {
-				return singleLineErr(err)
+				return err
 			}
 			out := cmd.OutOrStdout()
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -143,18 +143,3 @@ func offsetText(o int64) string {
 	}
 	return strconv.FormatInt(o, 10)
 }
-
-// singleLineErr keeps an error on one line (joined errors carry newlines),
-// so that main prints exactly one line.
-func singleLineErr(err error) error {
-	if err == nil || !strings.Contains(err.Error(), "\n") {
-		return err
-	}
-	return lineErr{err}
-}
-
-// lineErr prints its wrapped error with newlines replaced by "; ".
-type lineErr struct{ err error }
-
-func (e lineErr) Error() string { return strings.ReplaceAll(e.err.Error(), "\n", "; ") }
-func (e lineErr) Unwrap() error { return e.err }

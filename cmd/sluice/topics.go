@@ -19,7 +19,7 @@ import (
 
 // kafkaConnectTimeout bounds how long a command waits for the first broker
 // to answer before it reports Kafka as unreachable.
-const kafkaConnectTimeout = 10 * time.Second
+const kafkaConnectTimeout = connectTimeout
 
 func newTopicsCmd(g *globalConfig) *cobra.Command {
 	cmd := &cobra.Command{
@@ -139,6 +139,17 @@ prefix is prepended to catalog and named topics alike.`,
 	f.BoolVarP(&verbose, "verbose", "v", false, "show per-partition start and end offsets")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "time limit for the whole operation once connected")
 	return cmd
+}
+
+// kafkaOpts checks within kafkaConnectTimeout that Kafka answers and
+// returns the connection options for clients the caller creates itself.
+func kafkaOpts(ctx context.Context, g *globalConfig) ([]kgo.Opt, error) {
+	_, closeFn, err := kafkaAdmin(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	closeFn()
+	return g.Kafka.Opts()
 }
 
 // kafkaAdmin connects to Kafka and checks within kafkaConnectTimeout that a

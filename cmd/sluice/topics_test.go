@@ -23,7 +23,7 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 	root.SetArgs(args)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err := root.ExecuteContext(ctx)
+	err := execute(ctx, root)
 	return out.String(), err
 }
 
