@@ -133,7 +133,9 @@ func (m *BacklogMonitor) Run(ctx context.Context) error {
 }
 
 // Lag returns the records of Topic not yet committed by Group (all records
-// when the group has committed nothing).
+// when the group has committed nothing). kadm's group lag only covers
+// partitions a group committed or is assigned, so a group that has not
+// started yet would show no backlog; hence the explicit computation.
 func (m *BacklogMonitor) Lag(ctx context.Context, adm *kadm.Client) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -98,23 +98,33 @@ func New[In, Out any](cfg Config, decode stages.Decoder[In], stage stages.Func[I
 	if decode == nil || stage == nil || sink == nil {
 		return nil, errors.New("pipeline needs a decoder, a stage and a sink")
 	}
-	r := &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, workers: map[tp]*worker[In, Out]{}, drained: make(chan struct{}, 1)}
-	for _, opt := range opts {
-		opt(&r.o)
-	}
-	if r.o.log == nil {
-		r.o.log = slog.Default()
-	}
-	r.o.log = r.o.log.With("pipeline", cfg.Name)
-	if r.o.stageName == "" {
-		r.o.stageName = cfg.Name
-	}
-	m, err := newMetrics(r.o.reg, cfg.Name)
+	o, m, err := setup(cfg, opts)
 	if err != nil {
-		return nil, fmt.Errorf("register metrics of pipeline %s: %w", cfg.Name, err)
+		return nil, err
 	}
-	r.m = m
-	return r, nil
+	return &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, o: o, m: m,
+		workers: map[tp]*worker[In, Out]{}, drained: make(chan struct{}, 1)}, nil
+}
+
+// setup applies the options with their defaults and registers the metrics;
+// shared by New and NewTransactional.
+func setup(cfg Config, opts []Option) (options, *metrics, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	o.log = o.log.With("pipeline", cfg.Name)
+	if o.stageName == "" {
+		o.stageName = cfg.Name
+	}
+	m, err := newMetrics(o.reg, cfg.Name)
+	if err != nil {
+		return o, nil, fmt.Errorf("register metrics of pipeline %s: %w", cfg.Name, err)
+	}
+	return o, m, nil
 }
 
 // Name returns the pipeline name.

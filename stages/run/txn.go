@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -46,23 +45,12 @@ func NewTransactional[In any](cfg Config, transactionalID string, decode stages.
 	if transactionalID == "" {
 		return nil, errors.New("transactional runner needs a transactional id")
 	}
-	r := &TxRunner[In]{cfg: cfg.withDefaults(), txnID: transactionalID, decode: decode, stage: stage}
-	for _, opt := range opts {
-		opt(&r.o)
-	}
-	if r.o.log == nil {
-		r.o.log = slog.Default()
-	}
-	r.o.log = r.o.log.With("pipeline", cfg.Name, "mode", "transactional")
-	if r.o.stageName == "" {
-		r.o.stageName = cfg.Name
-	}
-	m, err := newMetrics(r.o.reg, cfg.Name)
+	o, m, err := setup(cfg, opts)
 	if err != nil {
-		return nil, fmt.Errorf("register metrics of pipeline %s: %w", cfg.Name, err)
+		return nil, err
 	}
-	r.m = m
-	return r, nil
+	o.log = o.log.With("mode", "transactional")
+	return &TxRunner[In]{cfg: cfg.withDefaults(), txnID: transactionalID, decode: decode, stage: stage, o: o, m: m}, nil
 }
 
 // Name returns the pipeline name.
@@ -130,8 +118,8 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 				fatal = err
 				break
 			}
-			if dl != nil {
-				out = append(out, dl)
+			if dl.rec != nil {
+				out = append(out, dl.rec)
 				continue
 			}
 			out = append(out, outs...)

@@ -221,6 +221,7 @@ type pending[Out any] struct {
 	outs   []Out
 	owners []int // owners[i] is the batch index of the record that produced outs[i]
 	dlq    []*kgo.Record
+	labels [][2]string // reason and rule of dlq[i], for the metrics
 	dlqIdx map[int]bool
 }
 
@@ -240,7 +241,7 @@ func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
 			done, stopErr = i, err
 			break
 		}
-		if dl != nil {
+		if dl.rec != nil {
 			p.addDLQ(i, dl)
 			continue
 		}
@@ -258,7 +259,8 @@ func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
 	return stopErr
 }
 
-func (p *pending[Out]) addDLQ(i int, rec *kgo.Record) {
+// addDLQ queues the dead letter d of batch record i, once per record.
+func (p *pending[Out]) addDLQ(i int, d deadLetter) {
 	if p.dlqIdx == nil {
 		p.dlqIdx = map[int]bool{}
 	}
@@ -266,12 +268,21 @@ func (p *pending[Out]) addDLQ(i int, rec *kgo.Record) {
 		return
 	}
 	p.dlqIdx[i] = true
-	p.dlq = append(p.dlq, rec)
+	p.dlq = append(p.dlq, d.rec)
+	p.labels = append(p.labels, [2]string{string(d.reason), d.rule})
+}
+
+// deadLetter is a DLQ record with the reason and rule it carries.
+type deadLetter struct {
+	rec    *kgo.Record
+	reason stages.Reason
+	rule   string
 }
 
 // processOne decodes and runs the stage for one record, with retries. It
-// returns the outputs, or a DLQ record, or an error (errAbandoned or fatal).
-func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, *kgo.Record, error) {
+// returns the outputs, or a dead letter (rec set), or an error (errAbandoned
+// or fatal).
+func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, deadLetter, error) {
 	r := w.r
 	in, err := r.decode(rec.Key, rec.Value)
 	if err != nil {
@@ -296,17 +307,17 @@ func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, *kgo.Record, error
 		r.m.stageDur.Observe(time.Since(t0).Seconds())
 		if err == nil {
 			r.m.out.Add(float64(len(outs)))
-			return outs, nil, nil
+			return outs, deadLetter{}, nil
 		}
 		if w.ctx.Err() != nil {
-			return nil, nil, errAbandoned
+			return nil, deadLetter{}, errAbandoned
 		}
 		c := stages.Classify(err)
 		switch c.Kind {
 		case stages.KindDeadLetter:
 			return nil, w.dlqRecord(rec, c, attempt, r.o.stageName), nil
 		case stages.KindFatal:
-			return nil, nil, fmt.Errorf("stage %s at %s/%d@%d: %w", r.o.stageName, rec.Topic, rec.Partition, rec.Offset, err)
+			return nil, deadLetter{}, fmt.Errorf("stage %s at %s/%d@%d: %w", r.o.stageName, rec.Topic, rec.Partition, rec.Offset, err)
 		}
 		if attempt >= r.cfg.Retry.MaxAttempts {
 			ex := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonRetriesExhausted, Rule: c.Rule, Err: c.Err}
@@ -316,7 +327,7 @@ func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, *kgo.Record, error
 		wait := max(c.After, r.cfg.Retry.Backoff(attempt))
 		r.o.log.Debug("stage retry", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "attempt", attempt, "wait", wait, "err", err)
 		if !w.sleep(wait) {
-			return nil, nil, errAbandoned
+			return nil, deadLetter{}, errAbandoned
 		}
 	}
 }
@@ -382,17 +393,8 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 				return errAbandoned
 			}
 		}
-		for _, d := range p.dlq {
-			reason, rule := "", ""
-			for _, h := range d.Headers {
-				switch h.Key {
-				case stages.HeaderReason:
-					reason = string(h.Value)
-				case stages.HeaderRule:
-					rule = string(h.Value)
-				}
-			}
-			r.m.dlq.WithLabelValues(reason, rule).Inc()
+		for _, l := range p.labels {
+			r.m.dlq.WithLabelValues(l[0], l[1]).Inc()
 		}
 		r.m.batchDur.WithLabelValues("dlq").Observe(time.Since(t0).Seconds())
 	}
@@ -407,10 +409,10 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 	return nil
 }
 
-// dlqRecord builds the dead-letter record of rec: original key, value and
+// dlqRecord builds the dead letter of rec: original key, value and
 // non-DLQ headers, plus the DLQ headers of DESIGN §3. A redrive count header
 // from an earlier redrive is kept for the redrive loop guard.
-func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts int, stage string) *kgo.Record {
+func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts int, stage string) deadLetter {
 	hs := make([]kgo.RecordHeader, 0, len(rec.Headers)+9)
 	for _, h := range rec.Headers {
 		if strings.HasPrefix(h.Key, "dlq.") && h.Key != stages.HeaderRedriveCount {
@@ -433,5 +435,5 @@ func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts i
 		kgo.RecordHeader{Key: stages.HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
 		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339))},
 	)
-	return &kgo.Record{Topic: w.r.cfg.DLQTopic, Key: rec.Key, Value: rec.Value, Headers: hs}
+	return deadLetter{rec: &kgo.Record{Topic: w.r.cfg.DLQTopic, Key: rec.Key, Value: rec.Value, Headers: hs}, reason: c.Reason, rule: c.Rule}
 }
