@@ -47,6 +47,9 @@ type Config struct {
 	// StartOffset is where a group without committed offsets starts:
 	// "earliest" (default) or "latest".
 	StartOffset string
+	// Window turns on coalescing windows across batches (off by default;
+	// the sink must implement [Merger]). See [WindowConfig].
+	Window WindowConfig
 }
 
 // RetryPolicy is exponential backoff with jitter.
@@ -118,6 +121,9 @@ func (c Config) withDefaults() Config {
 	if c.StartOffset == "" {
 		c.StartOffset = "earliest"
 	}
+	if c.Window.MaxKeys > 0 && c.Window.MaxAge <= 0 {
+		c.Window.MaxAge = 5 * time.Second
+	}
 	return c
 }
 
@@ -142,6 +148,9 @@ func (c Config) Validate() error {
 	case "", "earliest", "latest":
 	default:
 		errs = append(errs, fmt.Errorf("start offset %q: want earliest or latest", c.StartOffset))
+	}
+	if c.Window.MaxKeys < 0 || c.Window.MaxAge < 0 {
+		errs = append(errs, errors.New("window bounds must not be negative"))
 	}
 	if c.Retry.Jitter > 1 || c.SinkRetry.Jitter > 1 {
 		errs = append(errs, errors.New("retry jitter must be within 0..1"))

@@ -20,6 +20,7 @@ type metrics struct {
 	committed *prometheus.CounterVec   // topic: records marked for commit
 	errors    *prometheus.CounterVec   // kind: fetch|commit|fatal
 	batchDur  *prometheus.HistogramVec // phase: process|write|dlq
+	merged    prometheus.Counter       // outputs merged into an earlier one in a window
 }
 
 func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
@@ -68,8 +69,11 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 		batchDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_batch_phase_duration_seconds", Help: "Batch time per phase (process, write, dlq).", Buckets: lat,
 		}, []string{"phase"}),
+		merged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_window_merged_total", Help: "Outputs merged into an earlier output of the same key in a coalescing window (writes saved).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.retries, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.batchDur} {
+	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.retries, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.batchDur, m.merged} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

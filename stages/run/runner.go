@@ -68,6 +68,7 @@ type Runner[In, Out any] struct {
 	decode stages.Decoder[In]
 	stage  stages.Func[In, Out]
 	sink   stages.Sink[Out]
+	merger Merger[Out] // the sink, when coalescing windows are on
 	o      options
 	m      *metrics
 
@@ -98,11 +99,19 @@ func New[In, Out any](cfg Config, decode stages.Decoder[In], stage stages.Func[I
 	if decode == nil || stage == nil || sink == nil {
 		return nil, errors.New("pipeline needs a decoder, a stage and a sink")
 	}
+	var merger Merger[Out]
+	if cfg.Window.MaxKeys > 0 {
+		mg, ok := sink.(Merger[Out])
+		if !ok {
+			return nil, fmt.Errorf("pipeline %s: Window.MaxKeys is set but the sink (%T) does not implement run.Merger", cfg.Name, sink)
+		}
+		merger = mg
+	}
 	o, m, err := setup(cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, o: o, m: m,
+	return &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, merger: merger, o: o, m: m,
 		workers: map[tp]*worker[In, Out]{}, drained: make(chan struct{}, 1)}, nil
 }
 

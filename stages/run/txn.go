@@ -45,6 +45,9 @@ func NewTransactional[In any](cfg Config, transactionalID string, decode stages.
 	if transactionalID == "" {
 		return nil, errors.New("transactional runner needs a transactional id")
 	}
+	if cfg.Window.MaxKeys > 0 {
+		return nil, errors.New("transactional runner: coalescing windows are not supported")
+	}
 	o, m, err := setup(cfg, opts)
 	if err != nil {
 		return nil, err

@@ -41,17 +41,23 @@ type worker[In, Out any] struct {
 	cancel   context.CancelFunc // abandon now
 	done     chan struct{}
 	lost     atomic.Bool
+
+	win *window[Out] // open coalescing window; nil when windows are off
 }
 
 func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 	ctx, cancel := context.WithCancel(r.base)
-	return &worker[In, Out]{
+	w := &worker[In, Out]{
 		r: r, tp: k,
 		wake:     make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		ctx:      ctx, cancel: cancel,
 		done: make(chan struct{}),
 	}
+	if r.merger != nil {
+		w.win = &window[Out]{byKey: map[string]*windowGroup[Out]{}, merger: r.merger}
+	}
+	return w
 }
 
 // push appends fetched records; it never blocks. The poll loop bounds the
@@ -188,9 +194,18 @@ func (w *worker[In, Out]) loop() {
 	for {
 		batch := w.take()
 		if batch == nil {
+			if w.win != nil && w.ctx.Err() == nil {
+				if err := w.closeWindow(); err != nil && !errors.Is(err, errAbandoned) {
+					w.r.fail(err)
+				}
+			}
 			return
 		}
-		if err := w.handle(batch); err != nil {
+		handle := w.handle
+		if w.win != nil {
+			handle = w.handleWindowed
+		}
+		if err := handle(batch); err != nil {
 			if !errors.Is(err, errAbandoned) {
 				w.r.fail(err)
 			}
@@ -381,22 +396,9 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 		r.m.batchDur.WithLabelValues("write").Observe(time.Since(t0).Seconds())
 	}
 	if len(p.dlq) > 0 {
-		t0 := time.Now()
-		for attempt := 1; ; attempt++ {
-			err := r.cl.ProduceSync(w.ctx, p.dlq...).FirstErr()
-			if err == nil {
-				break
-			}
-			r.m.retries.WithLabelValues("dlq").Inc()
-			r.o.log.Warn("DLQ produce failed, retrying", "topic", r.cfg.DLQTopic, "attempt", attempt, "err", err)
-			if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
-				return errAbandoned
-			}
+		if err := w.produceDLQ(p); err != nil {
+			return err
 		}
-		for _, l := range p.labels {
-			r.m.dlq.WithLabelValues(l[0], l[1]).Inc()
-		}
-		r.m.batchDur.WithLabelValues("dlq").Observe(time.Since(t0).Seconds())
 	}
 	if w.lost.Load() {
 		return errAbandoned

@@ -1,0 +1,333 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/stages"
+)
+
+// Merger is implemented by a sink whose outputs can be coalesced by key
+// before they are written: writing Merge(old, next) must leave the sink in
+// the same state as writing old and then next (an upsert sink whose merge
+// mirrors its SQL, for example). A runner with [WindowConfig.MaxKeys] set
+// requires its sink to implement Merger. Both methods must be safe for
+// concurrent use and must not modify their arguments.
+type Merger[T any] interface {
+	// MergeKey returns the key under which outputs coalesce; outputs with
+	// equal keys are merged, in partition order.
+	MergeKey(T) string
+	// Merge returns the output equivalent to old followed by next.
+	Merge(old, next T) T
+}
+
+// WindowConfig enables coalescing windows: instead of writing every batch,
+// a partition worker folds the outputs of consecutive batches into one
+// output per key (see [Merger]) and writes them with one Sink.Write when the
+// window closes. Under a backlog this writes each key once per window
+// instead of once per batch; once the partition has caught up the window
+// closes as soon as its queue is empty, so latency stays that of a batch.
+//
+// Offsets are marked only after the window's write (and its dead letters)
+// are durable, so the at-least-once contract is unchanged: a crash
+// re-delivers the window. Dead letters of the stage are produced at the end
+// of each batch, before the window closes. A window holds the merged outputs
+// and the offsets of the records behind them, not the records: when the sink
+// rejects a merged output (a [*stages.Rejections] item), every record that
+// contributed to it is read back from its partition and dead-lettered as
+// sink_rejected.
+type WindowConfig struct {
+	// MaxKeys closes the window when it holds this many distinct keys (per
+	// partition). 0 disables windows: every batch is written on its own.
+	// Memory per partition is about MaxKeys merged outputs.
+	MaxKeys int
+	// MaxAge closes the window when its first record was processed this long
+	// ago, bounding the delay of commits and of the rows under a backlog
+	// (default 5s).
+	MaxAge time.Duration
+}
+
+// window is the state of an open coalescing window of one partition.
+type window[Out any] struct {
+	groups  []*windowGroup[Out]
+	byKey   map[string]*windowGroup[Out]
+	opened  time.Time
+	records int         // records processed into the window
+	last    *kgo.Record // last record processed (for the commit mark)
+	merger  Merger[Out] // the runner's sink
+	outs    []Out       // scratch for the write
+}
+
+// windowGroup is one merged output and the offsets of its records.
+type windowGroup[Out any] struct {
+	out     Out
+	offsets []int64
+}
+
+func (win *window[Out]) empty() bool { return win.records == 0 }
+
+// add folds the outputs of batch into the window and returns how many
+// merged into an earlier output.
+func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (merged int) {
+	if win.records == 0 {
+		win.opened = time.Now()
+	}
+	for i, o := range p.outs {
+		off := batch[p.owners[i]].Offset
+		k := win.merger.MergeKey(o)
+		if g := win.byKey[k]; g != nil {
+			g.out = win.merger.Merge(g.out, o)
+			if g.offsets[len(g.offsets)-1] != off {
+				g.offsets = append(g.offsets, off)
+			}
+			merged++
+			continue
+		}
+		g := &windowGroup[Out]{out: o, offsets: []int64{off}}
+		win.byKey[k] = g
+		win.groups = append(win.groups, g)
+	}
+	win.records += len(batch)
+	win.last = batch[len(batch)-1]
+	return merged
+}
+
+func (win *window[Out]) reset() {
+	clear(win.groups)
+	win.groups = win.groups[:0]
+	clear(win.byKey)
+	clear(win.outs)
+	win.outs = win.outs[:0]
+	win.records, win.last = 0, nil
+}
+
+// handleWindowed processes batch into the window and closes the window when
+// it is full, old, or the partition has caught up.
+func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
+	r := w.r
+	r.m.batchSize.Observe(float64(len(batch)))
+	var p pending[Out]
+	done := len(batch)
+	var stopErr error
+	start := time.Now()
+	for i, rec := range batch {
+		r.m.in.WithLabelValues(rec.Topic).Inc()
+		outs, dl, err := w.processOne(rec)
+		if err != nil {
+			done, stopErr = i, err
+			break
+		}
+		if dl.rec != nil {
+			p.addDLQ(i, dl)
+			continue
+		}
+		for _, o := range outs {
+			p.outs = append(p.outs, o)
+			p.owners = append(p.owners, i)
+		}
+	}
+	r.m.batchDur.WithLabelValues("process").Observe(time.Since(start).Seconds())
+	if errors.Is(stopErr, errAbandoned) {
+		return errAbandoned
+	}
+	if len(p.dlq) > 0 {
+		if err := w.produceDLQ(&p); err != nil {
+			return err
+		}
+	}
+	if done > 0 {
+		r.m.merged.Add(float64(w.win.add(batch[:done], &p)))
+	}
+	if stopErr != nil || len(w.win.groups) >= r.cfg.Window.MaxKeys ||
+		time.Since(w.win.opened) >= r.cfg.Window.MaxAge || !w.moreSoon() {
+		if err := w.closeWindow(); err != nil {
+			return err
+		}
+	}
+	return stopErr
+}
+
+// moreSoon reports whether records are queued or arrive within BatchLinger;
+// false also when the worker is asked to stop.
+func (w *worker[In, Out]) moreSoon() bool {
+	if w.queued() > 0 {
+		return true
+	}
+	t := time.NewTimer(w.r.cfg.BatchLinger)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.wake:
+			if w.queued() > 0 {
+				return true
+			}
+		case <-t.C:
+			return w.queued() > 0
+		case <-w.stopping:
+			return false
+		case <-w.ctx.Done():
+			return false
+		}
+	}
+}
+
+// closeWindow writes the window's merged outputs, dead-letters the records
+// behind rejected outputs, and marks the window's last offset for commit.
+func (w *worker[In, Out]) closeWindow() error {
+	r, win := w.r, w.win
+	if win.empty() {
+		return nil
+	}
+	if len(win.groups) > 0 {
+		t0 := time.Now()
+		for _, g := range win.groups {
+			win.outs = append(win.outs, g.out)
+		}
+		for attempt := 1; ; attempt++ {
+			ts := time.Now()
+			err := r.sink.Write(w.ctx, win.outs)
+			r.m.sinkDur.Observe(time.Since(ts).Seconds())
+			if err == nil {
+				break
+			}
+			var rej *stages.Rejections
+			if errors.As(err, &rej) {
+				if err = w.deadLetterRejected(rej, attempt); err == nil {
+					break
+				}
+				if errors.Is(err, errInvalidRejection) {
+					return err
+				}
+			} else if c := stages.Classify(err); c.Kind == stages.KindFatal {
+				return fmt.Errorf("sink: %w", err)
+			}
+			r.m.retries.WithLabelValues("sink").Inc()
+			r.o.log.Warn("sink write failed, retrying", "topic", w.tp.topic, "partition", w.tp.partition, "attempt", attempt, "err", err)
+			if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
+				return errAbandoned
+			}
+		}
+		r.m.batchDur.WithLabelValues("write").Observe(time.Since(t0).Seconds())
+	}
+	if w.lost.Load() {
+		return errAbandoned
+	}
+	last := win.last
+	r.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
+		last.Topic: {last.Partition: {Epoch: last.LeaderEpoch, Offset: last.Offset + 1}},
+	})
+	r.m.committed.WithLabelValues(last.Topic).Add(float64(win.records))
+	win.reset()
+	return nil
+}
+
+// errInvalidRejection reports a sink that rejected an index outside the
+// batch it was given.
+var errInvalidRejection = errors.New("sink rejected an item outside its batch")
+
+// deadLetterRejected reads back the records behind the rejected outputs and
+// produces them to the DLQ as sink_rejected.
+func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt int) error {
+	r, win := w.r, w.win
+	type reason struct {
+		rule string
+		err  error
+	}
+	why := map[int64]reason{}
+	var offsets []int64
+	for _, it := range rej.Items {
+		if it.Index < 0 || it.Index >= len(win.groups) {
+			return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, len(win.groups))
+		}
+		for _, off := range win.groups[it.Index].offsets {
+			if _, ok := why[off]; !ok {
+				why[off] = reason{it.Rule, it.Err}
+				offsets = append(offsets, off)
+			}
+		}
+	}
+	slices.Sort(offsets)
+	recs, err := r.readBack(w.ctx, w.tp, offsets)
+	if err != nil {
+		return fmt.Errorf("read back rejected records: %w", err)
+	}
+	var p pending[Out]
+	for i, rec := range recs {
+		y := why[rec.Offset]
+		c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: y.rule, Err: y.err}
+		p.addDLQ(i, w.dlqRecord(rec, c, attempt, r.cfg.Name+"/sink"))
+	}
+	return w.produceDLQ(&p)
+}
+
+// readBack fetches the records at offsets (ascending) of one partition with
+// a short-lived client outside the group.
+func (r *Runner[In, Out]) readBack(ctx context.Context, p tp, offsets []int64) ([]*kgo.Record, error) {
+	if len(offsets) == 0 {
+		return nil, nil
+	}
+	opts := append(slices.Clone(r.o.kopts), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
+		p.topic: {p.partition: kgo.NewOffset().At(offsets[0])},
+	}))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, readBackTimeout)
+	defer cancel()
+	want := offsets
+	out := make([]*kgo.Record, 0, len(offsets))
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%s/%d: %d record(s) from offset %d not read: %w", p.topic, p.partition, len(want), want[0], err)
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return nil, fmt.Errorf("%s/%d: %w", p.topic, p.partition, ferr)
+		}
+		for _, rec := range fs.Records() {
+			if len(want) > 0 && want[0] < rec.Offset {
+				return nil, fmt.Errorf("%s/%d: record at offset %d is no longer in the topic", p.topic, p.partition, want[0])
+			}
+			if len(want) > 0 && want[0] == rec.Offset {
+				out = append(out, rec)
+				want = want[1:]
+			}
+		}
+	}
+	return out, nil
+}
+
+// readBackTimeout bounds one read-back of rejected records.
+const readBackTimeout = 30 * time.Second
+
+// produceDLQ produces p's dead letters, retrying until they are acknowledged
+// or the worker stops, and counts them.
+func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
+	r := w.r
+	t0 := time.Now()
+	for attempt := 1; ; attempt++ {
+		err := r.cl.ProduceSync(w.ctx, p.dlq...).FirstErr()
+		if err == nil {
+			break
+		}
+		r.m.retries.WithLabelValues("dlq").Inc()
+		r.o.log.Warn("DLQ produce failed, retrying", "topic", r.cfg.DLQTopic, "attempt", attempt, "err", err)
+		if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
+			return errAbandoned
+		}
+	}
+	for _, l := range p.labels {
+		r.m.dlq.WithLabelValues(l[0], l[1]).Inc()
+	}
+	r.m.batchDur.WithLabelValues("dlq").Observe(time.Since(t0).Seconds())
+	return nil
+}

@@ -1,0 +1,322 @@
+package run_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/sinks/memsink"
+	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/run"
+)
+
+// tally is the output of the window tests: per key, how many records it
+// stands for and the value of the newest one.
+type tally struct {
+	Key   string
+	Count int
+	Last  string
+}
+
+func toTally(_ context.Context, m msg) ([]tally, error) {
+	return []tally{{Key: m.Key, Count: 1, Last: m.Value}}, nil
+}
+
+// tallySink records every Write and implements run.Merger. reject, when
+// set, refuses the merged output of that key; fails makes the first Writes
+// fail transiently.
+type tallySink struct {
+	mu     sync.Mutex
+	writes [][]tally
+	state  map[string]tally
+	reject string
+	fails  int
+}
+
+func (s *tallySink) MergeKey(t tally) string { return t.Key }
+
+func (s *tallySink) Merge(old, next tally) tally {
+	return tally{Key: next.Key, Count: old.Count + next.Count, Last: next.Last}
+}
+
+func (s *tallySink) Write(_ context.Context, batch []tally) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fails > 0 {
+		s.fails--
+		return errors.New("database restarting")
+	}
+	s.writes = append(s.writes, append([]tally(nil), batch...))
+	var rej stages.Rejections
+	for i, t := range batch {
+		if t.Key == s.reject {
+			rej.Items = append(rej.Items, stages.Rejection{Index: i, Rule: "test.refused", Err: errors.New("value out of range")})
+			continue
+		}
+		old, ok := s.state[t.Key]
+		if ok {
+			t = s.Merge(old, t)
+		}
+		s.state[t.Key] = t
+	}
+	if len(rej.Items) > 0 {
+		return &rej
+	}
+	return nil
+}
+
+func (s *tallySink) snapshot() (map[string]tally, [][]tally) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := make(map[string]tally, len(s.state))
+	for k, v := range s.state {
+		st[k] = v
+	}
+	return st, append([][]tally(nil), s.writes...)
+}
+
+func (s *tallySink) total() int {
+	st, _ := s.snapshot()
+	n := 0
+	for _, t := range st {
+		n += t.Count
+	}
+	return n
+}
+
+// A window folds many batches into few writes, one output per key per
+// write, and the result equals writing every record in partition order.
+func TestWindowCoalescesAcrossBatches(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 2)
+	cfg.Window = run.WindowConfig{MaxKeys: 1000, MaxAge: time.Minute}
+	cl, adm := k.Client(t), k.Admin(t)
+	const n, keys = 3000, 40
+	recs := produce(t, cl, cfg.Topics[0], n, keys, nil)
+	sink := &tallySink{state: map[string]tally{}}
+	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink))
+	testkit.WaitFor(t, 60*time.Second, "every record written", func() bool { return sink.total() == n })
+	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	state, writes := sink.snapshot()
+	want := map[string]tally{}
+	for _, r := range recs {
+		w := want[string(r.Key)]
+		want[string(r.Key)] = tally{Key: string(r.Key), Count: w.Count + 1, Last: string(r.Value)}
+	}
+	for key, w := range want {
+		if state[key] != w {
+			t.Errorf("key %s: got %+v, want %+v", key, state[key], w)
+		}
+	}
+	// Without windows: at least n/BatchMaxRecords = 60 writes.
+	if len(writes) > 10 {
+		t.Errorf("%d writes for %d records in batches of %d: the window did not coalesce", len(writes), n, cfg.BatchMaxRecords)
+	}
+	for i, w := range writes {
+		seen := map[string]bool{}
+		for _, t2 := range w {
+			if seen[t2.Key] {
+				t.Fatalf("write %d holds key %s twice", i, t2.Key)
+			}
+			seen[t2.Key] = true
+		}
+	}
+	t.Logf("%d records in %d writes", n, len(writes))
+}
+
+// MaxKeys closes a window once it holds that many keys, so a window's write
+// is bounded by MaxKeys plus the keys of one batch.
+func TestWindowMaxKeysBoundsWrites(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	cfg.Window = run.WindowConfig{MaxKeys: 30, MaxAge: time.Minute}
+	cl := k.Client(t)
+	const n, keys = 2000, 500
+	produce(t, cl, cfg.Topics[0], n, keys, nil)
+	sink := &tallySink{state: map[string]tally{}}
+	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink))
+	testkit.WaitFor(t, 60*time.Second, "every record written", func() bool { return sink.total() == n })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, writes := sink.snapshot()
+	for i, w := range writes {
+		if len(w) >= cfg.Window.MaxKeys+cfg.BatchMaxRecords {
+			t.Errorf("write %d has %d outputs, want < MaxKeys + BatchMaxRecords = %d", i, len(w), cfg.Window.MaxKeys+cfg.BatchMaxRecords)
+		}
+	}
+	if len(writes) < n/(cfg.Window.MaxKeys+cfg.BatchMaxRecords) {
+		t.Errorf("only %d writes", len(writes))
+	}
+}
+
+// A transient sink failure retries the whole window and holds its commit;
+// nothing is lost or dead-lettered.
+func TestWindowTransientFailureHoldsCommit(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	cfg.Window = run.WindowConfig{MaxKeys: 10000, MaxAge: time.Minute}
+	cfg.SinkRetry = run.RetryPolicy{Initial: 300 * time.Millisecond, Max: 300 * time.Millisecond}
+	cl, adm := k.Client(t), k.Admin(t)
+	const n = 500
+	produce(t, cl, cfg.Topics[0], n, 50, nil)
+	sink := &tallySink{state: map[string]tally{}, fails: 3}
+	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink))
+	testkit.WaitFor(t, 30*time.Second, "a failed write", func() bool {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		return sink.fails < 3
+	})
+	if c := sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])); c != 0 && sink.total() < n {
+		t.Fatalf("committed %d records before the window was written", c)
+	}
+	testkit.WaitFor(t, 60*time.Second, "every record written", func() bool { return sink.total() == n })
+	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if dlq := k.ReadTopic(t, cfg.DLQTopic); len(dlq) != 0 {
+		t.Fatalf("%d records dead-lettered for a transient failure", len(dlq))
+	}
+}
+
+// When the sink rejects a merged output, every record behind it is read back
+// and dead-lettered with its original key, value, headers and coordinates;
+// the other keys land and everything is committed.
+func TestWindowRejectionDeadLettersEveryRecordOfTheKey(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 2)
+	cfg.Window = run.WindowConfig{MaxKeys: 1000, MaxAge: time.Minute}
+	cl, adm := k.Client(t), k.Admin(t)
+	const n, keys = 1000, 10
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: cfg.Topics[0], Key: []byte(fmt.Sprintf("k-%d", i%keys)), Value: []byte(fmt.Sprintf("v-%d", i)),
+			Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte(strconv.Itoa(i))}}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	sink := &tallySink{state: map[string]tally{}, reject: "k-3"}
+	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink))
+	testkit.WaitFor(t, 60*time.Second, "commit of every record", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sink.total(), n-n/keys; got != want {
+		t.Errorf("sink holds %d records, want %d", got, want)
+	}
+	dlq := k.ReadTopic(t, cfg.DLQTopic)
+	if len(dlq) != n/keys {
+		t.Fatalf("DLQ has %d records, want the %d records of key k-3", len(dlq), n/keys)
+	}
+	byValue := map[string]*kgo.Record{}
+	for _, r := range recs {
+		byValue[string(r.Value)] = r
+	}
+	seen := map[string]bool{}
+	for _, d := range dlq {
+		orig := byValue[string(d.Value)]
+		if orig == nil || string(d.Key) != "k-3" || seen[string(d.Value)] {
+			t.Fatalf("unexpected DLQ record %q/%q", d.Key, d.Value)
+		}
+		seen[string(d.Value)] = true
+		want := map[string]string{
+			"trace":                      string(orig.Headers[0].Value),
+			stages.HeaderReason:          "sink_rejected",
+			stages.HeaderRule:            "test.refused",
+			stages.HeaderStage:           "test/sink",
+			stages.HeaderSourceTopic:     cfg.Topics[0],
+			stages.HeaderSourcePartition: strconv.Itoa(int(orig.Partition)),
+			stages.HeaderSourceOffset:    strconv.FormatInt(orig.Offset, 10),
+		}
+		for h, v := range want {
+			if got, ok := testkit.Header(d, h); !ok || got != v {
+				t.Errorf("header %s = %q (present %t), want %q", h, got, ok, v)
+			}
+		}
+		if e, _ := testkit.Header(d, stages.HeaderError); !strings.Contains(e, "value out of range") {
+			t.Errorf("dlq.error = %q", e)
+		}
+	}
+}
+
+// A window needs a sink that can merge.
+func TestWindowNeedsMerger(t *testing.T) {
+	t.Parallel()
+	cfg := run.Config{Name: "w", Topics: []string{"in"}, DLQTopic: "dlq", Window: run.WindowConfig{MaxKeys: 10}}
+	_, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](memsink.New[msg]()))
+	if err == nil || !strings.Contains(err.Error(), "run.Merger") {
+		t.Fatalf("New = %v, want an error naming run.Merger", err)
+	}
+	cfg.Window.MaxKeys = -1
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("negative MaxKeys accepted")
+	}
+}
+
+// A rebalance closes the revoked partitions' windows before they move: the
+// new owner continues from the committed offset, so every record is written
+// (at least once) and each key's newest value wins.
+func TestWindowRebalanceLosesNothing(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 4)
+	cfg.Window = run.WindowConfig{MaxKeys: 100000, MaxAge: 300 * time.Millisecond}
+	cl, adm := k.Client(t), k.Admin(t)
+	const n, keys = 4000, 40
+	recs := produce(t, cl, cfg.Topics[0], n, keys, nil)
+	sink := &tallySink{state: map[string]tally{}}
+	// 1 ms per record: each partition takes about a second.
+	slow := func(ctx context.Context, m msg) ([]tally, error) {
+		time.Sleep(time.Millisecond)
+		return toTally(ctx, m)
+	}
+	_, stopA := start(t, k, cfg, slow, stages.Sink[tally](sink))
+	testkit.WaitFor(t, 30*time.Second, "first writes", func() bool { return sink.total() > 0 })
+	_, stopB := start(t, k, cfg, slow, stages.Sink[tally](sink))
+	testkit.WaitFor(t, 60*time.Second, "commit of every record", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	})
+	if err := errors.Join(stopA(), stopB()); err != nil {
+		t.Fatal(err)
+	}
+	state, _ := sink.snapshot()
+	want := map[string]tally{}
+	for _, r := range recs {
+		w := want[string(r.Key)]
+		want[string(r.Key)] = tally{Key: string(r.Key), Count: w.Count + 1, Last: string(r.Value)}
+	}
+	dups := 0
+	for key, w := range want {
+		got := state[key]
+		if got.Count < w.Count || got.Last != w.Last {
+			t.Errorf("key %s: got %+v, want count ≥ %d and last %q", key, got, w.Count, w.Last)
+		}
+		dups += got.Count - w.Count
+	}
+	t.Logf("%d duplicate writes after the rebalance", dups)
+}
