@@ -115,6 +115,8 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.pipeline.batchMaxBytes, "batch-max-bytes", 0, "variant a: run.Config.BatchMaxBytes (0: runtime default)")
 	fs.IntVar(&cfg.pipeline.maxInFlight, "max-in-flight", 0, "variant a: run.Config.MaxInFlight (0: runtime default)")
 	fs.DurationVar(&cfg.pipeline.batchLinger, "batch-linger", 0, "variant a: run.Config.BatchLinger (0: runtime default)")
+	fs.IntVar(&cfg.pipeline.windowMaxKeys, "window-max-keys", 0, "variant a: run.Config.Window.MaxKeys (0: pipeline default, -1: no window)")
+	fs.DurationVar(&cfg.pipeline.windowMaxAge, "window-max-age", 0, "variant a: run.Config.Window.MaxAge (0: pipeline default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -36,6 +36,8 @@ type pipelineFlags struct {
 	batchMaxRecords, maxInFlight       int
 	batchMaxBytes                      int
 	batchLinger                        time.Duration
+	windowMaxKeys                      int
+	windowMaxAge                       time.Duration
 }
 
 func (p *pipelineFlags) register(fs *flag.FlagSet) {
@@ -51,6 +53,8 @@ func (p *pipelineFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.batchMaxBytes, "batch-max-bytes", 0, "run.Config.BatchMaxBytes (0: the runtime's default)")
 	fs.IntVar(&p.maxInFlight, "max-in-flight", 0, "run.Config.MaxInFlight (0: the runtime's default)")
 	fs.DurationVar(&p.batchLinger, "batch-linger", 0, "run.Config.BatchLinger (0: the runtime's default)")
+	fs.IntVar(&p.windowMaxKeys, "window-max-keys", 0, "run.Config.Window.MaxKeys (0: the pipeline's default, -1: no window)")
+	fs.DurationVar(&p.windowMaxAge, "window-max-age", 0, "run.Config.Window.MaxAge (0: the pipeline's default)")
 }
 
 // args renders p back into command-line arguments for the child process.
@@ -61,6 +65,7 @@ func (p *pipelineFlags) args() []string {
 		"--ops-addr", p.opsAddr,
 		"--batch-max-records", fmt.Sprint(p.batchMaxRecords), "--batch-max-bytes", fmt.Sprint(p.batchMaxBytes),
 		"--max-in-flight", fmt.Sprint(p.maxInFlight), "--batch-linger", p.batchLinger.String(),
+		"--window-max-keys", fmt.Sprint(p.windowMaxKeys), "--window-max-age", p.windowMaxAge.String(),
 	}
 	if p.cpuProfile != "" {
 		a = append(a, "--cpuprofile", p.cpuProfile)
@@ -127,6 +132,7 @@ func runPipeline(args []string) error {
 		Runtime: run.Config{
 			BatchMaxRecords: p.batchMaxRecords, BatchMaxBytes: p.batchMaxBytes,
 			MaxInFlight: p.maxInFlight, BatchLinger: p.batchLinger,
+			Window: run.WindowConfig{MaxKeys: p.windowMaxKeys, MaxAge: p.windowMaxAge},
 		},
 	})
 	if err != nil {

@@ -142,12 +142,14 @@ func (r *results) markdown() string {
 	w("| corpus | N = %d records, seed %d: %d ta.bar + %d sa.article valid, %d invalid (%.1f %%); %d ta rows and %d sa rows at the end |",
 		cfg.n, cfg.seed, p.validTA, p.validSA, p.invalid(), 100*float64(p.invalid())/float64(cfg.n), len(p.finalTA), len(p.finalSA))
 	pf := cfg.pipeline
-	w("| a: pipeline | bronze topic with %d partitions, 1 process, consumer group of 1 member; run.Config: BatchMaxRecords %s, BatchMaxBytes %s, MaxInFlight %s, BatchLinger %s |",
+	w("| a: pipeline | bronze topic with %d partitions, 1 process, consumer group of 1 member; run.Config: BatchMaxRecords %s, BatchMaxBytes %s, MaxInFlight %s, BatchLinger %s, Window.MaxKeys %s, Window.MaxAge %s |",
 		cfg.partitions,
 		orDefault(pf.batchMaxRecords, pf.batchMaxRecords == 0, fmt.Sprintf("%d (silver default)", silver.DefaultBatchMaxRecords)),
 		orDefault(pf.batchMaxBytes, pf.batchMaxBytes == 0, fmt.Sprintf("%d MiB (silver default)", silver.DefaultBatchMaxBytes>>20)),
 		orDefault(pf.maxInFlight, pf.maxInFlight == 0, "silver default (12 000 or 1.2 × batch)"),
-		orDefault(pf.batchLinger, pf.batchLinger == 0, "50ms (runtime default)"))
+		orDefault(pf.batchLinger, pf.batchLinger == 0, "50ms (runtime default)"),
+		orDefault(pf.windowMaxKeys, pf.windowMaxKeys == 0, fmt.Sprintf("%d (silver default)", silver.DefaultWindowMaxKeys)),
+		orDefault(pf.windowMaxAge, pf.windowMaxAge == 0, fmt.Sprintf("%s (silver default)", silver.DefaultWindowMaxAge)))
 	w("| b: seed port | %d workers, batches of %d, advisory lock `silver_consume` kept (retry every %s when held) |", seedWorkerCount, seedBatchSize, lockRetry)
 	w("")
 	w("## Throughput")
@@ -311,13 +313,15 @@ func (r *results) whereTimeGoes(w func(string, ...any)) {
 		written := m("sluice_pgsink_rows_written_total", "")
 		merged := m("sluice_pgsink_rows_merged_total", "")
 		upserted := written - merged
+		windowMerged := m("sluice_window_merged_total", "")
+		writes := m("sluice_sink_write_duration_seconds_count", "")
 		final := float64(len(p.finalTA) + len(p.finalSA))
 		w("- **a**: %d records in %.0f batches (%.0f records on average), handled by %d partition workers. Summed over the workers: decode + validate %.1f s, sink writes %.1f s, DLQ produce %.1f s.",
 			r.cfg.n, batches, float64(r.cfg.n)/max(batches, 1), r.cfg.partitions,
 			m("sluice_batch_phase_duration_seconds_sum", `phase="process"`), m("sluice_batch_phase_duration_seconds_sum", `phase="write"`),
 			m("sluice_batch_phase_duration_seconds_sum", `phase="dlq"`))
-		w("- The sink upserted %.0f rows: the %d valid records minus %.0f merged in memory with an earlier record of the same key in the same batch. %.0f of them inserted a new key and %.0f updated a row written by an earlier batch (the corpus repeats each key about %.1f times, spread over the whole stream). c writes only the %.0f final rows, all of them inserts.",
-			upserted, p.valid, merged, final, upserted-final, float64(p.valid)/final, final)
+		w("- The sink upserted %.0f rows in %.0f writes: the %d valid records minus %.0f merged in memory with an earlier record of the same key in the same coalescing window and %.0f in the same write. %.0f of them inserted a new key and %.0f updated a row written by an earlier write (the corpus repeats each key about %.1f times, spread over the whole stream). c writes only the %.0f final rows, all of them inserts.",
+			upserted, writes, p.valid, windowMerged, merged, final, upserted-final, float64(p.valid)/final, final)
 		w("- CPU during a (2 cores × %.1f s = %.1f s available, %.0f %% used): PostgreSQL %.1f s, the pipeline process %.1f s, Kafka %.1f s. Profile of the pipeline process: `go tool pprof bench/.work/silverbench bench/.work/pipeline.cpu.pprof` after a run with `SILVER_ARGS=--profile`.",
 			a.run.Seconds(), 2*a.run.Seconds(), 100*a.machine, a.cpuBy["postgres"].Seconds(), a.cpu.Seconds(), a.cpuBy["java"].Seconds())
 	}

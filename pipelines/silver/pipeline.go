@@ -31,7 +31,9 @@ type Config struct {
 	// Runtime overrides batching, retry and commit settings; its Name,
 	// Group, Topics and DLQTopic are set from the fields above. Zero batch
 	// settings take the silver defaults (DefaultBatchMaxRecords,
-	// DefaultBatchMaxBytes, DefaultMaxInFlight), the others the runtime's.
+	// DefaultBatchMaxBytes, DefaultMaxInFlight), a zero Window the silver
+	// coalescing window (DefaultWindowMaxKeys, DefaultWindowMaxAge; a
+	// negative Window.MaxKeys turns windows off), the others the runtime's.
 	Runtime run.Config
 	// Clock is the validator's clock (default time.Now).
 	Clock func() time.Time
@@ -52,6 +54,18 @@ const (
 	DefaultBatchMaxRecords = 10_000
 	DefaultBatchMaxBytes   = 8 << 20
 	DefaultMaxInFlight     = 12_000
+)
+
+// Silver's coalescing window (run.WindowConfig): under a backlog a
+// partition worker merges the rows of consecutive batches per key and
+// upserts each key once per window instead of once per batch (bronze
+// re-scrapes the same bars and articles, so keys repeat across batches).
+// The window closes at DefaultWindowMaxKeys keys (memory: about 1 KiB per
+// key and partition), after DefaultWindowMaxAge, or as soon as the partition
+// has caught up, so a quiet stream is written batch by batch as before.
+const (
+	DefaultWindowMaxKeys = 100_000
+	DefaultWindowMaxAge  = 10 * time.Second
 )
 
 func (c Config) withDefaults() (Config, error) {
@@ -88,6 +102,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Runtime.MaxInFlight == 0 {
 		c.Runtime.MaxInFlight = max(DefaultMaxInFlight, c.Runtime.BatchMaxRecords+c.Runtime.BatchMaxRecords/5)
+	}
+	switch {
+	case c.Runtime.Window.MaxKeys < 0:
+		c.Runtime.Window = run.WindowConfig{}
+	case c.Runtime.Window.MaxKeys == 0:
+		c.Runtime.Window.MaxKeys = DefaultWindowMaxKeys
+	}
+	if c.Runtime.Window.MaxKeys > 0 && c.Runtime.Window.MaxAge == 0 {
+		c.Runtime.Window.MaxAge = DefaultWindowMaxAge
 	}
 	c.Runtime.Name, c.Runtime.Group = "silver", c.Group
 	c.Runtime.Topics, c.Runtime.DLQTopic = []string{c.Topic}, c.DLQTopic

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/sinks/pgsink"
 	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // Table names (seed DDL).
@@ -137,6 +138,27 @@ func NewSink(db pgsink.Beginner, opts ...pgsink.Option) (stages.Sink[Row], error
 type router struct {
 	ta stages.Sink[TARow]
 	sa stages.Sink[SARow]
+}
+
+// MergeKey and Merge make the silver sink a [run.Merger]: outputs coalesce
+// by table and natural key ([Row.Key]) with [MergeTA] / [MergeSA], the same
+// merge the upsert applies, so the runtime's coalescing windows write each
+// key once per window.
+func (r *router) MergeKey(row Row) string { return row.Key() }
+
+var _ run.Merger[Row] = (*router)(nil)
+
+// Merge returns the row equivalent to writing old and then next.
+func (r *router) Merge(old, next Row) Row {
+	switch {
+	case old.TA != nil && next.TA != nil:
+		m := MergeTA(*old.TA, *next.TA)
+		return Row{TA: &m}
+	case old.SA != nil && next.SA != nil:
+		m := MergeSA(*old.SA, *next.SA)
+		return Row{SA: &m}
+	}
+	return next
 }
 
 func (r *router) Write(ctx context.Context, batch []Row) error {
