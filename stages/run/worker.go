@@ -249,8 +249,8 @@ func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
 	done := len(batch)
 	var stopErr error
 	start := time.Now()
+	r.m.in.WithLabelValues(w.tp.topic).Add(float64(len(batch)))
 	for i, rec := range batch {
-		r.m.in.WithLabelValues(rec.Topic).Inc()
 		outs, dl, err := w.processOne(rec)
 		if err != nil {
 			done, stopErr = i, err
