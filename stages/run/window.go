@@ -52,24 +52,46 @@ type WindowConfig struct {
 	MaxAge time.Duration
 }
 
-// window is the state of an open coalescing window of one partition.
+// window is the state of an open coalescing window of one partition. It
+// keeps few objects per key (the merged output, one map entry and links in
+// a shared offset list) because a large window is live heap that every GC
+// cycle marks.
 type window[Out any] struct {
-	groups  []*windowGroup[Out]
-	byKey   map[string]*windowGroup[Out]
+	outs    []Out            // merged outputs in order of first appearance: the write
+	byKey   map[string]int32 // index into outs
+	first   []int32          // first[i]: head of output i's offset list in links
+	lastOf  []int32          // lastOf[i]: tail of that list
+	links   []offsetLink
 	opened  time.Time
 	records int         // records processed into the window
 	last    *kgo.Record // last record processed (for the commit mark)
 	merger  Merger[Out] // the runner's sink
-	outs    []Out       // scratch for the write
 }
 
-// windowGroup is one merged output and the offsets of its records.
-type windowGroup[Out any] struct {
-	out     Out
-	offsets []int64
+// offsetLink is one record offset behind an output; next is the index of
+// the following link of the same output, or -1.
+type offsetLink struct {
+	off  int64
+	next int32
+}
+
+func newWindow[Out any](m Merger[Out]) *window[Out] {
+	return &window[Out]{byKey: map[string]int32{}, merger: m}
 }
 
 func (win *window[Out]) empty() bool { return win.records == 0 }
+
+// keys returns the number of distinct keys (outputs) in the window.
+func (win *window[Out]) keys() int { return len(win.outs) }
+
+// offsets returns the offsets of the records behind output i, ascending.
+func (win *window[Out]) offsets(i int) []int64 {
+	var out []int64
+	for l := win.first[i]; l >= 0; l = win.links[l].next {
+		out = append(out, win.links[l].off)
+	}
+	return out
+}
 
 // add folds the outputs of batch into the window and returns how many
 // merged into an earlier output.
@@ -80,17 +102,21 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (merged int) {
 	for i, o := range p.outs {
 		off := batch[p.owners[i]].Offset
 		k := win.merger.MergeKey(o)
-		if g := win.byKey[k]; g != nil {
-			g.out = win.merger.Merge(g.out, o)
-			if g.offsets[len(g.offsets)-1] != off {
-				g.offsets = append(g.offsets, off)
+		if g, ok := win.byKey[k]; ok {
+			win.outs[g] = win.merger.Merge(win.outs[g], o)
+			if tail := win.lastOf[g]; win.links[tail].off != off {
+				win.links = append(win.links, offsetLink{off: off, next: -1})
+				win.links[tail].next = int32(len(win.links) - 1)
+				win.lastOf[g] = int32(len(win.links) - 1)
 			}
 			merged++
 			continue
 		}
-		g := &windowGroup[Out]{out: o, offsets: []int64{off}}
-		win.byKey[k] = g
-		win.groups = append(win.groups, g)
+		win.byKey[k] = int32(len(win.outs))
+		win.outs = append(win.outs, o)
+		win.links = append(win.links, offsetLink{off: off, next: -1})
+		win.first = append(win.first, int32(len(win.links)-1))
+		win.lastOf = append(win.lastOf, int32(len(win.links)-1))
 	}
 	win.records += len(batch)
 	win.last = batch[len(batch)-1]
@@ -98,11 +124,10 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (merged int) {
 }
 
 func (win *window[Out]) reset() {
-	clear(win.groups)
-	win.groups = win.groups[:0]
-	clear(win.byKey)
 	clear(win.outs)
 	win.outs = win.outs[:0]
+	clear(win.byKey)
+	win.first, win.lastOf, win.links = win.first[:0], win.lastOf[:0], win.links[:0]
 	win.records, win.last = 0, nil
 }
 
@@ -143,7 +168,7 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 	if done > 0 {
 		r.m.merged.Add(float64(w.win.add(batch[:done], &p)))
 	}
-	if stopErr != nil || len(w.win.groups) >= r.cfg.Window.MaxKeys ||
+	if stopErr != nil || w.win.keys() >= r.cfg.Window.MaxKeys ||
 		time.Since(w.win.opened) >= r.cfg.Window.MaxAge || !w.moreSoon() {
 		if err := w.closeWindow(); err != nil {
 			return err
@@ -183,11 +208,8 @@ func (w *worker[In, Out]) closeWindow() error {
 	if win.empty() {
 		return nil
 	}
-	if len(win.groups) > 0 {
+	if win.keys() > 0 {
 		t0 := time.Now()
-		for _, g := range win.groups {
-			win.outs = append(win.outs, g.out)
-		}
 		for attempt := 1; ; attempt++ {
 			ts := time.Now()
 			err := r.sink.Write(w.ctx, win.outs)
@@ -241,10 +263,10 @@ func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt int
 	why := map[int64]reason{}
 	var offsets []int64
 	for _, it := range rej.Items {
-		if it.Index < 0 || it.Index >= len(win.groups) {
-			return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, len(win.groups))
+		if it.Index < 0 || it.Index >= win.keys() {
+			return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, win.keys())
 		}
-		for _, off := range win.groups[it.Index].offsets {
+		for _, off := range win.offsets(it.Index) {
 			if _, ok := why[off]; !ok {
 				why[off] = reason{it.Rule, it.Err}
 				offsets = append(offsets, off)

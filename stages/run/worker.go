@@ -55,7 +55,7 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 		done: make(chan struct{}),
 	}
 	if r.merger != nil {
-		w.win = &window[Out]{byKey: map[string]*windowGroup[Out]{}, merger: r.merger}
+		w.win = newWindow(r.merger)
 	}
 	return w
 }
