@@ -3,7 +3,10 @@ package silver
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/stages"
 )
@@ -140,6 +143,43 @@ func BenchmarkStage(b *testing.B) {
 		env, err := Decode(nil, rec.Value)
 		if err == nil {
 			_, _ = stage(context.Background(), stages.Msg[Envelope]{Value: env})
+		}
+	}
+}
+
+// TestCorpusDecodedMatchesHandBuilt runs every record of a corpus through
+// Decode and the stage twice: with the envelope as Decode returns it (the
+// payload fields it indexed) and as a hand-built copy (the stage parses the
+// payload itself). Both must reach the record's verdict and the same rows
+// or the same error.
+func TestCorpusDecodedMatchesHandBuilt(t *testing.T) {
+	t.Parallel()
+	recs := GenerateCorpus(11, 20000, 0.1)
+	now := time.Date(2025, 6, 10, 12, 0, 0, 0, time.UTC) // after the corpus's default now
+	stage := Stage(WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	for i, rec := range recs {
+		env, err := Decode([]byte(rec.Key), rec.Value)
+		var rows, rows2 []Row
+		var err2 error
+		if err == nil {
+			src := stages.Source{Timestamp: now.Add(-time.Hour)}
+			rows, err = stage(ctx, stages.Msg[Envelope]{Key: rec.Key, Value: env, Source: src})
+			hand := Envelope{TaskType: env.TaskType, Payload: env.Payload, TaskID: env.TaskID, FirstSeen: env.FirstSeen}
+			rows2, err2 = stage(ctx, stages.Msg[Envelope]{Key: rec.Key, Value: hand, Source: src})
+			if fmt.Sprint(err) != fmt.Sprint(err2) || !reflect.DeepEqual(rows, rows2) {
+				t.Fatalf("record %d: decoded envelope gives %v, %v; hand-built %v, %v\n%s", i, rows, err, rows2, err2, rec.Value)
+			}
+		}
+		if rec.WantReason == "" {
+			if err != nil || len(rows) != 1 {
+				t.Fatalf("record %d should be valid: %v\n%s", i, err, rec.Value)
+			}
+			continue
+		}
+		c := stages.Classify(err)
+		if c == nil || c.Kind != stages.KindDeadLetter || c.Reason != rec.WantReason || c.Rule != rec.WantRule {
+			t.Fatalf("record %d: want %s/%q, got %+v\n%s", i, rec.WantReason, rec.WantRule, c, rec.Value)
 		}
 	}
 }

@@ -31,9 +31,149 @@ type Envelope struct {
 	// FirstSeen is the optional envelope first_seen time; zero when absent.
 	FirstSeen time.Time
 
-	// fields caches the payload's members as Decode parsed them (nil for a
-	// hand-built Envelope: the stage then parses Payload).
-	fields []member
+	// fields locates the payload's known members as Decode found them (not
+	// set for a hand-built Envelope: the stage then parses Payload).
+	fields payloadFields
+}
+
+// Members of the envelope object that Decode reads, as span indexes.
+const (
+	envPayload = iota
+	envTaskID
+	envFirstSeen
+	envTaskType
+	numEnvMembers
+)
+
+// envelopeSlot returns the span index of the envelope member name, or -1.
+func envelopeSlot(name []byte) int {
+	switch string(name) {
+	case "payload":
+		return envPayload
+	case "task_id":
+		return envTaskID
+	case "first_seen":
+		return envFirstSeen
+	case "task_type":
+		return envTaskType
+	}
+	return -1
+}
+
+// A field is a payload member that the rules read.
+type field int
+
+const (
+	fSymbol field = iota
+	fTradeDate
+	fOpen // fOpen, fHigh, fLow and fClose are consecutive
+	fHigh
+	fLow
+	fClose
+	fVolume
+	fCurrency
+	fVWAP
+	fAdjClose
+	fPriceMultiplier
+	fSource
+	fContentHash
+	fFirstSeenTime
+	fURLCanonical
+	fSourceDomain
+	fPublisherTime
+	fLanguage
+	fTitle
+	fTextNormalized
+	fSymbols
+	fAuthor
+	fTopicTags
+	fHypeRaw
+	fHypeCrowd
+	fHypeElitist
+	fAccountWeightsApplied
+	numFields
+)
+
+// fieldNames are the JSON names of the fields, by field.
+var fieldNames = [numFields]string{
+	fSymbol: "symbol", fTradeDate: "trade_date", fOpen: "open", fHigh: "high", fLow: "low", fClose: "close",
+	fVolume: "volume", fCurrency: "currency", fVWAP: "vwap", fAdjClose: "adj_close",
+	fPriceMultiplier: "price_multiplier", fSource: "source", fContentHash: "content_hash",
+	fFirstSeenTime: "first_seen_time", fURLCanonical: "url_canonical", fSourceDomain: "source_domain",
+	fPublisherTime: "publisher_time", fLanguage: "language", fTitle: "title",
+	fTextNormalized: "text_normalized", fSymbols: "symbols", fAuthor: "author", fTopicTags: "topic_tags",
+	fHypeRaw: "hype_raw", fHypeCrowd: "hype_crowd", fHypeElitist: "hype_elitist",
+	fAccountWeightsApplied: "account_weights_applied",
+}
+
+// payloadSlot returns the field named name, or -1.
+func payloadSlot(name []byte) int {
+	switch string(name) {
+	case "symbol":
+		return int(fSymbol)
+	case "trade_date":
+		return int(fTradeDate)
+	case "open":
+		return int(fOpen)
+	case "high":
+		return int(fHigh)
+	case "low":
+		return int(fLow)
+	case "close":
+		return int(fClose)
+	case "volume":
+		return int(fVolume)
+	case "currency":
+		return int(fCurrency)
+	case "vwap":
+		return int(fVWAP)
+	case "adj_close":
+		return int(fAdjClose)
+	case "price_multiplier":
+		return int(fPriceMultiplier)
+	case "source":
+		return int(fSource)
+	case "content_hash":
+		return int(fContentHash)
+	case "first_seen_time":
+		return int(fFirstSeenTime)
+	case "url_canonical":
+		return int(fURLCanonical)
+	case "source_domain":
+		return int(fSourceDomain)
+	case "publisher_time":
+		return int(fPublisherTime)
+	case "language":
+		return int(fLanguage)
+	case "title":
+		return int(fTitle)
+	case "text_normalized":
+		return int(fTextNormalized)
+	case "symbols":
+		return int(fSymbols)
+	case "author":
+		return int(fAuthor)
+	case "topic_tags":
+		return int(fTopicTags)
+	case "hype_raw":
+		return int(fHypeRaw)
+	case "hype_crowd":
+		return int(fHypeCrowd)
+	case "hype_elitist":
+		return int(fHypeElitist)
+	case "account_weights_applied":
+		return int(fAccountWeightsApplied)
+	}
+	return -1
+}
+
+// payloadFields locates the fields of a payload object: the last member
+// named after each field, as offsets into the object's bytes.
+type payloadFields struct {
+	// size is the length of the payload object the spans index, 0 when not
+	// indexed (an object is at least 2 bytes long).
+	size  int
+	spans [numFields]span
 }
 
 // Decode is the silver pipeline's [stages.Decoder]. It accepts exactly the
@@ -51,20 +191,20 @@ type Envelope struct {
 // use.
 func Decode(key, value []byte) (Envelope, error) {
 	_ = key
-	top, fields, err := scanObject(value, "payload")
-	if err != nil {
+	var env Envelope
+	var top [numEnvMembers][]byte
+	if err := scanEnvelope(value, &top, &env.fields); err != nil {
 		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: %w", err))
 	}
-	var env Envelope
-	payload, ok := present(top, "payload")
+	payload, ok := presentRaw(top[envPayload])
 	if !ok {
 		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", errors.New("envelope: payload missing"))
 	}
 	if kindOf(payload) != kindObject {
 		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: payload must be a JSON object, got %s", describe(payload)))
 	}
-	env.Payload, env.fields = payload, fields
-	if raw, ok := present(top, "task_id"); ok {
+	env.Payload = payload
+	if raw, ok := presentRaw(top[envTaskID]); ok {
 		switch kindOf(raw) {
 		case kindString:
 			s, err := decodeString(raw)
@@ -78,31 +218,79 @@ func Decode(key, value []byte) (Envelope, error) {
 			return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: task_id must be a string or a number, got %s", describe(raw)))
 		}
 	}
-	if raw, ok := present(top, "first_seen"); ok {
+	if raw, ok := presentRaw(top[envFirstSeen]); ok {
 		t, err := parseTimeField(raw)
 		if err != nil {
 			return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: first_seen: %w", err))
 		}
 		env.FirstSeen = t
 	}
-	tt, ok := present(top, "task_type")
+	tt, ok := presentRaw(top[envTaskType])
 	if !ok {
 		return Envelope{}, stages.DeadLetter(stages.ReasonUnknownTaskType, "", errors.New("envelope: task_type missing"))
 	}
 	if kindOf(tt) != kindString {
 		return Envelope{}, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("envelope: task_type must be a string, got %s", describe(tt)))
 	}
-	s, err := decodeString(tt)
+	b, err := stringBytes(tt)
 	if err != nil {
 		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: task_type: %w", err))
 	}
-	switch s {
-	case TaskTA, TaskSA:
-		env.TaskType = s
+	switch string(b) {
+	case TaskTA:
+		env.TaskType = TaskTA
+	case TaskSA:
+		env.TaskType = TaskSA
 	default:
-		return Envelope{}, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("envelope: unknown task_type %q (want %q or %q)", s, TaskTA, TaskSA))
+		return Envelope{}, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("envelope: unknown task_type %q (want %q or %q)", b, TaskTA, TaskSA))
 	}
 	return env, nil
+}
+
+// scanEnvelope validates that value is exactly one JSON object like
+// scanObject does (same errors) and sets top to the raw values of the
+// envelope members Decode reads (nil when absent) and fields to the fields
+// of the object held by the last payload member, when it is one.
+func scanEnvelope(value []byte, top *[numEnvMembers][]byte, fields *payloadFields) error {
+	if len(value) > maxIndexed {
+		// Offsets would not fit a span: collect the members instead (the
+		// stage then parses the payload again).
+		members, _, err := scanObject(value, "")
+		if err != nil {
+			return err
+		}
+		for k := range top {
+			for _, m := range members {
+				if envelopeSlot(m.key) == k {
+					top[k] = m.raw // the last one wins
+				}
+			}
+		}
+		return nil
+	}
+	s := scanner{b: value}
+	i := s.ws(0)
+	if i >= len(value) {
+		return errors.New("unexpected end of JSON input")
+	}
+	if value[i] != '{' {
+		_, _, err := scanObject(value, "") // the same error as for any non-object
+		return err
+	}
+	var spans [numEnvMembers]span
+	end, err := s.indexed(i, spans[:], fields)
+	if err != nil {
+		return err
+	}
+	if end = s.ws(end); end < len(value) {
+		return s.errAt(end, "after top-level value")
+	}
+	for k, sp := range spans {
+		if sp.end != 0 {
+			top[k] = value[i+int(sp.off) : i+int(sp.end)]
+		}
+	}
+	return nil
 }
 
 // compile-time check that Decode is a stages.Decoder.
@@ -142,34 +330,36 @@ func (k jsonKind) String() string {
 // kindOf returns the JSON type of raw, which must be one syntactically valid
 // JSON value (as produced by encoding/json for a json.RawMessage).
 func kindOf(raw []byte) jsonKind {
-	if len(raw) > 0 && (raw[0] == ' ' || raw[0] == '\t' || raw[0] == '\r' || raw[0] == '\n') {
-		raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 || raw[0] <= ' ' {
+		return kindOfSpaced(raw)
 	}
+	return firstByteKinds[raw[0]] // the common case: no leading whitespace
+}
+
+// kindOfSpaced is kindOf for a value that may start with whitespace (kept
+// out of line so that kindOf inlines).
+//
+//go:noinline
+func kindOfSpaced(raw []byte) jsonKind {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
 	if len(raw) == 0 {
 		return kindInvalid
 	}
-	switch c := raw[0]; {
-	case c == 'n':
-		return kindNull
-	case c == 't' || c == 'f':
-		return kindBool
-	case c == '"':
-		return kindString
-	case c == '[':
-		return kindArray
-	case c == '{':
-		return kindObject
-	case c == '-' || (c >= '0' && c <= '9'):
-		return kindNumber
-	}
-	return kindInvalid
+	return firstByteKinds[raw[0]]
 }
 
-// present returns the raw value of the member name of an object when it
-// exists and is not JSON null.
-func present(obj []member, name string) ([]byte, bool) {
-	raw, ok := lookup(obj, name)
-	if !ok || kindOf(raw) == kindNull {
+// firstByteKinds is the JSON type of a value by its first byte (a constant
+// table).
+var firstByteKinds = [256]jsonKind{
+	'n': kindNull, 't': kindBool, 'f': kindBool, '"': kindString, '[': kindArray, '{': kindObject,
+	'-': kindNumber, '0': kindNumber, '1': kindNumber, '2': kindNumber, '3': kindNumber, '4': kindNumber,
+	'5': kindNumber, '6': kindNumber, '7': kindNumber, '8': kindNumber, '9': kindNumber,
+}
+
+// presentRaw returns raw and whether it is a value other than JSON null;
+// raw is nil for an absent member.
+func presentRaw(raw []byte) ([]byte, bool) {
+	if raw == nil || kindOf(raw) == kindNull {
 		return nil, false
 	}
 	return raw, true
@@ -186,14 +376,12 @@ func describe(raw []byte) string {
 	return kindOf(raw).String() + " " + s
 }
 
-// decodeString decodes a raw JSON string. Strings without escapes (the
-// common case) are converted without reflection.
+// decodeString decodes a raw JSON string as the scanner delimited it (so it
+// holds no raw control characters). Strings without escapes that are valid
+// UTF-8 (the common case) are converted without reflection.
 func decodeString(raw []byte) (string, error) {
-	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
-		inner := raw[1 : len(raw)-1]
-		if bytes.IndexByte(inner, '\\') < 0 && validUTF8NoControl(inner) {
-			return string(inner), nil
-		}
+	if inner, ok := plainString(raw); ok {
+		return string(inner), nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
@@ -202,19 +390,30 @@ func decodeString(raw []byte) (string, error) {
 	return s, nil
 }
 
-// validUTF8NoControl reports whether b is valid UTF-8 without control
-// characters, i.e. whether its bytes are already the decoded string.
-func validUTF8NoControl(b []byte) bool {
-	ascii := true
-	for _, c := range b {
-		if c < 0x20 {
-			return false
-		}
-		if c >= 0x80 {
-			ascii = false
+// plainString returns the bytes between the quotes of the raw JSON string
+// raw when they are already its decoded value: no escapes, valid UTF-8.
+func plainString(raw []byte) ([]byte, bool) {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		inner := raw[1 : len(raw)-1]
+		if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+			return inner, true
 		}
 	}
-	return ascii || utf8.Valid(b)
+	return nil, false
+}
+
+// stringBytes decodes a raw JSON string like decodeString but returns its
+// bytes: for a plain string (see plainString) a sub-slice of raw, which must
+// not be retained (copy it into a string to keep it).
+func stringBytes(raw []byte) ([]byte, error) {
+	if inner, ok := plainString(raw); ok {
+		return inner, nil
+	}
+	s, err := decodeString(raw)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(s), nil
 }
 
 // parseTimeField decodes a raw JSON RFC 3339 string, truncated to
@@ -223,13 +422,105 @@ func parseTimeField(raw []byte) (time.Time, error) {
 	if kindOf(raw) != kindString {
 		return time.Time{}, fmt.Errorf("want an RFC 3339 string, got %s", describe(raw))
 	}
-	s, err := decodeString(raw)
+	b, err := stringBytes(raw)
 	if err != nil {
 		return time.Time{}, err
 	}
+	if t, ok := parseRFC3339(b); ok {
+		return t.Truncate(time.Microsecond), nil
+	}
+	s := string(b)
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time: %w", s, err)
 	}
 	return t.Truncate(time.Microsecond), nil
+}
+
+// parseRFC3339 is the fast path of time.Parse(time.RFC3339Nano, string(b))
+// (the standard library's parseRFC3339, on bytes, without allocating): when
+// it reports ok, time.Parse returns the same Time (location included); when
+// not, time.Parse must decide.
+func parseRFC3339(b []byte) (time.Time, bool) {
+	ok := true
+	num := func(b []byte, min, max int) int {
+		x := 0
+		for _, c := range b {
+			if c < '0' || '9' < c {
+				ok = false
+				return min
+			}
+			x = x*10 + int(c-'0')
+		}
+		if x < min || max < x {
+			ok = false
+			return min
+		}
+		return x
+	}
+	if len(b) < len("2006-01-02T15:04:05") {
+		return time.Time{}, false
+	}
+	year := num(b[0:4], 0, 9999)
+	month := num(b[5:7], 1, 12)
+	day := num(b[8:10], 1, daysIn(time.Month(month), year))
+	hour := num(b[11:13], 0, 23)
+	minute := num(b[14:16], 0, 59)
+	sec := num(b[17:19], 0, 59)
+	if !ok || !(b[4] == '-' && b[7] == '-' && b[10] == 'T' && b[13] == ':' && b[16] == ':') {
+		return time.Time{}, false
+	}
+	b = b[19:]
+	nsec := 0
+	if len(b) >= 2 && b[0] == '.' && isDigit(b[1]) {
+		n := 2
+		for ; n < len(b) && isDigit(b[n]); n++ {
+		}
+		// As time does: at most 9 digits count, the rest are ignored.
+		digits := b[1:min(n, 10)]
+		for _, c := range digits {
+			nsec = nsec*10 + int(c-'0')
+		}
+		for k := len(digits); k < 9; k++ {
+			nsec *= 10
+		}
+		b = b[n:]
+	}
+	t := time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC)
+	if len(b) == 1 && b[0] == 'Z' {
+		return t, true
+	}
+	if len(b) != len("-07:00") {
+		return time.Time{}, false
+	}
+	hr := num(b[1:3], 0, 23)
+	mm := num(b[4:6], 0, 59)
+	if !ok || !((b[0] == '-' || b[0] == '+') && b[3] == ':') {
+		return time.Time{}, false
+	}
+	offset := (hr*60 + mm) * 60
+	if b[0] == '-' {
+		offset = -offset
+	}
+	t = t.Add(-time.Duration(offset) * time.Second)
+	// Like time.Parse: the local zone when it has this offset at t, else an
+	// unnamed fixed zone.
+	if _, off := t.In(time.Local).Zone(); off == offset {
+		return t.In(time.Local), true
+	}
+	return t.In(time.FixedZone("", offset)), true
+}
+
+// daysIn is the number of days of month m of year (as time counts them).
+func daysIn(m time.Month, year int) int {
+	switch m {
+	case time.February:
+		if year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+			return 29
+		}
+		return 28
+	case time.April, time.June, time.September, time.November:
+		return 30
+	}
+	return 31
 }

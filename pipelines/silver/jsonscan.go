@@ -1,15 +1,22 @@
 package silver
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
+	"math"
+	"math/bits"
+	"unicode/utf8"
 )
 
 // A single-pass JSON object scanner. encoding/json would validate a record
 // and then decode it (two passes), once for the envelope and again for the
 // payload, allocating a map and a copy of every value; the stage runs on
 // every bronze record, so the envelope is parsed here in one pass, with
-// values returned as sub-slices of the input. The grammar is RFC 8259's, as
+// values returned as sub-slices of the input: scanObject collects every
+// member, indexed (Decode's path) only records where the members with known
+// names are, without allocating. The grammar is RFC 8259's, as
 // encoding/json accepts it (strings are not checked for valid UTF-8;
 // decodeString replaces invalid sequences like encoding/json does).
 
@@ -35,6 +42,9 @@ func (s *scanner) errAt(i int, what string) error {
 }
 
 func (s *scanner) ws(i int) int {
+	if i < len(s.b) && s.b[i] > ' ' {
+		return i // the common case: no whitespace
+	}
 	for i < len(s.b) {
 		switch s.b[i] {
 		case ' ', '\t', '\r', '\n':
@@ -71,7 +81,7 @@ func (s *scanner) object(i int, members *[]member, nested string, nestedMembers 
 		var key []byte
 		if members != nil {
 			key = s.b[kstart+1 : end-1]
-			if escaped || !validUTF8NoControl(key) {
+			if escaped || !utf8.Valid(key) {
 				k, err := decodeString(s.b[kstart:end])
 				if err != nil {
 					return end, err
@@ -179,25 +189,35 @@ func (s *scanner) literal(i int, lit string) (int, error) {
 }
 
 // str scans the string starting at s.b[i] == '"' and returns the index
-// after its closing quote and whether it contains escapes.
+// after its closing quote and whether it contains escapes. Runs of plain
+// bytes are skipped eight at a time.
 func (s *scanner) str(i int) (int, bool, error) {
+	b := s.b
 	escaped := false
-	for i++; i < len(s.b); i++ {
-		switch c := s.b[i]; {
+	for i++; i < len(b); i++ {
+		if i+8 <= len(b) {
+			m := specialBytes(binary.LittleEndian.Uint64(b[i:]))
+			if m == 0 {
+				i += 7 // and the loop's i++
+				continue
+			}
+			i += bits.TrailingZeros64(m) >> 3
+		}
+		switch c := b[i]; {
 		case c == '"':
 			return i + 1, escaped, nil
 		case c == '\\':
 			escaped = true
 			i++
-			if i >= len(s.b) {
+			if i >= len(b) {
 				return i, escaped, s.errAt(i, "")
 			}
-			switch s.b[i] {
+			switch b[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
 				for k := 0; k < 4; k++ {
 					i++
-					if i >= len(s.b) || !isHex(s.b[i]) {
+					if i >= len(b) || !isHex(b[i]) {
 						return i, escaped, s.errAt(i, "in \\u hexadecimal character escape")
 					}
 				}
@@ -209,6 +229,17 @@ func (s *scanner) str(i int) (int, bool, error) {
 		}
 	}
 	return i, escaped, s.errAt(i, "")
+}
+
+// specialBytes returns, for the eight bytes of x (little-endian), a mask
+// whose lowest set bit lies in the first byte that is '"', '\\' or a control
+// character (< 0x20); 0 when there is none. Bits above the first flagged
+// byte may be spurious (borrows), so only the lowest one is meaningful.
+func specialBytes(x uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q := x ^ (lo * '"')
+	e := x ^ (lo * '\\')
+	return ((q-lo)&^q | (e-lo)&^e | (x-lo*0x20)&^x) & hi
 }
 
 func isHex(c byte) bool {
@@ -303,4 +334,135 @@ func lookup(ms []member, name string) ([]byte, bool) {
 		}
 	}
 	return nil, false
+}
+
+// span locates a member's value in the object the scanner indexed: its JSON
+// text is the object's bytes [off, end). end == 0 means absent (a value
+// never starts at the object's first byte).
+type span struct{ off, end uint32 }
+
+// maxIndexed is the largest input whose offsets fit a span.
+const maxIndexed = math.MaxUint32
+
+// indexed scans the object starting at s.b[i] == '{' like object does (same
+// grammar, same errors) but instead of collecting its members it records the
+// value of each member with a known name in spans, as offsets from i; a
+// later duplicate name replaces an earlier one, as in encoding/json. When
+// nested is nil, the object is a payload (names known to payloadSlot, spans
+// indexed by field). Otherwise it is an envelope (names known to
+// envelopeSlot) and the object held by its payload member is indexed into
+// nested, which is reset first so that it describes the last such member.
+// len(s.b) must not exceed maxIndexed.
+func (s *scanner) indexed(i int, spans []span, nested *payloadFields) (int, error) {
+	s.depth++
+	if s.depth > maxDepth {
+		return i, errors.New("exceeded max depth")
+	}
+	defer func() { s.depth-- }()
+	base := i
+	i = s.ws(i + 1)
+	if i < len(s.b) && s.b[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(s.b) || s.b[i] != '"' {
+			return i, s.errAt(i, "looking for beginning of object key string")
+		}
+		kstart := i
+		end, escaped, err := s.str(i)
+		if err != nil {
+			return end, err
+		}
+		var k int
+		if escaped {
+			// Rare: the name must be decoded to be compared. Unescaped names
+			// are compared as they are: the known names are ASCII, so a name
+			// that is not valid UTF-8 cannot match one either way.
+			name, err := decodeString(s.b[kstart:end])
+			if err != nil {
+				return end, err
+			}
+			k = s.slot(nested != nil, []byte(name))
+		} else {
+			k = s.slot(nested != nil, s.b[kstart+1:end-1])
+		}
+		i = s.ws(end)
+		if i >= len(s.b) || s.b[i] != ':' {
+			return i, s.errAt(i, "after object key")
+		}
+		i = s.ws(i + 1)
+		vstart := i
+		if nested != nil && k == envPayload && i < len(s.b) && s.b[i] == '{' {
+			*nested = payloadFields{}
+			i, err = s.indexed(i, nested.spans[:], nil)
+			nested.size = i - vstart
+		} else {
+			i, err = s.value(i)
+		}
+		if err != nil {
+			return i, err
+		}
+		if k >= 0 {
+			spans[k] = span{uint32(vstart - base), uint32(i - base)}
+		}
+		i = s.ws(i)
+		if i >= len(s.b) {
+			return i, s.errAt(i, "")
+		}
+		switch s.b[i] {
+		case ',':
+			i = s.ws(i + 1)
+		case '}':
+			return i + 1, nil
+		default:
+			return i, s.errAt(i, "after object key:value pair")
+		}
+	}
+}
+
+// slot returns the span index of the member name of an envelope (top) or a
+// payload object, -1 for a name that is not recorded.
+func (s *scanner) slot(top bool, name []byte) int {
+	if top {
+		return envelopeSlot(name)
+	}
+	return payloadSlot(name)
+}
+
+// arrayElements iterates over the elements of raw, one JSON array as the
+// scanner delimited it, yielding each element's text (without surrounding
+// whitespace). A syntax error is yielded last.
+func arrayElements(raw []byte) iter.Seq2[[]byte, error] {
+	return func(yield func([]byte, error) bool) {
+		s := scanner{b: raw}
+		i := s.ws(1)
+		if i < len(raw) && raw[i] == ']' {
+			return
+		}
+		for {
+			start := i
+			end, err := s.value(i)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if !yield(raw[start:end], nil) {
+				return
+			}
+			i = s.ws(end)
+			if i >= len(raw) {
+				yield(nil, s.errAt(i, ""))
+				return
+			}
+			switch raw[i] {
+			case ',':
+				i = s.ws(i + 1)
+			case ']':
+				return
+			default:
+				yield(nil, s.errAt(i, "after array element"))
+				return
+			}
+		}
+	}
 }

@@ -2,7 +2,10 @@ package silver
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"math/bits"
 	"strings"
 	"testing"
 )
@@ -92,5 +95,115 @@ func FuzzScanObject(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkScanAgainstStdlib(t, b)
+		checkIndexedAgainstScanObject(t, b)
 	})
+}
+
+// checkIndexedAgainstScanObject asserts that Decode's indexed scan agrees
+// with scanObject on b: same error, the same raw value for every envelope
+// member Decode reads, and, when the last payload member is an object, the
+// same raw value for every payload field.
+func checkIndexedAgainstScanObject(t *testing.T, b []byte) {
+	t.Helper()
+	members, nested, wantErr := scanObject(b, "payload")
+	var top [numEnvMembers][]byte
+	var fields payloadFields
+	err := scanEnvelope(b, &top, &fields)
+	if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+		t.Fatalf("%q: scanEnvelope error %v, scanObject %v", b, err, wantErr)
+	}
+	if err != nil {
+		return
+	}
+	for name, k := range map[string]int{"payload": envPayload, "task_id": envTaskID, "first_seen": envFirstSeen, "task_type": envTaskType} {
+		want, ok := lookup(members, name)
+		if ok != (top[k] != nil) || !bytes.Equal(top[k], want) {
+			t.Fatalf("%q: member %s = %q, scanObject %q (present %v)", b, name, top[k], want, ok)
+		}
+	}
+	pb := top[envPayload]
+	if kindOf(pb) != kindObject {
+		return
+	}
+	if fields.size != len(pb) {
+		t.Fatalf("%q: payload indexed over %d bytes, want %d", b, fields.size, len(pb))
+	}
+	p := payload{b: pb, indexed: true, fields: fields}
+	for f := range numFields {
+		got, gotOK := p.raw(f)
+		want, wantOK := presentRaw(nil)
+		if raw, ok := lookup(nested, fieldNames[f]); ok {
+			want, wantOK = presentRaw(raw)
+		}
+		if gotOK != wantOK || !bytes.Equal(got, want) {
+			t.Fatalf("%q: payload field %s = %q, scanObject %q", b, fieldNames[f], got, want)
+		}
+	}
+}
+
+func TestIndexedScanAgreesWithScanObject(t *testing.T) {
+	t.Parallel()
+	for _, s := range scanSeeds {
+		checkIndexedAgainstScanObject(t, []byte(s))
+	}
+	for _, s := range []string{
+		`{"payload":{"symbol":"VNM","symbol":"FPT","open":null},"task_type":"ta.bar","task_type":"sa.article"}`,
+		`{"payload":{"symbol":"VNM"},"payload":{"url_canonical":"https://a.b"}}`,
+		`{"payload":{"symbol":"VNM"},"payload":null}`,
+		`{"payload":{"a":1,"symbol":"VNM"},"payload":{"b":"0123456789012345678901234567890"}}`,
+		`{"pay\u006coad":{"sym\u0062ol":"VNM","a\"b":1},"task_id":7,"first_seen":null}`,
+		` {"payload" : { "open" : 1 , "close" : [ 1 , 2 ] } } `,
+		`{"x":{"payload":{"symbol":"NESTED"}},"payload":{}}`,
+	} {
+		checkIndexedAgainstScanObject(t, []byte(s))
+	}
+	for _, r := range GenerateCorpus(3, 3000, 0.5) {
+		checkIndexedAgainstScanObject(t, r.Value)
+	}
+}
+
+// TestStringScanEveryOffset puts each special byte at every offset of a
+// string around the eight-byte steps of the scanner.
+func TestStringScanEveryOffset(t *testing.T) {
+	t.Parallel()
+	for n := 0; n < 20; n++ {
+		for at := 0; at <= n; at++ {
+			for _, special := range []string{`"`, `\"`, `\\`, `\u00e9`, `\x`, "\x01", "\x1f", "\n", "é", "\xff", " ", "~", "\x7f"} {
+				body := strings.Repeat("a", at) + special + strings.Repeat("b", n-at)
+				for _, doc := range []string{`{"k":"` + body + `"}`, `{"` + body + `":1}`, `{"payload":{"title":"` + body + `"}}`} {
+					checkScanAgainstStdlib(t, []byte(doc))
+					checkIndexedAgainstScanObject(t, []byte(doc))
+				}
+			}
+		}
+	}
+}
+
+func TestSpecialBytes(t *testing.T) {
+	t.Parallel()
+	special := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 }
+	var b [8]byte
+	for k := 0; k < 200000; k++ {
+		x := uint64(k)*0x9E3779B97F4A7C15 ^ uint64(k)<<29
+		binary.LittleEndian.PutUint64(b[:], x)
+		if k%3 == 0 { // make special bytes likely
+			b[k%8] = []byte{'"', '\\', 0, 0x1f, 0x20, 0x21, 0x5b, 0x5d}[k/3%8]
+		}
+		x = binary.LittleEndian.Uint64(b[:])
+		want := -1
+		for i, c := range b {
+			if special(c) {
+				want = i
+				break
+			}
+		}
+		m := specialBytes(x)
+		got := -1
+		if m != 0 {
+			got = bits.TrailingZeros64(m) >> 3
+		}
+		if got != want {
+			t.Fatalf("specialBytes(% x): first special byte %d, want %d", b, got, want)
+		}
+	}
 }

@@ -1,16 +1,17 @@
 package silver
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/stages"
 )
@@ -122,40 +123,39 @@ func Stage(opts ...Option) stages.Func[Envelope, Row] {
 
 // Stage is the [stages.Func] form of [Validator.Transform].
 func (v *Validator) Stage(_ context.Context, m stages.Msg[Envelope]) ([]Row, error) {
-	row, err := v.Transform(m.Value, m.Source.Timestamp)
-	if err != nil {
-		return nil, err
-	}
-	return []Row{row}, nil
+	return v.transform(&m.Value, m.Source.Timestamp)
 }
 
 // Transform validates env and maps it to its row. recordTime is the Kafka
 // record timestamp (zero when unknown), used only as a fallback for
 // ta first_seen_time. Errors are classified with [stages.DeadLetter].
 func (v *Validator) Transform(env Envelope, recordTime time.Time) (Row, error) {
-	obj := env.fields
-	if obj == nil {
+	rows, err := v.transform(&env, recordTime)
+	if err != nil {
+		return Row{}, err
+	}
+	return rows[0], nil
+}
+
+// transform is Transform returning the row as a one-element slice, which
+// shares its allocation with the row.
+func (v *Validator) transform(env *Envelope, recordTime time.Time) ([]Row, error) {
+	p := payload{b: env.Payload}
+	if env.fields.size != 0 && env.fields.size == len(env.Payload) {
+		p.indexed, p.fields = true, env.fields
+	} else {
 		var err error
-		if obj, _, err = scanObject(env.Payload, ""); err != nil {
-			return Row{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("payload: %w", err))
+		if p.members, _, err = scanObject(env.Payload, ""); err != nil {
+			return nil, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("payload: %w", err))
 		}
 	}
-	p := payload(obj)
 	switch env.TaskType {
 	case TaskTA:
-		r, err := v.transformTA(p, env, recordTime)
-		if err != nil {
-			return Row{}, err
-		}
-		return Row{TA: r}, nil
+		return v.transformTA(&p, env, recordTime)
 	case TaskSA:
-		r, err := v.transformSA(p, env)
-		if err != nil {
-			return Row{}, err
-		}
-		return Row{SA: r}, nil
+		return v.transformSA(&p, env)
 	}
-	return Row{}, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("unknown task_type %q", env.TaskType))
+	return nil, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("unknown task_type %q", env.TaskType))
 }
 
 func fail(rule string, err error) error {
@@ -170,27 +170,48 @@ func decodeFail(err error) error {
 	return stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("payload: %w", err))
 }
 
-func (v *Validator) transformTA(p payload, env Envelope, recordTime time.Time) (*TARow, error) {
-	r := &TARow{}
+// taOut is a ta row together with what its pointer columns point to and the
+// slice Stage returns, so that they are one allocation.
+type taOut struct {
+	rows                [1]Row
+	row                 TARow
+	vwap, adjClose      float64
+	source, contentHash string
+}
+
+// saOut is taOut for an sa row.
+type saOut struct {
+	rows                          [1]Row
+	row                           SARow
+	language, title, text, author string
+	hype                          [3]float64 // raw, crowd, elitist
+	weights                       bool
+}
+
+func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time) ([]Row, error) {
+	out := &taOut{}
+	r := &out.row
 
 	// ta.symbol
-	sym, err := p.requiredString("symbol")
+	sym, err := p.requiredString(fSymbol)
 	if err != nil {
 		return nil, fail(RuleTASymbol, err)
 	}
 	if !isSymbol(sym) {
 		return nil, failf(RuleTASymbol, "symbol %q does not match ^[A-Z]{3,7}$", sym)
 	}
-	r.Symbol = sym
+	r.Symbol = string(sym)
 
 	// ta.trade_date
-	ds, err := p.requiredString("trade_date")
+	ds, err := p.requiredString(fTradeDate)
 	if err != nil {
 		return nil, fail(RuleTATradeDate, err)
 	}
-	d, err := time.Parse(time.DateOnly, ds)
-	if err != nil {
-		return nil, failf(RuleTATradeDate, "trade_date %q is not a valid YYYY-MM-DD date", ds)
+	d, ok := parseDate(ds)
+	if !ok {
+		if d, err = time.Parse(time.DateOnly, string(ds)); err != nil {
+			return nil, failf(RuleTATradeDate, "trade_date %q is not a valid YYYY-MM-DD date", ds)
+		}
 	}
 	ny, nm, nd := v.now().In(v.loc).Date()
 	today := time.Date(ny, nm, nd, 0, 0, 0, 0, time.UTC)
@@ -201,19 +222,20 @@ func (v *Validator) transformTA(p payload, env Envelope, recordTime time.Time) (
 
 	// ta.price
 	prices := [4]float64{}
-	for i, name := range [4]string{"open", "high", "low", "close"} {
-		raw, err := p.requiredNumber(name)
+	for i := range prices {
+		f := fOpen + field(i)
+		raw, err := p.requiredNumber(f)
 		if err != nil {
 			return nil, fail(RuleTAPrice, err)
 		}
-		f, err := parseFloat(raw)
+		x, err := parseFloat(raw)
 		if err != nil {
-			return nil, failf(RuleTAPrice, "%s %s: %v", name, raw, err)
+			return nil, failf(RuleTAPrice, "%s %s: %v", fieldNames[f], raw, err)
 		}
-		if f < 0 {
-			return nil, failf(RuleTAPrice, "%s %s is negative", name, raw)
+		if x < 0 {
+			return nil, failf(RuleTAPrice, "%s %s is negative", fieldNames[f], raw)
 		}
-		prices[i] = f
+		prices[i] = x
 	}
 	r.Open, r.High, r.Low, r.Close = prices[0], prices[1], prices[2], prices[3]
 
@@ -228,11 +250,11 @@ func (v *Validator) transformTA(p payload, env Envelope, recordTime time.Time) (
 	}
 
 	// ta.volume
-	vraw, err := p.requiredNumber("volume")
+	vraw, err := p.requiredNumber(fVolume)
 	if err != nil {
 		return nil, fail(RuleTAVolume, err)
 	}
-	vol, err := parseInteger(vraw)
+	vol, err := parseIntegerBytes(vraw)
 	if err != nil {
 		return nil, failf(RuleTAVolume, "volume %s: %v", vraw, err)
 	}
@@ -248,41 +270,37 @@ func (v *Validator) transformTA(p payload, env Envelope, recordTime time.Time) (
 	}
 
 	// ta.currency
-	cur, ok, err := p.optionalString("currency")
+	cur, ok, err := p.optionalString(fCurrency)
 	if err != nil {
 		return nil, fail(RuleTACurrency, err)
 	}
 	switch {
-	case !ok || cur == "":
+	case !ok || len(cur) == 0:
 		r.Currency = DefaultCurrency
 	case isCurrency(cur):
-		r.Currency = cur
+		r.Currency = currencyString(cur)
 	default:
 		return nil, failf(RuleTACurrency, "currency %q does not match ^[A-Z]{3}$", cur)
 	}
 
 	// Fields without a rule: type checks only.
-	if r.VWAP, err = p.optionalFloat("vwap"); err != nil {
+	if r.VWAP, err = p.optionalFloat(fVWAP, &out.vwap); err != nil {
 		return nil, decodeFail(err)
 	}
-	if r.AdjClose, err = p.optionalFloat("adj_close"); err != nil {
-		return nil, decodeFail(err)
-	}
-	pm, err := p.optionalFloat("price_multiplier")
-	if err != nil {
+	if r.AdjClose, err = p.optionalFloat(fAdjClose, &out.adjClose); err != nil {
 		return nil, decodeFail(err)
 	}
 	r.PriceMultiplier = 1.0
-	if pm != nil {
-		r.PriceMultiplier = *pm
-	}
-	if r.Source, err = p.optionalStringPtr("source"); err != nil {
+	if _, err = p.optionalFloat(fPriceMultiplier, &r.PriceMultiplier); err != nil {
 		return nil, decodeFail(err)
 	}
-	if r.ContentHash, err = p.optionalStringPtr("content_hash"); err != nil {
+	if r.Source, err = p.optionalStringPtr(fSource, &out.source); err != nil {
 		return nil, decodeFail(err)
 	}
-	fs, ok, err := p.optionalTime("first_seen_time")
+	if r.ContentHash, err = p.optionalStringPtr(fContentHash, &out.contentHash); err != nil {
+		return nil, decodeFail(err)
+	}
+	fs, ok, err := p.optionalTime(fFirstSeenTime)
 	if err != nil {
 		return nil, decodeFail(err)
 	}
@@ -296,25 +314,32 @@ func (v *Validator) transformTA(p payload, env Envelope, recordTime time.Time) (
 	default:
 		r.FirstSeenTime = v.now().Truncate(time.Microsecond)
 	}
-	return r, nil
+	out.rows[0].TA = r
+	return out.rows[:], nil
 }
 
-func (v *Validator) transformSA(p payload, env Envelope) (*SARow, error) {
-	r := &SARow{}
+func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
+	out := &saOut{}
+	r := &out.row
 
 	// sa.url
-	u, err := p.requiredString("url_canonical")
+	u, err := p.requiredString(fURLCanonical)
 	if err != nil {
 		return nil, fail(RuleSAURL, err)
 	}
-	if err := checkURL(u); err != nil {
-		return nil, fail(RuleSAURL, err)
+	if plainHTTPURL(u) {
+		r.URLCanonical = string(u)
+	} else {
+		s := string(u)
+		if err := checkURL(s); err != nil {
+			return nil, fail(RuleSAURL, err)
+		}
+		r.URLCanonical = s
 	}
-	r.URLCanonical = u
 
 	// sa.publisher_time
 	now := v.now()
-	pub, ok, err := p.optionalTime("publisher_time")
+	pub, ok, err := p.optionalTime(fPublisherTime)
 	if err != nil {
 		return nil, fail(RuleSAPublisherTime, err)
 	}
@@ -328,7 +353,7 @@ func (v *Validator) transformSA(p payload, env Envelope) (*SARow, error) {
 	r.PublisherTime = pub
 
 	// sa.first_seen
-	fs, ok, err := p.optionalTime("first_seen_time")
+	fs, ok, err := p.optionalTime(fFirstSeenTime)
 	if err != nil {
 		return nil, fail(RuleSAFirstSeen, err)
 	}
@@ -345,27 +370,28 @@ func (v *Validator) transformSA(p payload, env Envelope) (*SARow, error) {
 	r.FirstSeenTime = fs
 
 	// sa.text
-	text, err := p.requiredString("text_normalized")
+	text, err := p.requiredString(fTextNormalized)
 	if err != nil {
 		return nil, fail(RuleSAText, err)
 	}
-	if n := utf8.RuneCountInString(text); n < MinTextLength {
+	if n := runeCount(text); n < MinTextLength {
 		return nil, failf(RuleSAText, "text_normalized has %d characters, want at least %d", n, MinTextLength)
 	}
-	r.TextNormalized = &text
+	out.text = string(text)
+	r.TextNormalized = &out.text
 
 	// sa.content_hash
-	hash, err := p.requiredString("content_hash")
+	hash, err := p.requiredString(fContentHash)
 	if err != nil {
 		return nil, fail(RuleSAContentHash, err)
 	}
-	if strings.TrimSpace(hash) == "" {
+	if len(bytes.TrimSpace(hash)) == 0 {
 		return nil, failf(RuleSAContentHash, "content_hash is empty")
 	}
-	r.ContentHash = hash
+	r.ContentHash = string(hash)
 
 	// sa.symbols
-	syms, ok, err := p.optionalStrings("symbols")
+	syms, ok, err := p.optionalStrings(fSymbols)
 	if err != nil {
 		return nil, fail(RuleSASymbols, err)
 	}
@@ -379,55 +405,61 @@ func (v *Validator) transformSA(p payload, env Envelope) (*SARow, error) {
 	}
 
 	// sa.source_domain
-	dom, err := p.requiredString("source_domain")
+	dom, err := p.requiredString(fSourceDomain)
 	if err != nil {
 		return nil, fail(RuleSASourceDomain, err)
 	}
-	if strings.TrimSpace(dom) == "" {
+	if len(bytes.TrimSpace(dom)) == 0 {
 		return nil, failf(RuleSASourceDomain, "source_domain is empty")
 	}
-	r.SourceDomain = dom
+	r.SourceDomain = string(dom)
 
 	// language: normalised, never a failure.
-	lang := LanguageUnknown
-	if raw, ok := lookup(p, "language"); ok && kindOf(raw) == kindString {
-		if s, err := decodeString(raw); err == nil && (s == "vi" || s == "en") {
-			lang = s
+	out.language = LanguageUnknown
+	if raw, ok := p.raw(fLanguage); ok && kindOf(raw) == kindString {
+		if b, err := stringBytes(raw); err == nil {
+			switch string(b) {
+			case "vi":
+				out.language = "vi"
+			case "en":
+				out.language = "en"
+			}
 		}
 	}
-	r.Language = &lang
+	r.Language = &out.language
 
 	// Fields without a rule: type checks only.
-	if r.Title, err = p.optionalStringPtr("title"); err != nil {
+	if r.Title, err = p.optionalStringPtr(fTitle, &out.title); err != nil {
 		return nil, decodeFail(err)
 	}
-	if r.Author, err = p.optionalStringPtr("author"); err != nil {
+	if r.Author, err = p.optionalStringPtr(fAuthor, &out.author); err != nil {
 		return nil, decodeFail(err)
 	}
-	tags, ok, err := p.optionalStrings("topic_tags")
+	tags, ok, err := p.optionalStrings(fTopicTags)
 	if err != nil {
 		return nil, decodeFail(err)
 	}
 	if ok {
 		r.TopicTags = tags
 	}
-	if r.HypeRaw, err = p.optionalFloat("hype_raw"); err != nil {
+	if r.HypeRaw, err = p.optionalFloat(fHypeRaw, &out.hype[0]); err != nil {
 		return nil, decodeFail(err)
 	}
-	if r.HypeCrowd, err = p.optionalFloat("hype_crowd"); err != nil {
+	if r.HypeCrowd, err = p.optionalFloat(fHypeCrowd, &out.hype[1]); err != nil {
 		return nil, decodeFail(err)
 	}
-	if r.HypeElitist, err = p.optionalFloat("hype_elitist"); err != nil {
+	if r.HypeElitist, err = p.optionalFloat(fHypeElitist, &out.hype[2]); err != nil {
 		return nil, decodeFail(err)
 	}
-	if r.AccountWeightsApplied, err = p.optionalBool("account_weights_applied"); err != nil {
+	if r.AccountWeightsApplied, err = p.optionalBool(fAccountWeightsApplied, &out.weights); err != nil {
 		return nil, decodeFail(err)
 	}
-	return r, nil
+	out.rows[0].SA = r
+	return out.rows[:], nil
 }
 
 // isSymbol reports whether s matches ^[A-Z]{3,7}$.
-func isSymbol(s string) bool {
+func isSymbol[T string | []byte](s T) bool {
 	if len(s) < 3 || len(s) > 7 {
 		return false
 	}
@@ -440,8 +472,20 @@ func isSymbol(s string) bool {
 }
 
 // isCurrency reports whether s matches ^[A-Z]{3}$.
-func isCurrency(s string) bool {
+func isCurrency[T string | []byte](s T) bool {
 	return len(s) == 3 && isSymbol(s)
+}
+
+// currencyString returns b as a string, without allocating for the usual
+// currencies.
+func currencyString(b []byte) string {
+	switch string(b) {
+	case DefaultCurrency:
+		return DefaultCurrency
+	case "USD":
+		return "USD"
+	}
+	return string(b)
 }
 
 // checkURL accepts an absolute http or https URL with a host.
@@ -462,12 +506,101 @@ func checkURL(s string) error {
 	return nil
 }
 
+// plainHTTPURL reports whether b is an URL that checkURL certainly accepts,
+// without parsing it: "http://" or "https://", a host of ASCII letters,
+// digits, dots and hyphens, and optionally a path of unreserved characters
+// and sub-delimiters (no percent-encoding, query or fragment). Any other URL
+// may still be valid: checkURL decides.
+func plainHTTPURL(b []byte) bool {
+	switch {
+	case bytes.HasPrefix(b, []byte("https://")):
+		b = b[len("https://"):]
+	case bytes.HasPrefix(b, []byte("http://")):
+		b = b[len("http://"):]
+	default:
+		return false
+	}
+	host := 0
+	for host < len(b) && b[host] != '/' {
+		if c := b[host]; !(isDigit(c) || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || c == '.' || c == '-') {
+			return false
+		}
+		host++
+	}
+	if host == 0 {
+		return false
+	}
+	for _, c := range b[host:] {
+		if !pathChar(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// pathChar reports whether c is an RFC 3986 unreserved character, a
+// sub-delimiter or one of ':', '@', '/'.
+func pathChar(c byte) bool {
+	switch {
+	case isDigit(c) || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z'):
+		return true
+	}
+	switch c {
+	case '-', '.', '_', '~', '!', '$', '&', '\'', '(', ')', '*', '+', ',', ';', '=', ':', '@', '/':
+		return true
+	}
+	return false
+}
+
+// runeCount is utf8.RuneCount for valid UTF-8 (which a decoded JSON string
+// is): the number of bytes that do not continue a multi-byte sequence, with
+// the continuation bytes (10xxxxxx) counted eight at a time.
+func runeCount(b []byte) int {
+	const hi = 0x8080808080808080
+	n := len(b)
+	for len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		n -= bits.OnesCount64(x &^ (x << 1) & hi)
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c&0xC0 == 0x80 {
+			n--
+		}
+	}
+	return n
+}
+
+// parseDate is the fast path of time.Parse(time.DateOnly, string(b)): when
+// it reports ok, time.Parse returns the same Time; when not, time.Parse
+// must decide.
+func parseDate(b []byte) (time.Time, bool) {
+	if len(b) != len("2006-01-02") || b[4] != '-' || b[7] != '-' {
+		return time.Time{}, false
+	}
+	for _, i := range [...]int{0, 1, 2, 3, 5, 6, 8, 9} {
+		if !isDigit(b[i]) {
+			return time.Time{}, false
+		}
+	}
+	year := int(b[0]-'0')*1000 + int(b[1]-'0')*100 + int(b[2]-'0')*10 + int(b[3]-'0')
+	month := int(b[5]-'0')*10 + int(b[6]-'0')
+	day := int(b[8]-'0')*10 + int(b[9]-'0')
+	if month < 1 || month > 12 || day < 1 || day > daysIn(time.Month(month), year) {
+		return time.Time{}, false
+	}
+	return time.Date(year, time.Month(month), day, 0, 0, 0, 0, time.UTC), true
+}
+
 func fmtF(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // parseFloat parses a JSON number as float64; values beyond float64's range
 // are an error (DOUBLE PRECISION could not store them).
-func parseFloat(raw string) (float64, error) {
-	f, err := strconv.ParseFloat(raw, 64)
+func parseFloat(raw []byte) (float64, error) {
+	if f, ok := parseShortDecimal(raw); ok {
+		return f, nil
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
 	if err != nil {
 		if errors.Is(err, strconv.ErrRange) && !math.IsInf(f, 0) {
 			// Underflow to a denormal or zero is a representable value.
@@ -481,10 +614,76 @@ func parseFloat(raw string) (float64, error) {
 	return f, nil
 }
 
+// parseShortDecimal is the fast path of parseFloat for -?digits[.digits]
+// with at most 15 digits: the mantissa and the power of ten are then exact
+// float64 values, so their quotient is correctly rounded, i.e. the value
+// strconv.ParseFloat returns.
+func parseShortDecimal(b []byte) (float64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 16 {
+		return 0, false
+	}
+	var mant uint64
+	point := -1
+	for i, c := range b {
+		switch {
+		case isDigit(c):
+			mant = mant*10 + uint64(c-'0')
+		case c == '.' && point < 0:
+			point = i
+		default:
+			return 0, false
+		}
+	}
+	f := float64(mant)
+	if point >= 0 {
+		if len(b) == 1 { // "." alone
+			return 0, false
+		}
+		f /= pow10[len(b)-1-point]
+	} else if len(b) > 15 {
+		return 0, false
+	}
+	if neg {
+		f = -f
+	}
+	return f, true
+}
+
+// pow10 holds the powers of ten that parseShortDecimal divides by (a
+// constant table).
+var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
 var (
 	errNotInteger = errors.New("not an integer")
 	errIntRange   = errors.New("out of range for BIGINT")
 )
+
+// parseIntegerBytes is parseInteger on bytes, without allocating for a
+// plain integer of up to 18 digits.
+func parseIntegerBytes(raw []byte) (int64, error) {
+	digits := raw
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return parseInteger(string(raw))
+	}
+	var n int64
+	for _, c := range digits {
+		if !isDigit(c) {
+			return parseInteger(string(raw))
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if raw[0] == '-' {
+		n = -n
+	}
+	return n, nil
+}
 
 // parseInteger parses a JSON number whose value is an integer that fits an
 // int64, whatever its spelling: "1000", "1e3", "1000.0" and "1.0e3" are all
@@ -548,120 +747,165 @@ func parseInteger(raw string) (int64, error) {
 
 // payload gives typed access to the fields of a payload object. JSON null
 // is treated as absent.
-type payload []member
+type payload struct {
+	b []byte // the payload object
+	// When indexed, fields locates the fields in b; otherwise members holds
+	// every member of b. (fields is a copy: a pointer into the Envelope
+	// would make it escape to the heap.)
+	indexed bool
+	fields  payloadFields
+	members []member
+}
+
+// raw returns the JSON text of field f (the last member of that name) when
+// it is present and not null.
+func (p *payload) raw(f field) ([]byte, bool) {
+	var raw []byte
+	if p.indexed {
+		sp := p.fields.spans[f]
+		if sp.end == 0 {
+			return nil, false
+		}
+		raw = p.b[sp.off:sp.end]
+	} else {
+		var ok bool
+		if raw, ok = lookup(p.members, fieldNames[f]); !ok {
+			return nil, false
+		}
+	}
+	return presentRaw(raw)
+}
 
 func typeErr(name, want string, raw []byte) error {
 	return fmt.Errorf("%s: want %s, got %s", name, want, describe(raw))
 }
 
-func (p payload) requiredString(name string) (string, error) {
-	s, ok, err := p.optionalString(name)
+// requiredString is optionalString with absence an error.
+func (p *payload) requiredString(f field) ([]byte, error) {
+	s, ok, err := p.optionalString(f)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if !ok {
-		return "", fmt.Errorf("%s missing", name)
+		return nil, fmt.Errorf("%s missing", fieldNames[f])
 	}
 	return s, nil
 }
 
-func (p payload) optionalString(name string) (string, bool, error) {
-	raw, ok := present(p, name)
+// optionalString returns the decoded bytes of string field f (see
+// stringBytes: not to be retained as they are).
+func (p *payload) optionalString(f field) ([]byte, bool, error) {
+	raw, ok := p.raw(f)
 	if !ok {
-		return "", false, nil
+		return nil, false, nil
 	}
 	if kindOf(raw) != kindString {
-		return "", false, typeErr(name, "a string", raw)
+		return nil, false, typeErr(fieldNames[f], "a string", raw)
 	}
-	s, err := decodeString(raw)
+	s, err := stringBytes(raw)
 	if err != nil {
-		return "", false, fmt.Errorf("%s: %w", name, err)
+		return nil, false, fmt.Errorf("%s: %w", fieldNames[f], err)
 	}
 	return s, true, nil
 }
 
-func (p payload) optionalStringPtr(name string) (*string, error) {
-	s, ok, err := p.optionalString(name)
+// optionalStringPtr stores string field f in *dst and returns dst, or nil
+// when f is absent.
+func (p *payload) optionalStringPtr(f field, dst *string) (*string, error) {
+	s, ok, err := p.optionalString(f)
 	if err != nil || !ok {
 		return nil, err
 	}
-	return &s, nil
+	*dst = string(s)
+	return dst, nil
 }
 
-func (p payload) requiredNumber(name string) (string, error) {
-	raw, ok := present(p, name)
+func (p *payload) requiredNumber(f field) ([]byte, error) {
+	raw, ok := p.raw(f)
 	if !ok {
-		return "", fmt.Errorf("%s missing", name)
+		return nil, fmt.Errorf("%s missing", fieldNames[f])
 	}
 	if kindOf(raw) != kindNumber {
-		return "", typeErr(name, "a number", raw)
+		return nil, typeErr(fieldNames[f], "a number", raw)
 	}
-	return string(raw), nil
+	return raw, nil
 }
 
-func (p payload) optionalFloat(name string) (*float64, error) {
-	raw, ok := present(p, name)
+// optionalFloat stores number field f in *dst and returns dst, or nil when
+// f is absent.
+func (p *payload) optionalFloat(f field, dst *float64) (*float64, error) {
+	raw, ok := p.raw(f)
 	if !ok {
 		return nil, nil
 	}
 	if kindOf(raw) != kindNumber {
-		return nil, typeErr(name, "a number", raw)
+		return nil, typeErr(fieldNames[f], "a number", raw)
 	}
-	f, err := parseFloat(string(raw))
+	x, err := parseFloat(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", name, raw, err)
+		return nil, fmt.Errorf("%s %s: %w", fieldNames[f], raw, err)
 	}
-	return &f, nil
+	*dst = x
+	return dst, nil
 }
 
-func (p payload) optionalBool(name string) (*bool, error) {
-	raw, ok := present(p, name)
+// optionalBool stores boolean field f in *dst and returns dst, or nil when
+// f is absent.
+func (p *payload) optionalBool(f field, dst *bool) (*bool, error) {
+	raw, ok := p.raw(f)
 	if !ok {
 		return nil, nil
 	}
 	if kindOf(raw) != kindBool {
-		return nil, typeErr(name, "a boolean", raw)
+		return nil, typeErr(fieldNames[f], "a boolean", raw)
 	}
-	b := raw[0] == 't'
-	return &b, nil
+	*dst = raw[0] == 't'
+	return dst, nil
 }
 
-func (p payload) optionalTime(name string) (time.Time, bool, error) {
-	raw, ok := present(p, name)
+func (p *payload) optionalTime(f field) (time.Time, bool, error) {
+	raw, ok := p.raw(f)
 	if !ok {
 		return time.Time{}, false, nil
 	}
 	t, err := parseTimeField(raw)
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("%s: %w", name, err)
+		return time.Time{}, false, fmt.Errorf("%s: %w", fieldNames[f], err)
 	}
 	return t, true, nil
 }
 
 // optionalStrings decodes an array of strings; an element of another type
 // is an error naming its index.
-func (p payload) optionalStrings(name string) ([]string, bool, error) {
-	raw, ok := present(p, name)
+func (p *payload) optionalStrings(f field) ([]string, bool, error) {
+	raw, ok := p.raw(f)
 	if !ok {
 		return nil, false, nil
 	}
+	name := fieldNames[f]
 	if kindOf(raw) != kindArray {
 		return nil, false, typeErr(name, "an array of strings", raw)
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
-		return nil, false, fmt.Errorf("%s: %w", name, err)
+	// Check every element, in order, before copying them into exactly sized
+	// memory.
+	var buf [8][]byte
+	elems := buf[:0]
+	for e, err := range arrayElements(raw) {
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w", name, err)
+		}
+		if kindOf(e) != kindString {
+			return nil, false, typeErr(fmt.Sprintf("%s[%d]", name, len(elems)), "a string", e)
+		}
+		s, err := stringBytes(e)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s[%d]: %w", name, len(elems), err)
+		}
+		elems = append(elems, s)
 	}
 	out := make([]string, len(elems))
 	for i, e := range elems {
-		if kindOf(e) != kindString {
-			return nil, false, typeErr(fmt.Sprintf("%s[%d]", name, i), "a string", e)
-		}
-		s, err := decodeString(e)
-		if err != nil {
-			return nil, false, fmt.Errorf("%s[%d]: %w", name, i, err)
-		}
-		out[i] = s
+		out[i] = string(e)
 	}
 	return out, true, nil
 }

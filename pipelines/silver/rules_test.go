@@ -3,7 +3,10 @@ package silver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -537,6 +540,184 @@ func TestParseInteger(t *testing.T) {
 		got, err := parseInteger(tc.in)
 		if err != tc.err || got != tc.want {
 			t.Errorf("parseInteger(%q) = %d, %v; want %d, %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func TestParseRFC3339MatchesTimeParse(t *testing.T) {
+	t.Parallel()
+	inputs := []string{
+		"2025-06-01T19:00:00Z", "2025-06-01T19:00:00.1Z", "2025-06-01T19:00:00.123456789Z", "2025-06-01T19:00:00.1234567891234Z",
+		"2025-06-01T19:00:00+07:00", "2025-06-01T19:00:00-05:30", "2025-06-01T19:00:00+00:00", "2025-06-01T19:00:00-00:00",
+		"2025-06-01T19:00:00+14:00", "2025-06-01T19:00:00+23:59", "2025-06-01T19:00:00+24:00", "2025-06-01T19:00:00+07:60",
+		"2024-02-29T00:00:00Z", "2025-02-29T00:00:00Z", "2000-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2025-04-31T00:00:00Z",
+		"2025-12-31T23:59:59Z", "2025-13-01T00:00:00Z", "2025-00-01T00:00:00Z", "2025-06-00T00:00:00Z", "2025-06-01T24:00:00Z",
+		"2025-06-01T23:60:00Z", "2025-06-01T23:59:60Z", "0000-01-01T00:00:00Z", "9999-12-31T23:59:59.999999999Z",
+		"2025-06-01t19:00:00z", "2025-06-01T19:00:00z", "2025-06-01 19:00:00Z", "2025-06-01T19:00:00", "2025-06-01T19:00Z",
+		"2025-06-01T19:00:00,5Z", "2025-06-01T19:00:00.Z", "2025-06-01T19:00:00.5", "2025-06-01T19:00:00+0700",
+		"2025-6-01T19:00:00Z", "+025-06-01T19:00:00Z", "2025-06-01T9:00:00Z", "2025-06-01T19:00:00ZZ", "2025-06-01T19:00:00 Z",
+		"2025-06-01T19:00:00.123+07:00", "2025-06-01T19:00:00.000000001-12:00", "", "hôm qua", "2025-06-01",
+	}
+	for i := 0; i < 2000; i++ { // pseudo-random well-formed times with every offset
+		inputs = append(inputs, fmt.Sprintf("%04d-%02d-%02dT%02d:%02d:%02d.%0*dZ", 1990+i%40, 1+i%12, 1+i%31, i%24, i*7%60, i*13%60, 1+i%12, i*7919%1000000),
+			fmt.Sprintf("%04d-%02d-%02dT%02d:%02d:%02d%c%02d:%02d", 1990+i%40, 1+i%12, 1+i*3%31, i*5%24, i*11%60, i*17%60, "+-"[i%2], i%25, []int{0, 30, 45, 59}[i%4]))
+	}
+	fast := 0
+	for _, in := range inputs {
+		got, ok := parseRFC3339([]byte(in))
+		if ok {
+			fast++
+		}
+		want, err := time.Parse(time.RFC3339Nano, in)
+		if ok && (err != nil || !reflect.DeepEqual(got, want)) {
+			t.Errorf("parseRFC3339(%q) = %v (%v), time.Parse = %v, %v", in, got, got.Location(), want, err)
+		}
+		// The field parser agrees with the fallback whichever path it takes.
+		ft, ferr := parseTimeField([]byte(strconv.Quote(in)))
+		if (ferr == nil) != (err == nil) || (err == nil && !reflect.DeepEqual(ft, want.Truncate(time.Microsecond))) {
+			t.Errorf("parseTimeField(%q) = %v, %v; time.Parse = %v, %v", in, ft, ferr, want, err)
+		}
+		if err != nil && ferr != nil && ferr.Error() != fmt.Sprintf("%q is not an RFC 3339 time: %v", in, err) {
+			t.Errorf("parseTimeField(%q) error %q", in, ferr)
+		}
+	}
+	if fast < len(inputs)/2 {
+		t.Errorf("fast path taken for %d of %d inputs", fast, len(inputs))
+	}
+}
+
+func TestParseDateMatchesTimeParse(t *testing.T) {
+	t.Parallel()
+	inputs := []string{"2025-02-29", "2024-02-29", "1900-02-29", "2000-02-29", "0000-01-01", "9999-12-31", "2025-00-10", "2025-13-10",
+		"2025-06-00", "2025-06-31", "2025-6-01", "2025-06-1", "+025-06-01", "-001-06-01", "2025/06/01", "2025-06-01 ", "20250601", ""}
+	for d := time.Date(1999, 12, 25, 0, 0, 0, 0, time.UTC); d.Year() < 2001; d = d.AddDate(0, 0, 1) {
+		inputs = append(inputs, d.Format(time.DateOnly))
+	}
+	for _, in := range inputs {
+		got, ok := parseDate([]byte(in))
+		want, err := time.Parse(time.DateOnly, in)
+		if ok && (err != nil || !reflect.DeepEqual(got, want)) {
+			t.Errorf("parseDate(%q) = %v, time.Parse = %v, %v", in, got, want, err)
+		}
+		if !ok && err == nil && len(in) == 10 && in[0] != '+' && in[0] != '-' {
+			t.Errorf("parseDate(%q) missed a plain date", in)
+		}
+	}
+}
+
+func TestParseShortDecimalMatchesStrconv(t *testing.T) {
+	t.Parallel()
+	inputs := []string{"0", "-0", "0.0", "-0.000", "1", "-1", "10.25", "0.1", "0.3", "123456789012345", "1234567890123456",
+		"12345678901234.5", "1234567890123.45", "0.000000000000001", "0.0000000000000001", "99999999999999.9", "1.", ".5", ".", "-", "", "1e3", "1.5e2", "--1", "1.2.3", "00012.50"}
+	x := uint64(1)
+	for i := 0; i < 100000; i++ {
+		x = x*6364136223846793005 + 1442695040888963407
+		digits := strconv.FormatUint(x>>(x%40), 10)
+		digits = digits[:1+int(x>>7)%min(len(digits), 17)]
+		if p := int(x>>13) % (len(digits) + 1); p < len(digits) {
+			digits = digits[:p] + "." + digits[p:]
+			if p == 0 {
+				digits = "0" + digits
+			}
+		}
+		if x>>20&1 == 1 {
+			digits = "-" + digits
+		}
+		inputs = append(inputs, digits)
+	}
+	fast := 0
+	for _, in := range inputs {
+		got, ok := parseShortDecimal([]byte(in))
+		if !ok {
+			continue
+		}
+		fast++
+		want, err := strconv.ParseFloat(in, 64)
+		if err != nil || math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("parseShortDecimal(%q) = %v, strconv = %v, %v", in, got, want, err)
+		}
+	}
+	if fast < len(inputs)/2 {
+		t.Errorf("fast path taken for %d of %d inputs", fast, len(inputs))
+	}
+	if _, ok := parseShortDecimal([]byte("25512.5")); !ok {
+		t.Error("fast path not taken for a plain price")
+	}
+}
+
+func TestParseIntegerBytesMatchesParseInteger(t *testing.T) {
+	t.Parallel()
+	inputs := []string{"0", "-0", "7", "-7", "100", "123456789012345678", "-123456789012345678", "1234567890123456789",
+		"9223372036854775807", "-9223372036854775808", "9223372036854775808", "1e3", "1.5", "1000.0", "00012", "-", ""}
+	for _, in := range inputs {
+		got, err := parseIntegerBytes([]byte(in))
+		want, werr := parseInteger(in)
+		if got != want || err != werr {
+			t.Errorf("parseIntegerBytes(%q) = %d, %v; parseInteger %d, %v", in, got, err, want, werr)
+		}
+	}
+}
+
+func TestRuneCount(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "a", "é", "ệ", "😀", strings.Repeat("ệa😀", 11), "Thị trường chứng khoán", "\uFFFD\u0000x"} {
+		for k := 0; k < 9; k++ {
+			in := strings.Repeat("x", k) + s
+			if got, want := runeCount([]byte(in)), utf8.RuneCountInString(in); got != want {
+				t.Errorf("runeCount(%q) = %d, want %d", in, got, want)
+			}
+		}
+	}
+	for _, r := range GenerateCorpus(5, 500, 0) {
+		env, err := Decode(nil, r.Value)
+		if err != nil || env.TaskType != TaskSA {
+			continue
+		}
+		p := payload{b: env.Payload, indexed: true, fields: env.fields}
+		text, err := p.requiredString(fTextNormalized)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := runeCount(text), utf8.RuneCount(text); got != want {
+			t.Errorf("runeCount = %d, want %d", got, want)
+		}
+	}
+}
+
+func TestPlainHTTPURLIsAccepted(t *testing.T) {
+	t.Parallel()
+	accepted := []string{"https://cafef.vn/tin-tuc/a.html", "http://cafef.vn", "https://a", "https://A-b.C0/x:y@z/~_!$&'()*+,;=", "https://./", "https://-//"}
+	rejected := []string{"HTTPS://cafef.vn/a", "https://", "https:///a", "https://:443/a", "https://a.b:80/", "https://a b/", "https://a.b/a b",
+		"https://a.b/%20", "https://a.b/?q", "https://a.b/#f", "https://u@a.b/", "https://[::1]/", "https://a_b.c/", "https://a.b/é",
+		"https://a.b/\x7f", "ftp://a.b/", "http:a.b", "https//a.b", ""}
+	for _, s := range accepted {
+		if !plainHTTPURL([]byte(s)) {
+			t.Errorf("plainHTTPURL(%q) = false", s)
+		}
+	}
+	for _, s := range rejected {
+		if plainHTTPURL([]byte(s)) {
+			t.Errorf("plainHTTPURL(%q) = true", s)
+		}
+	}
+	// Whatever the fast path accepts, checkURL accepts.
+	alphabet := "aZ09.-_~/:@!$&'()*+,;=%?#[] \x00\x7f\xc3\xa9"
+	x := uint64(7)
+	for i := 0; i < 200000; i++ {
+		b := []byte([]string{"http://", "https://"}[i%2])
+		for n := int(x % 12); n >= 0; n-- {
+			x = x*6364136223846793005 + 1442695040888963407
+			b = append(b, alphabet[x>>33%uint64(len(alphabet))])
+		}
+		if plainHTTPURL(b) {
+			if err := checkURL(string(b)); err != nil {
+				t.Fatalf("plainHTTPURL(%q) = true, checkURL: %v", b, err)
+			}
+		}
+	}
+	for _, s := range append(accepted, rejected...) {
+		if plainHTTPURL([]byte(s)) && checkURL(s) != nil {
+			t.Errorf("plainHTTPURL(%q) = true, checkURL: %v", s, checkURL(s))
 		}
 	}
 }
