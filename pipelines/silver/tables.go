@@ -162,11 +162,17 @@ func (r *router) Merge(old, next Row) Row {
 }
 
 func (r *router) Write(ctx context.Context, batch []Row) error {
+	nTA := 0
+	for _, row := range batch {
+		if row.TA != nil {
+			nTA++
+		}
+	}
 	var (
-		taRows []TARow
-		saRows []SARow
-		taIdx  []int
-		saIdx  []int
+		taRows = make([]TARow, 0, nTA)
+		saRows = make([]SARow, 0, len(batch)-nTA)
+		taIdx  = make([]int, 0, nTA)
+		saIdx  = make([]int, 0, len(batch)-nTA)
 		rej    []stages.Rejection
 	)
 	for i, row := range batch {

@@ -214,7 +214,7 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 			if w == nil {
 				return // revoked meanwhile: the new owner re-reads from the committed offset
 			}
-			w.push(p.Records)
+			w.push(p.Records, p.HighWatermark)
 		})
 	}
 

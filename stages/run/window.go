@@ -177,13 +177,20 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 	return stopErr
 }
 
-// moreSoon reports whether records are queued or arrive within BatchLinger;
-// false also when the worker is asked to stop.
+// moreSoon reports whether the window should stay open for more records:
+// records are queued, or arrive within BatchLinger, or — while the
+// partition is known to have records beyond the window (its high watermark,
+// from the last fetch) — arrive before the window's MaxAge. It returns false
+// when the worker is asked to stop.
 func (w *worker[In, Out]) moreSoon() bool {
 	if w.queued() > 0 {
 		return true
 	}
-	t := time.NewTimer(w.r.cfg.BatchLinger)
+	wait := w.r.cfg.BatchLinger
+	if last := w.win.last; last != nil && last.Offset+1 < w.hwm.Load() {
+		wait = max(wait, time.Until(w.win.opened.Add(w.r.cfg.Window.MaxAge)))
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {

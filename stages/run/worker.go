@@ -41,6 +41,7 @@ type worker[In, Out any] struct {
 	cancel   context.CancelFunc // abandon now
 	done     chan struct{}
 	lost     atomic.Bool
+	hwm      atomic.Int64 // the partition's high watermark at the last fetch
 
 	win *window[Out] // open coalescing window; nil when windows are off
 }
@@ -60,9 +61,11 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 	return w
 }
 
-// push appends fetched records; it never blocks. The poll loop bounds the
-// queue (see Runner.waitForCapacity).
-func (w *worker[In, Out]) push(recs []*kgo.Record) {
+// push appends fetched records and records the partition's high watermark;
+// it never blocks. The poll loop bounds the queue (see
+// Runner.waitForCapacity).
+func (w *worker[In, Out]) push(recs []*kgo.Record, hwm int64) {
+	w.hwm.Store(hwm)
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
 	w.mu.Unlock()
