@@ -189,3 +189,60 @@ func TestMergeAssociative(t *testing.T) {
 		}
 	}
 }
+
+// The sink's run.Merger folds a key's rows exactly like MergeTA/MergeSA
+// applied in order, although it updates the window's row in place.
+func TestRouterMergeFoldsInOrder(t *testing.T) {
+	t.Parallel()
+	corpus := GenerateCorpus(7, 3000, 0, CorpusKeys(40))
+	v := NewValidator()
+	var r router
+	window := map[string]Row{}
+	wantTA := map[string]TARow{}
+	wantSA := map[string]SARow{}
+	for _, rec := range corpus {
+		env, err := Decode([]byte(rec.Key), rec.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row, err := v.Transform(env, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := r.MergeKey(row)
+		if old, ok := window[k]; ok {
+			window[k] = r.Merge(old, row)
+		} else {
+			window[k] = row
+		}
+		switch {
+		case row.TA != nil:
+			if old, ok := wantTA[k]; ok {
+				wantTA[k] = MergeTA(old, *row.TA)
+			} else {
+				wantTA[k] = *row.TA
+			}
+		case row.SA != nil:
+			if old, ok := wantSA[k]; ok {
+				wantSA[k] = MergeSA(old, *row.SA)
+			} else {
+				wantSA[k] = *row.SA
+			}
+		}
+	}
+	if len(window) != len(wantTA)+len(wantSA) || len(window) >= len(corpus) {
+		t.Fatalf("%d keys in the window, want %d (< %d records)", len(window), len(wantTA)+len(wantSA), len(corpus))
+	}
+	for k, row := range window {
+		switch {
+		case row.TA != nil:
+			if !reflect.DeepEqual(*row.TA, wantTA[k]) {
+				t.Fatalf("key %s: %+v, want %+v", k, *row.TA, wantTA[k])
+			}
+		case row.SA != nil:
+			if !reflect.DeepEqual(*row.SA, wantSA[k]) {
+				t.Fatalf("key %s: %+v, want %+v", k, *row.SA, wantSA[k])
+			}
+		}
+	}
+}

@@ -148,15 +148,16 @@ func (r *router) MergeKey(row Row) string { return row.Key() }
 
 var _ run.Merger[Row] = (*router)(nil)
 
-// Merge returns the row equivalent to writing old and then next.
+// Merge returns the row equivalent to writing old and then next. It
+// updates old's row in place (the window owns it, see run.Merger).
 func (r *router) Merge(old, next Row) Row {
 	switch {
 	case old.TA != nil && next.TA != nil:
-		m := MergeTA(*old.TA, *next.TA)
-		return Row{TA: &m}
+		*old.TA = MergeTA(*old.TA, *next.TA)
+		return old
 	case old.SA != nil && next.SA != nil:
-		m := MergeSA(*old.SA, *next.SA)
-		return Row{SA: &m}
+		*old.SA = MergeSA(*old.SA, *next.SA)
+		return old
 	}
 	return next
 }

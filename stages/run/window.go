@@ -17,12 +17,17 @@ import (
 // the same state as writing old and then next (an upsert sink whose merge
 // mirrors its SQL, for example). A runner with [WindowConfig.MaxKeys] set
 // requires its sink to implement Merger. Both methods must be safe for
-// concurrent use and must not modify their arguments.
+// concurrent use.
 type Merger[T any] interface {
 	// MergeKey returns the key under which outputs coalesce; outputs with
-	// equal keys are merged, in partition order.
+	// equal keys are merged, in partition order. It must not modify its
+	// argument.
 	MergeKey(T) string
-	// Merge returns the output equivalent to old followed by next.
+	// Merge returns the output equivalent to old followed by next. The
+	// window owns old (an output of the stage or of an earlier Merge, never
+	// seen by anyone else), so Merge may update what old points to in place
+	// and return it, saving an allocation per merge; next is discarded
+	// afterwards and may be referenced by the result.
 	Merge(old, next T) T
 }
 
