@@ -185,15 +185,15 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 // moreSoon reports whether the window should stay open for more records:
 // records are queued, or arrive within BatchLinger, or — while the
 // partition is known to have records beyond the window (its high watermark,
-// from the last fetch) — arrive before the window's MaxAge. It returns false
-// when the worker is asked to stop.
+// from the last fetch) — arrive within backlogWait (and before the window's
+// MaxAge). It returns false when the worker is asked to stop.
 func (w *worker[In, Out]) moreSoon() bool {
 	if w.queued() > 0 {
 		return true
 	}
 	wait := w.r.cfg.BatchLinger
 	if last := w.win.last; last != nil && last.Offset+1 < w.hwm.Load() {
-		wait = max(wait, time.Until(w.win.opened.Add(w.r.cfg.Window.MaxAge)))
+		wait = max(wait, min(backlogWait, time.Until(w.win.opened.Add(w.r.cfg.Window.MaxAge))))
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -212,6 +212,13 @@ func (w *worker[In, Out]) moreSoon() bool {
 		}
 	}
 }
+
+// backlogWait bounds how long a window waits for the next fetch of a
+// partition whose high watermark shows more records. It is a bound, not a
+// delay: under a backlog the next fetch is usually there at once. Offsets
+// that hold no record for the consumer (transaction markers, compacted
+// records) also stay below the high watermark; they cost at most this wait.
+const backlogWait = time.Second
 
 // closeWindow writes the window's merged outputs, dead-letters the records
 // behind rejected outputs, and marks the window's last offset for commit.
