@@ -76,7 +76,7 @@ func Example() {
 	fmt.Println(handle(&stages.Rejections{Items: []stages.Rejection{{Index: 3, Rule: "pg.22003"}}}))
 	// Output:
 	// INSERT INTO "closes" AS t ("symbol", "day", "close", "first_seen")
-	// SELECT "symbol", "day", "close", "first_seen" FROM "_pgsink_staging" ORDER BY "symbol", "day"
+	// SELECT "symbol", "day", "close", "first_seen" FROM "_pgsink_staging"
 	// ON CONFLICT ("symbol", "day") DO UPDATE SET
 	//   "close" = EXCLUDED.close,
 	//   "first_seen" = LEAST(t.first_seen, EXCLUDED.first_seen),

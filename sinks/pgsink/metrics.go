@@ -14,7 +14,7 @@ type metrics struct {
 	written  prometheus.Counter
 	rejected *prometheus.CounterVec   // rule
 	merged   prometheus.Counter       // items folded into an earlier item of the same key
-	txs      *prometheus.CounterVec   // result: ok | row_error | error
+	txs      *prometheus.CounterVec   // result: ok | row_error | error | conflict
 	duration *prometheus.HistogramVec // result: ok | rejected | error
 	batch    prometheus.Histogram
 }
@@ -35,7 +35,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		txs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_pgsink_transactions_total",
-			Help: "Write transactions by result (ok, row_error: a row was refused and the batch is bisected, error: other failure).",
+			Help: "Write transactions by result (ok, row_error: a row was refused and the batch is bisected, error: other failure, conflict: the COPY of new keys hit a unique violation and the rows are upserted in a new transaction).",
 		}, []string{"result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_pgsink_write_duration_seconds",

@@ -1,7 +1,28 @@
-// Package pgsink is a PostgreSQL upsert sink built for throughput: one Write
-// merges the batch by natural key in memory, COPYs the rows into a temporary
-// staging table and applies them to the target with a single
-// INSERT … SELECT … ON CONFLICT … DO UPDATE, all in one transaction.
+// Package pgsink is a PostgreSQL upsert sink built for throughput. One
+// Write merges the batch by natural key in memory, sorts the merged rows by
+// key and applies them in one transaction, in one of two ways:
+//
+//   - upsert: the rows are COPYed into a temporary staging table and
+//     applied with a single INSERT … SELECT … ON CONFLICT … DO UPDATE (see
+//     [Sink.UpsertSQL]);
+//   - direct: when at least 3/4 of the keys are new, the rows of the new
+//     keys are COPYed straight into the table — cheaper for PostgreSQL
+//     than the upsert: no staging table, no speculative insertion — and
+//     only the rows of existing keys are upserted.
+//
+// To choose, the sink looks the keys up in the table (an index probe per
+// key, so it needs SELECT on the key columns); in a batch of more than 128
+// keys it first looks up an evenly spaced sample of 64 and upserts the
+// whole batch when fewer than 3/4 of those are new, so that batches of
+// mostly existing keys do not pay for the full lookup. If the direct COPY
+// hits a unique violation — a key the lookup did not see was inserted
+// meanwhile by another writer, or a row breaks another unique index — the
+// transaction is rolled back and its rows upserted in a new one, so a
+// concurrent insert never loses or rejects a row.
+//
+// Either way the outcome is that of the upsert: a new key is inserted (with
+// the table's defaults for the columns not written), an existing one
+// updated by the Update clause.
 //
 // It implements [stages.Sink]:
 //
@@ -23,9 +44,15 @@
 //     the runtime retries the whole batch. Halves that landed before such an
 //     error are written again by the retry, which the upsert makes harmless.
 //
-// A Sink is safe for concurrent use; concurrent writers to one table sort
-// their rows by the conflict key, which avoids lock-order deadlocks between
-// them (a deadlock that still happens is transient and retried).
+// A Sink is safe for concurrent use. Every writer handles its rows in the
+// byte order of their KeyOf strings (the staging table is read in the order
+// it was filled; the upsert has no ORDER BY, which would cost a sort that
+// spills to disk for large batches), so concurrent writers to one table
+// take their row locks and wait on each other's new keys in the same order,
+// which avoids most lock-order deadlocks. A direct write that also upserts
+// goes through its keys in two ordered passes (existing keys, then new
+// ones), so it can still deadlock with a concurrent writer of the same
+// keys; a deadlock is transient and the batch retried.
 package pgsink
 
 import (
@@ -35,6 +62,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -81,7 +109,9 @@ type Table[T any] struct {
 	// wins.
 	Merge func(old, next T) T
 	// Values returns a row's column values in Columns order (nil = NULL),
-	// as pgx encodes them for COPY.
+	// as pgx encodes them for COPY; the values of the Key columns are also
+	// sent as elements of arrays of the columns' types (the lookup of
+	// existing keys). It is called once per merged row.
 	Values func(T) []any
 }
 
@@ -130,6 +160,16 @@ type Sink[T any] struct {
 	upsertSQL string
 	m         *metrics
 	log       *slog.Logger
+
+	target pgx.Identifier
+	keyPos []int // positions of the Key columns in Columns
+
+	// upsertOnly sends every row through the staging table (benchmarks
+	// compare it with the default).
+	upsertOnly bool
+
+	probeMu  sync.Mutex
+	probeSQL string // built on first use from the key columns' types
 }
 
 var _ stages.Sink[int] = (*Sink[int])(nil)
@@ -161,9 +201,13 @@ func New[T any](db Beginner, table Table[T], opts ...Option) (*Sink[T], error) {
 		columns: make(map[string]bool, len(table.Columns)),
 		m:       m,
 		log:     o.log.With("table", table.Name),
+		target:  pgx.Identifier(strings.Split(table.Name, ".")),
 	}
 	for _, c := range table.Columns {
 		s.columns[c] = true
+	}
+	for _, k := range table.Key {
+		s.keyPos = append(s.keyPos, slices.Index(table.Columns, k))
 	}
 	s.createSQL, s.upsertSQL = table.sql()
 	return s, nil
@@ -207,8 +251,8 @@ func (t Table[T]) sql() (create, upsert string) {
 	var b strings.Builder
 	cols := identList(t.Columns)
 	key := identList(t.Key)
-	fmt.Fprintf(&b, "INSERT INTO %s AS t (%s)\nSELECT %s FROM %s ORDER BY %s\nON CONFLICT (%s) ",
-		ident(t.Name), cols, cols, pgx.Identifier{stagingTable}.Sanitize(), key, key)
+	fmt.Fprintf(&b, "INSERT INTO %s AS t (%s)\nSELECT %s FROM %s\nON CONFLICT (%s) ",
+		ident(t.Name), cols, cols, pgx.Identifier{stagingTable}.Sanitize(), key)
 	if len(t.Update) == 0 {
 		b.WriteString("DO NOTHING")
 		return create, b.String()
@@ -232,14 +276,20 @@ func (t Table[T]) sql() (create, upsert string) {
 	return create, out
 }
 
-// UpsertSQL returns the statement the sink runs after the COPY (for
-// documentation and tests).
+// UpsertSQL returns the statement that applies the staging table to the
+// target (for documentation and tests). It has no ORDER BY: the rows are
+// sorted by key before they are COPYed into the staging table, and a
+// sequential scan of that fresh temporary table returns them in that order.
+// Rows of new keys written directly (see the package documentation) do not
+// go through it.
 func (s *Sink[T]) UpsertSQL() string { return s.upsertSQL }
 
 // group is one merged row and the batch indexes it stands for, in order.
 type group[T any] struct {
+	key   string
 	row   T
 	items []int
+	vals  []any // Values(row), computed once the group is complete
 }
 
 // rejected is a group the database refused.
@@ -278,7 +328,7 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 		if r.err.ConstraintName != "" {
 			rule += "." + r.err.ConstraintName
 		}
-		e := fmt.Errorf("pgsink: %s refused the row of key %q: %w", s.table.Name, s.table.KeyOf(r.g.row), r.err)
+		e := fmt.Errorf("pgsink: %s refused the row of key %q: %w", s.table.Name, r.g.key, r.err)
 		s.m.rejected.WithLabelValues(rule).Add(float64(len(r.g.items)))
 		s.log.Warn("row rejected", "rule", rule, "items", len(r.g.items), "err", r.err.Message)
 		for _, i := range r.g.items {
@@ -289,8 +339,9 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 	return rej
 }
 
-// merge folds the items of one key into one group, keeping the order of
-// first appearance.
+// merge folds the items of one key into one group and returns the groups
+// sorted by key (KeyOf, byte order): every writer then takes its row locks
+// and unique-index waits in the same order.
 func (s *Sink[T]) merge(batch []T) []*group[T] {
 	groups := make([]*group[T], 0, len(batch))
 	byKey := make(map[string]*group[T], len(batch))
@@ -305,9 +356,13 @@ func (s *Sink[T]) merge(batch []T) []*group[T] {
 			g.items = append(g.items, i)
 			continue
 		}
-		g := &group[T]{row: item, items: []int{i}}
+		g := &group[T]{key: k, row: item, items: []int{i}}
 		byKey[k] = g
 		groups = append(groups, g)
+	}
+	slices.SortFunc(groups, func(a, b *group[T]) int { return strings.Compare(a.key, b.key) })
+	for _, g := range groups {
+		g.vals = s.table.Values(g.row)
 	}
 	return groups
 }
@@ -366,8 +421,25 @@ func (s *Sink[T]) rowError(err error) (*pgconn.PgError, bool) {
 	return pe, true
 }
 
-// attempt applies gs in one transaction.
-func (s *Sink[T]) attempt(ctx context.Context, gs []*group[T]) (err error) {
+// attempt applies gs in one transaction (see direct). If the direct COPY
+// hits a unique violation (a key the lookup did not see was inserted
+// meanwhile by another writer, or a row breaks another unique index), the
+// transaction is rolled back and gs upserted in a new one.
+func (s *Sink[T]) attempt(ctx context.Context, gs []*group[T]) error {
+	if !s.upsertOnly {
+		err := s.inTx(ctx, func(tx pgx.Tx) error { return s.direct(ctx, tx, gs) })
+		var cc copyConflict
+		if !errors.As(err, &cc) {
+			return err
+		}
+		s.m.txs.WithLabelValues("conflict").Inc()
+		s.log.Debug("unique violation on copy, upserting instead", "rows", len(gs), "err", err)
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error { return s.upsert(ctx, tx, gs) })
+}
+
+// inTx runs fn in a transaction and commits it.
+func (s *Sink[T]) inTx(ctx context.Context, fn func(pgx.Tx) error) (err error) {
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -379,20 +451,186 @@ func (s *Sink[T]) attempt(ctx context.Context, gs []*group[T]) (err error) {
 			_ = tx.Rollback(rctx)
 		}
 	}()
-	if _, err := tx.Exec(ctx, s.createSQL); err != nil {
-		return fmt.Errorf("create staging table: %w", err)
-	}
-	src := pgx.CopyFromSlice(len(gs), func(i int) ([]any, error) {
-		return s.table.Values(gs[i].row), nil
-	})
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{stagingTable}, s.table.Columns, src); err != nil {
-		return fmt.Errorf("copy into staging table: %w", err)
-	}
-	if _, err := tx.Exec(ctx, s.upsertSQL); err != nil {
-		return fmt.Errorf("upsert: %w", err)
+	if err := fn(tx); err != nil {
+		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+func copySource[T any](gs []*group[T]) pgx.CopyFromSource {
+	return pgx.CopyFromSlice(len(gs), func(i int) ([]any, error) { return gs[i].vals, nil })
+}
+
+// upsert COPYs gs into a fresh staging table and upserts them from there.
+func (s *Sink[T]) upsert(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
+	if _, err := tx.Exec(ctx, s.createSQL); err != nil {
+		return fmt.Errorf("create staging table: %w", err)
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{stagingTable}, s.table.Columns, copySource(gs)); err != nil {
+		return fmt.Errorf("copy into staging table: %w", err)
+	}
+	if _, err := tx.Exec(ctx, s.upsertSQL); err != nil {
+		return fmt.Errorf("upsert: %w", err)
+	}
+	return nil
+}
+
+// Direct COPY of new keys pays off when most keys of a batch are new: the
+// lookup of existing keys costs PostgreSQL about half of what the COPY
+// saves per new key (BenchmarkWriteLarge, before this threshold: with half
+// the keys new, splitting the batch cost as much as upserting it whole).
+const (
+	// lookupSample is how many keys, evenly spaced in key order, are
+	// looked up first in a batch of more than twice as many.
+	lookupSample = 64
+	// minNewNum/minNewDen is the share of new keys (in the sample, then in
+	// the batch) below which the whole batch is upserted.
+	minNewNum, minNewDen = 3, 4
+)
+
+// direct writes gs: when at least 3/4 of a sample of their keys are new, it
+// looks up which keys exist, COPYs the rows of the new ones straight into
+// the target and upserts the others through the staging table; otherwise
+// (or when fewer than 3/4 of all keys turn out to be new) it upserts all.
+func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
+	probe, err := s.probe(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if len(gs) > 2*lookupSample {
+		sample := make([]*group[T], lookupSample)
+		for i := range sample {
+			sample[i] = gs[i*len(gs)/lookupSample]
+		}
+		_, n, err := s.lookup(ctx, tx, probe, sample)
+		if err != nil {
+			return err
+		}
+		if !mostlyNew(len(sample), n) {
+			return s.upsert(ctx, tx, gs)
+		}
+	}
+	exists, n, err := s.lookup(ctx, tx, probe, gs)
+	if err != nil {
+		return err
+	}
+	if !mostlyNew(len(gs), n) {
+		return s.upsert(ctx, tx, gs)
+	}
+	fresh := gs
+	if n > 0 {
+		fresh = make([]*group[T], 0, len(gs)-n)
+		old := make([]*group[T], 0, n)
+		for i, g := range gs {
+			if exists[i] {
+				old = append(old, g)
+			} else {
+				fresh = append(fresh, g)
+			}
+		}
+		if err := s.upsert(ctx, tx, old); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.CopyFrom(ctx, s.target, s.table.Columns, copySource(fresh)); err != nil {
+		if SQLState(err) == "23505" {
+			return copyConflict{err}
+		}
+		return fmt.Errorf("copy new rows: %w", err)
+	}
+	return nil
+}
+
+// copyConflict is a unique violation on the direct COPY of new keys.
+type copyConflict struct{ err error }
+
+func (c copyConflict) Error() string { return "copy new rows: " + c.err.Error() }
+func (c copyConflict) Unwrap() error { return c.err }
+
+// mostlyNew reports whether at least minNewNum/minNewDen of total keys, of
+// which existing exist, are new.
+func mostlyNew(total, existing int) bool {
+	return minNewDen*(total-existing) >= minNewNum*total
+}
+
+// lookup runs probe on the keys of gs: exists[i] reports whether gs[i]'s
+// key is in the table, n how many are.
+func (s *Sink[T]) lookup(ctx context.Context, tx pgx.Tx, probe string, gs []*group[T]) (exists []bool, n int, err error) {
+	// One array of values per key column. Encoding []any needs the
+	// parameter types: unless the connection caches statement
+	// descriptions, describe the statement (also in exec or simple protocol
+	// mode: COPY describes the table anyway).
+	var args []any
+	switch tx.Conn().Config().DefaultQueryExecMode {
+	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
+	default:
+		args = append(args, pgx.QueryExecModeDescribeExec)
+	}
+	for _, p := range s.keyPos {
+		col := make([]any, len(gs))
+		for i, g := range gs {
+			col[i] = g.vals[p]
+		}
+		args = append(args, col)
+	}
+	rows, err := tx.Query(ctx, probe, args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("look up existing keys: %w", err)
+	}
+	exists = make([]bool, len(gs))
+	var ord int64
+	_, err = pgx.ForEachRow(rows, []any{&ord}, func() error {
+		if ord < 1 || ord > int64(len(gs)) {
+			return fmt.Errorf("ordinal %d out of range", ord)
+		}
+		if !exists[ord-1] {
+			exists[ord-1] = true
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("look up existing keys: %w", err)
+	}
+	return exists, n, nil
+}
+
+// probe returns the statement that finds which of a batch's keys exist:
+// it takes one array per key column and returns the 1-based positions of
+// the keys found. The key columns' types are read from the catalog once.
+func (s *Sink[T]) probe(ctx context.Context, tx pgx.Tx) (string, error) {
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if s.probeSQL != "" {
+		return s.probeSQL, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT a.attname, format_type(a.atttypid, NULL)
+FROM pg_attribute a
+WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attname = ANY($2)`,
+		ident(s.table.Name), s.table.Key)
+	if err != nil {
+		return "", fmt.Errorf("read key column types: %w", err)
+	}
+	types := map[string]string{}
+	var name, typ string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &typ}, func() error { types[name] = typ; return nil }); err != nil {
+		return "", fmt.Errorf("read key column types: %w", err)
+	}
+	var args, us, on []string
+	for j, k := range s.table.Key {
+		typ, ok := types[k]
+		if !ok {
+			return "", fmt.Errorf("read key column types: %s has no column %q", s.table.Name, k)
+		}
+		args = append(args, fmt.Sprintf("$%d::%s[]", j+1, typ))
+		u := fmt.Sprintf("k%d", j)
+		us = append(us, u)
+		on = append(on, fmt.Sprintf("t.%s = u.%s", pgx.Identifier{k}.Sanitize(), u))
+	}
+	s.probeSQL = fmt.Sprintf("SELECT u.ord FROM unnest(%s) WITH ORDINALITY AS u(%s, ord)\nCROSS JOIN LATERAL (SELECT FROM %s AS t WHERE %s LIMIT 1) AS found",
+		strings.Join(args, ", "), strings.Join(us, ", "), ident(s.table.Name), strings.Join(on, " AND "))
+	return s.probeSQL, nil
 }

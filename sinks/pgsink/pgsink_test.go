@@ -373,6 +373,184 @@ func TestSink(t *testing.T) {
 		}
 	})
 
+	// New keys are COPYed into the table and existing ones upserted when
+	// at least 3/4 of the keys (first of a sample of 64 in batches of more
+	// than 128) are new; otherwise everything is upserted. Either way the
+	// rows must be those of the upsert.
+	for _, tc := range []struct{ keys, existing int }{
+		{8, 2}, {8, 6}, {300, 0}, {300, 30}, {300, 270}, {300, 300},
+	} {
+		t.Run(fmt.Sprintf("%d keys of which %d exist", tc.keys, tc.existing), func(t *testing.T) {
+			t.Parallel()
+			ctx, pg, s := setup(t, srv)
+			r := rand.New(rand.NewPCG(uint64(tc.keys), uint64(tc.existing)))
+			perm := r.Perm(tc.keys)
+			var old []item
+			for _, i := range perm[:tc.existing] {
+				old = append(old, item{K: fmt.Sprintf("k%03d", i), V: 1, N: n32(5), Note: str("kept")})
+			}
+			if len(old) > 0 {
+				if err := s.Write(ctx, old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := readItems(t, ctx, pg.Pool)
+			var batch []item
+			for _, i := range r.Perm(tc.keys) {
+				batch = append(batch, item{K: fmt.Sprintf("k%03d", i), V: 2, N: n32(2)})
+			}
+			// A second item of one key: v and n merged in memory.
+			batch = append(batch, item{K: batch[0].K, V: 3, N: n32(1)})
+			if err := s.Write(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			got := readItems(t, ctx, pg.Pool)
+			if len(got) != tc.keys {
+				t.Errorf("rows = %d, want %d", len(got), tc.keys)
+			}
+			for _, it := range batch[:tc.keys] {
+				r, ok := got[it.K]
+				want := stored{V: 2, N: 2}
+				if it.K == batch[0].K {
+					want.V = 3
+				}
+				if b, existed := before[it.K]; existed {
+					want.N, want.Note = 5, b.Note
+					if !r.Updated.After(b.Updated) {
+						t.Errorf("%s: updated_at did not move", it.K)
+					}
+				}
+				if !ok || r.V != want.V || r.N != want.N || (r.Note == nil) != (want.Note == nil) || r.Note != nil && *r.Note != *want.Note {
+					t.Errorf("%s = %v (landed %v), want %v", it.K, r, ok, want)
+				}
+			}
+		})
+	}
+
+	t.Run("rejections index the caller's batch whatever the key order", func(t *testing.T) {
+		t.Parallel()
+		ctx, pg, s := setup(t, srv)
+		var old []item
+		for i := range 4 {
+			old = append(old, item{K: fmt.Sprintf("k%02d", i), V: 1, N: n32(1)})
+		}
+		if err := s.Write(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		// k15 … k00: k00–k03 exist (upserted through staging), k04–k15
+		// are new (copied into the table).
+		var batch []item
+		for i := 15; i >= 0; i-- {
+			batch = append(batch, item{K: fmt.Sprintf("k%02d", i), V: 2, N: n32(int32(i))})
+		}
+		batch[12].V = -1                                        // k03, existing: CHECK violation on update
+		batch[3].V = 1000                                       // k12, new: numeric overflow
+		batch[5].N = nil                                        // k10, new: NOT NULL violation
+		batch = append(batch, item{K: "k06", V: -1, N: n32(1)}) // index 16: new k06 merged into a refused row
+		err := s.Write(ctx, batch)
+		wantRejections(t, err, map[int]string{3: "pg.22003", 5: "pg.23502", 9: "pg.23514.items_v_check", 12: "pg.23514.items_v_check", 16: "pg.23514.items_v_check"})
+		got := readItems(t, ctx, pg.Pool)
+		for i, it := range batch[:16] {
+			r, ok := got[it.K]
+			switch it.K {
+			case "k03":
+				if !ok || r.V != 1 {
+					t.Errorf("refused update of %s changed the row: %v", it.K, r)
+				}
+			case "k06", "k10", "k12":
+				if ok {
+					t.Errorf("refused new row %s landed: %v", it.K, r)
+				}
+			default:
+				if !ok || r.V != 2 || r.N != max(1, *it.N) {
+					t.Errorf("row %d (%s) = %v (landed %v), want v=2 n=%d", i, it.K, r, ok, max(1, *it.N))
+				}
+			}
+		}
+		if len(got) != 13 {
+			t.Errorf("rows = %d, want 13", len(got))
+		}
+	})
+
+	t.Run("a key inserted concurrently falls back to the upsert", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewRegistry()
+		ctx, pg, s := setup(t, srv, pgsink.WithRegisterer(reg, "test"))
+		// Another transaction inserts b and holds it uncommitted: the
+		// sink's lookup does not see b, its COPY waits for the other
+		// transaction and then hits the unique index.
+		other, err := pg.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Rollback(context.WithoutCancel(ctx))
+		if _, err := other.Exec(ctx, "INSERT INTO items (k, v, n, note) VALUES ('b', 1, 7, 'theirs')"); err != nil {
+			t.Fatal(err)
+		}
+		var pid int32
+		if err := other.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			done <- s.Write(ctx, []item{{K: "a", V: 2, N: n32(1)}, {K: "b", V: 3, N: n32(2)}, {K: "c", V: 4, N: n32(3)}})
+		}()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var waiting int
+			if err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", pid).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+			if waiting > 0 {
+				break
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("write finished without waiting for the other transaction: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the sink never waited for the other transaction")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := other.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		got := readItems(t, ctx, pg.Pool)
+		if b := got["b"]; b.V != 3 || b.N != 7 || b.Note == nil || *b.Note != "theirs" {
+			t.Errorf("b = %v, want the upsert of both (v=3 n=7 note=theirs)", b)
+		}
+		if len(got) != 3 || got["a"].V != 2 || got["c"].V != 4 {
+			t.Errorf("rows = %v", got)
+		}
+		for result, want := range map[string]float64{"conflict": 1, "ok": 1, "row_error": 0} {
+			if v := testkit.Metric(t, reg, "sluice_pgsink_transactions_total", "result", result); v != want {
+				t.Errorf("transactions{%s} = %v, want %v", result, v, want)
+			}
+		}
+	})
+
+	t.Run("a unique violation on another index is rejected", func(t *testing.T) {
+		t.Parallel()
+		ctx, pg, s := setup(t, srv)
+		if _, err := pg.Pool.Exec(ctx, "ALTER TABLE items ADD CONSTRAINT items_note_key UNIQUE (note)"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Write(ctx, []item{{K: "a", V: 1, N: n32(1), Note: str("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		err := s.Write(ctx, []item{{K: "c", V: 1, N: n32(1), Note: str("y")}, {K: "b", V: 1, N: n32(1), Note: str("x")}})
+		wantRejections(t, err, map[int]string{1: "pg.23505.items_note_key"})
+		got := readItems(t, ctx, pg.Pool)
+		if _, ok := got["b"]; ok || len(got) != 2 || got["c"].Note == nil || *got["c"].Note != "y" {
+			t.Errorf("rows = %v", got)
+		}
+	})
+
 	t.Run("empty batch touches nothing", func(t *testing.T) {
 		t.Parallel()
 		s, err := pgsink.New(noDB{}, itemsTable("items"))
@@ -419,7 +597,7 @@ func TestUpsertSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `INSERT INTO "app"."items" AS t ("k", "v", "n", "note")
-SELECT "k", "v", "n", "note" FROM "_pgsink_staging" ORDER BY "k"
+SELECT "k", "v", "n", "note" FROM "_pgsink_staging"
 ON CONFLICT ("k") DO UPDATE SET
   "v" = EXCLUDED.v,
   "n" = GREATEST(t.n, EXCLUDED.n),
@@ -467,5 +645,114 @@ func TestMetricsShareARegistry(t *testing.T) {
 	}
 	if v := testkit.Metric(t, reg, "sluice_pgsink_batch_size", "pipeline", "p", "table", "a"); v != 1 {
 		t.Errorf("batch size observations = %v", v)
+	}
+}
+
+// closing is a row of closes(symbol text, day date, close float8,
+// first_seen timestamptz, PRIMARY KEY (symbol, day)): a two-column key.
+type closing struct {
+	Symbol    string
+	Day       time.Time
+	Close     float64
+	FirstSeen time.Time
+}
+
+func TestSinkCompositeKey(t *testing.T) {
+	t.Parallel()
+	pg := testkit.NewPostgres(t)
+	ctx := testkit.Context(t)
+	if _, err := pg.Pool.Exec(ctx, `CREATE TABLE closes (symbol text, day date, close float8,
+		first_seen timestamptz, PRIMARY KEY (symbol, day))`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgsink.New(pg.Pool, pgsink.Table[closing]{
+		Name:    pg.Schema + ".closes",
+		Columns: []string{"close", "day", "symbol", "first_seen"},
+		Key:     []string{"symbol", "day"},
+		Update: []pgsink.Set{
+			{Column: "close", Expr: "EXCLUDED.close"},
+			{Column: "first_seen", Expr: "LEAST(t.first_seen, EXCLUDED.first_seen)"},
+		},
+		KeyOf:  func(c closing) string { return c.Symbol + "|" + c.Day.Format(time.DateOnly) },
+		Values: func(c closing) []any { return []any{c.Close, c.Day, c.Symbol, c.FirstSeen} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := func(d int) time.Time { return time.Date(2025, 3, d, 0, 0, 0, 0, time.UTC) }
+	seen := func(h int) time.Time { return time.Date(2025, 3, 10, h, 0, 0, 0, time.UTC) }
+	if err := s.Write(ctx, []closing{{"AAA", day(1), 10, seen(5)}, {"BBB", day(1), 20, seen(5)}}); err != nil {
+		t.Fatal(err)
+	}
+	// AAA/1 exists (close changes, first_seen keeps the earliest), BBB/1
+	// exists and gets an earlier first_seen; the other six are new (3/4 of
+	// the batch: they are COPYed).
+	if err := s.Write(ctx, []closing{
+		{"BBB", day(2), 21, seen(9)}, {"AAA", day(1), 11, seen(7)}, {"AAA", day(2), 12, seen(8)}, {"BBB", day(1), 20, seen(1)},
+		{"CCC", day(1), 30, seen(2)}, {"CCC", day(2), 31, seen(3)}, {"AAA", day(3), 13, seen(4)}, {"BBB", day(3), 22, seen(6)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pg.Pool.Query(ctx, "SELECT symbol, day, close, first_seen FROM closes ORDER BY symbol, day")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var c closing
+	if _, err := pgx.ForEachRow(rows, []any{&c.Symbol, &c.Day, &c.Close, &c.FirstSeen}, func() error {
+		got = append(got, fmt.Sprintf("%s %s %v %02d", c.Symbol, c.Day.Format(time.DateOnly), c.Close, c.FirstSeen.UTC().Hour()))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"AAA 2025-03-01 11 05", "AAA 2025-03-02 12 08", "AAA 2025-03-03 13 04",
+		"BBB 2025-03-01 20 01", "BBB 2025-03-02 21 09", "BBB 2025-03-03 22 06", "CCC 2025-03-01 30 02", "CCC 2025-03-02 31 03"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("closes =\n%v\nwant\n%v", got, want)
+	}
+}
+
+// The lookup of existing keys sends arrays of []any: it must work whatever
+// query exec mode the caller's pool uses.
+func TestSinkQueryExecModes(t *testing.T) {
+	t.Parallel()
+	srv := testkit.NewPostgresServer(t)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			pg := srv.Postgres(t)
+			ctx := testkit.Context(t)
+			if _, err := pg.Pool.Exec(ctx, itemsDDL); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := pgxpool.ParseConfig(pg.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			s, err := pgsink.New(pool, itemsTable("items"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, batch := range [][]item{
+				{{K: "a", V: 1, N: n32(1)}, {K: "b", V: 2, N: n32(2)}}, // new
+				{{K: "b", V: 3, N: n32(1)}, {K: "c", V: 4, N: n32(4)}}, // existing and new
+				{{K: "a", V: 5, N: n32(1)}},                            // existing
+			} {
+				if err := s.Write(ctx, batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := readItems(t, ctx, pg.Pool)
+			if len(got) != 3 || got["a"].V != 5 || got["b"].V != 3 || got["b"].N != 2 || got["c"].V != 4 {
+				t.Errorf("rows = %v", got)
+			}
+		})
 	}
 }
