@@ -230,6 +230,11 @@ func TestRouterMergeFoldsInOrder(t *testing.T) {
 			}
 		}
 	}
+	for k, row := range window {
+		if row.TA != nil && k != row.TA.Key() || row.SA != nil && k != row.SA.Key() {
+			t.Fatalf("MergeKey %q for row %+v", k, row)
+		}
+	}
 	if len(window) != len(wantTA)+len(wantSA) || len(window) >= len(corpus) {
 		t.Fatalf("%d keys in the window, want %d (< %d records)", len(window), len(wantTA)+len(wantSA), len(corpus))
 	}

@@ -141,10 +141,26 @@ type router struct {
 }
 
 // MergeKey and Merge make the silver sink a [run.Merger]: outputs coalesce
-// by table and natural key ([Row.Key]) with [MergeTA] / [MergeSA], the same
-// merge the upsert applies, so the runtime's coalescing windows write each
-// key once per window.
-func (r *router) MergeKey(row Row) string { return row.Key() }
+// by table and natural key with [MergeTA] / [MergeSA], the same merge the
+// upsert applies, so the runtime's coalescing windows write each key once
+// per window.
+//
+// MergeKey is called once per record, so it allocates at most once: an sa
+// row's key is its url_canonical as is (no copy); a ta row's is
+// "SYMBOL|YYYY-MM-DD". The two cannot collide: a valid url_canonical starts
+// with "http://" or "https://" (rule sa.url), a valid symbol is 3–7 capital
+// letters (rule ta.symbol). An empty Row has the key "".
+func (r *router) MergeKey(row Row) string {
+	switch {
+	case row.SA != nil:
+		return row.SA.URLCanonical
+	case row.TA != nil:
+		var buf [32]byte
+		b := append(append(buf[:0], row.TA.Symbol...), '|')
+		return string(row.TA.TradeDate.AppendFormat(b, time.DateOnly))
+	}
+	return ""
+}
 
 var _ run.Merger[Row] = (*router)(nil)
 
