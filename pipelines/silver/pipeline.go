@@ -39,16 +39,15 @@ type Config struct {
 	Clock func() time.Time
 }
 
-// Silver's batch defaults. Large batches matter here because the sink's
-// cost is per row upserted and per transaction: records of one key in one
-// batch are merged into one row, and one COPY + INSERT … ON CONFLICT per
-// table serves the whole batch. Measured with bench/silverbench (1 M
-// records, 6 partitions, 2 cores, real Kafka + PostgreSQL): 2 000-record
-// batches ran in 19–21 s (PostgreSQL 17.9 s CPU, peak RSS 200 MiB); 10 000
-// in 14.1–14.8 s (15–16 s CPU, 390 MiB). A batch only fills up to the limit
-// when records are waiting (a backlog): otherwise BatchLinger bounds the
-// wait, so the latency of a quiet stream does not change. MaxInFlight,
-// the records buffered per partition, is kept just above one batch to bound
+// Silver's batch defaults. A batch is the unit of processing (decode, the
+// rules, the dead letters of the stage) and, once the partition has caught
+// up, of writing; under a backlog the coalescing window below decides what
+// is written. Large batches cut the per-transaction cost of a caught-up
+// stream that still runs hot (measured before windows existed, 1 M records:
+// 2 000-record batches 19–21 s, 10 000 14–15 s). A batch only fills up to
+// the limit when records are waiting: otherwise BatchLinger bounds the
+// wait, so the latency of a quiet stream does not change. MaxInFlight, the
+// records buffered per partition, is kept just above one batch to bound
 // memory (it must stay above one fetch, about 2 000 bronze records per MiB).
 const (
 	DefaultBatchMaxRecords = 10_000
