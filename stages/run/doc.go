@@ -14,8 +14,10 @@
 // and a linger time), runs the stage for every record, writes the outputs
 // with one Sink.Write, produces the batch's dead-letter records and waits for
 // the broker's acknowledgement, and only then marks the batch's last offset
-// for commit. Marked offsets are committed periodically, when partitions are
-// revoked and on shutdown. A crash therefore re-delivers at most the records
+// for commit. With coalescing windows (Config.Window, see [WindowConfig])
+// the outputs of several batches are merged per key and written together,
+// and the offsets are marked after that write. Marked offsets are committed
+// periodically, when partitions are revoked and on shutdown. A crash therefore re-delivers at most the records
 // after the last commit; sinks and stages must be idempotent.
 //
 // # Errors
