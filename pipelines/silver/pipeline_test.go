@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,6 +47,11 @@ func member() int {
 	}
 	defer pool.Close()
 	batch, _ := strconv.Atoi(os.Getenv("SILVER_BATCH"))
+	windowKeys, _ := strconv.Atoi(os.Getenv("SILVER_WINDOW_KEYS"))
+	// SILVER_SLOW slows the validator's clock, read about once per valid
+	// record, so that a member is still busy when the test kills it.
+	slow, _ := time.ParseDuration(os.Getenv("SILVER_SLOW"))
+	clock := func() time.Time { time.Sleep(slow); return time.Now() }
 	env := pipelines.Env{
 		Kafka:      []kgo.Opt{kgo.SeedBrokers(strings.Split(os.Getenv("SILVER_BROKERS"), ",")...)},
 		DB:         pool,
@@ -54,8 +60,9 @@ func member() int {
 	}
 	svcs, err := silver.Services(env, silver.Config{
 		Group: os.Getenv("SILVER_GROUP"), Topic: os.Getenv("SILVER_TOPIC"), DLQTopic: os.Getenv("SILVER_DLQ"),
-		FlagsTopic: os.Getenv("SILVER_FLAGS"), BacklogInterval: 200 * time.Millisecond,
-		Runtime: run.Config{BatchMaxRecords: batch, BatchLinger: 5 * time.Millisecond, CommitInterval: 100 * time.Millisecond},
+		FlagsTopic: os.Getenv("SILVER_FLAGS"), BacklogInterval: 200 * time.Millisecond, Clock: clock,
+		Runtime: run.Config{BatchMaxRecords: batch, BatchLinger: 5 * time.Millisecond, CommitInterval: 100 * time.Millisecond,
+			Window: run.WindowConfig{MaxKeys: windowKeys}},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -81,10 +88,12 @@ type world struct {
 	group, topic, dlq, flags string
 }
 
-func (w *world) startMember(batch int) *exec.Cmd {
+// startMember starts a member process with batches of batch records;
+// extra are more SILVER_* settings (SILVER_WINDOW_KEYS, SILVER_SLOW).
+func (w *world) startMember(batch int, extra ...string) *exec.Cmd {
 	w.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "SILVER_MEMBER=1",
+	cmd.Env = append(append(os.Environ(), extra...), "SILVER_MEMBER=1",
 		"SILVER_DB="+w.pg.URL, "SILVER_BROKERS="+strings.Join(w.k.Brokers, ","), "SILVER_GROUP="+w.group,
 		"SILVER_TOPIC="+w.topic, "SILVER_DLQ="+w.dlq, "SILVER_FLAGS="+w.flags, "SILVER_BATCH="+strconv.Itoa(batch))
 	cmd.Stderr = testWriter{w.t}
@@ -128,8 +137,20 @@ func TestSilverPipelineEndToEnd(t *testing.T) {
 	w := &world{t: t, k: k, pg: pg, group: testkit.Name(t, "silver"),
 		topic: k.Topic(t, "bronze", 6), dlq: k.Topic(t, "bronze_dlq", 2), flags: k.Topic(t, "flags", 1)}
 
-	const n = 6000
-	corpus := silver.GenerateCorpus(7, n, 0.1)
+	corpus := silver.GenerateCorpus(7, 6000, 0.1)
+	// Records that pass every rule but that PostgreSQL refuses (text cannot
+	// hold NUL, SQLSTATE 22021): the window's write rejects their rows, and
+	// the runtime reads them back from their partitions to dead-letter them.
+	for i, field := range []string{"title", "author", "title"} {
+		url := fmt.Sprintf("https://nul.example/%d", i)
+		corpus = slices.Insert(corpus, 1000+2000*i, silver.Record{
+			Key: url, WantReason: stages.ReasonSinkRejected, WantRule: "pg.22021",
+			Value: []byte(`{"task_type":"sa.article","payload":{"url_canonical":"` + url + `","source_domain":"nul.example",` +
+				`"publisher_time":"2025-06-01T00:00:00Z","first_seen_time":"2025-06-01T01:00:00Z","content_hash":"h",` +
+				`"text_normalized":"` + strings.Repeat("x", 130) + `","` + field + `":"bad\u0000value"}}`),
+		})
+	}
+	n := len(corpus)
 	cl := k.Client(t)
 	recs := make([]*kgo.Record, n)
 	for i, c := range corpus {
@@ -141,12 +162,16 @@ func TestSilverPipelineEndToEnd(t *testing.T) {
 	wantTA, wantSA, wantDLQ := expected(t, corpus, recs)
 
 	// Two members; the first is killed with SIGKILL once both share the group.
-	a := w.startMember(25)
+	// They are slowed down (5 ms per valid record, so a partition takes
+	// seconds) and close their coalescing windows every 20 keys, so that the
+	// first one has written part of its partitions, not all, when it dies.
+	slow := []string{"SILVER_SLOW=5ms", "SILVER_WINDOW_KEYS=20"}
+	a := w.startMember(25, slow...)
 	total := func() int {
 		return count(t, pg.Pool, "SELECT (SELECT count(*) FROM ta_silver) + (SELECT count(*) FROM sa_silver)")
 	}
 	testkit.WaitFor(t, 60*time.Second, "member A to land rows", func() bool { return total() > 0 })
-	b := w.startMember(25)
+	b := w.startMember(25, slow...)
 	adm := k.Admin(t)
 	testkit.WaitFor(t, 60*time.Second, "both members to own partitions", func() bool {
 		gs, err := adm.DescribeGroups(ctx, w.group)
@@ -170,6 +195,9 @@ func TestSilverPipelineEndToEnd(t *testing.T) {
 	}
 	_, _ = a.Process.Wait()
 	t.Logf("killed member A with %d rows landed", landedBeforeKill)
+	if landedBeforeKill >= len(wantTA)+len(wantSA) {
+		t.Fatalf("member A had landed every row (%d) before it was killed: the kill tested nothing", landedBeforeKill)
+	}
 
 	testkit.WaitFor(t, 120*time.Second, "member B to finish every partition", func() bool {
 		lag, err := groupctl.Lag(ctx, adm, w.group)
