@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/pipelines/ticks"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // pipelineSpec says how to build a named pipeline and what it connects to.
@@ -30,7 +31,8 @@ func pipelineSpecs(o *runOptions) map[string]pipelineSpec {
 			needs: needs{db: true},
 			doc:   "bronze.records → validate → ta_silver/sa_silver upsert, bronze.dlq; SCRAPE_SLOW backlog flag",
 			build: func(env pipelines.Env) ([]pipelines.Service, error) {
-				return silver.Services(env, silver.Config{Group: o.group("silver"), BacklogThreshold: o.backlogThreshold})
+				return silver.Services(env, silver.Config{Group: o.group("silver"), BacklogThreshold: o.backlogThreshold,
+					Runtime: run.Config{Window: run.WindowConfig{MaxKeys: o.silverWindowKeys}}})
 			},
 		},
 		"ticks": {
@@ -56,6 +58,20 @@ type runOptions struct {
 	opsAddr          string
 	groupPrefix      string
 	backlogThreshold int64
+	silverWindowKeys int
+	envErr           error // an environment variable that is not a valid flag value
+}
+
+// envFlag sets flag from the environment variable env when it is set; an
+// invalid value is reported when the command runs.
+func (o *runOptions) envFlag(cmd *cobra.Command, env, flag string) {
+	v := envOr(env, "")
+	if v == "" {
+		return
+	}
+	if err := cmd.Flags().Set(flag, v); err != nil && o.envErr == nil {
+		o.envErr = fmt.Errorf("invalid %s=%q: %w", env, v, err)
+	}
 }
 
 func (o *runOptions) group(name string) string { return o.groupPrefix + name }
@@ -68,15 +84,19 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		Long:  "Runs the named pipelines until SIGINT/SIGTERM, then finishes in-flight batches, commits and leaves the group.\nPipelines: " + strings.Join(pipelineNames(o), ", "),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.envErr != nil {
+				return o.envErr
+			}
 			return runPipelines(cmd.Context(), g, o, args)
 		},
 	}
 	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", envOr("OPS_ADDR", "127.0.0.1:9464"), "ops HTTP address for /metrics, /healthz, /readyz and pipeline APIs (env OPS_ADDR)")
 	cmd.Flags().StringVar(&o.groupPrefix, "group-prefix", "", "prefix for every consumer group name (to run an isolated copy)")
 	cmd.Flags().Int64Var(&o.backlogThreshold, "backlog-threshold", 10_000, "silver: lag above which SCRAPE_SLOW is set (env BACKLOG_THRESHOLD)")
-	if v := envOr("BACKLOG_THRESHOLD", ""); v != "" {
-		_ = cmd.Flags().Set("backlog-threshold", v)
-	}
+	o.envFlag(cmd, "BACKLOG_THRESHOLD", "backlog-threshold")
+	cmd.Flags().IntVar(&o.silverWindowKeys, "silver-window-keys", 0, fmt.Sprintf(
+		"silver: keys per partition a coalescing window holds before it is written; bounds memory (0: default %d, -1: no window, write batch by batch) (env SILVER_WINDOW_KEYS)", silver.DefaultWindowMaxKeys))
+	o.envFlag(cmd, "SILVER_WINDOW_KEYS", "silver-window-keys")
 	return cmd
 }
 
