@@ -140,38 +140,17 @@ func (win *window[Out]) reset() {
 // it is full, old, or the partition has caught up.
 func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 	r := w.r
-	r.m.batchSize.Observe(float64(len(batch)))
-	var p pending[Out]
-	done := len(batch)
-	var stopErr error
-	start := time.Now()
-	r.m.in.WithLabelValues(w.tp.topic).Add(float64(len(batch)))
-	for i, rec := range batch {
-		outs, dl, err := w.processOne(rec)
-		if err != nil {
-			done, stopErr = i, err
-			break
-		}
-		if dl.rec != nil {
-			p.addDLQ(i, dl)
-			continue
-		}
-		for _, o := range outs {
-			p.outs = append(p.outs, o)
-			p.owners = append(p.owners, i)
-		}
-	}
-	r.m.batchDur.WithLabelValues("process").Observe(time.Since(start).Seconds())
+	p, done, stopErr := w.process(batch)
 	if errors.Is(stopErr, errAbandoned) {
 		return errAbandoned
 	}
 	if len(p.dlq) > 0 {
-		if err := w.produceDLQ(&p); err != nil {
+		if err := w.produceDLQ(p); err != nil {
 			return err
 		}
 	}
 	if done > 0 {
-		r.m.merged.Add(float64(w.win.add(batch[:done], &p)))
+		r.m.merged.Add(float64(w.win.add(batch[:done], p)))
 	}
 	if stopErr != nil || w.win.keys() >= r.cfg.Window.MaxKeys ||
 		time.Since(w.win.opened) >= r.cfg.Window.MaxAge || !w.moreSoon() {

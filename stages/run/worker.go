@@ -246,13 +246,25 @@ type pending[Out any] struct {
 // handle processes a batch. Records before a stop or a fatal error are still
 // flushed and committed; the rest is left for redelivery.
 func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
+	p, done, stopErr := w.process(batch)
+	if done > 0 {
+		if err := w.flush(batch[:done], p); err != nil {
+			return err
+		}
+	}
+	return stopErr
+}
+
+// process runs decode and the stage for the records of batch in order. It
+// returns their outputs and dead letters, how many records were handled
+// (all unless a fatal error or an abandon stopped it) and that error.
+func (w *worker[In, Out]) process(batch []*kgo.Record) (p *pending[Out], done int, stopErr error) {
 	r := w.r
 	r.m.batchSize.Observe(float64(len(batch)))
-	var p pending[Out]
-	done := len(batch)
-	var stopErr error
-	start := time.Now()
 	r.m.in.WithLabelValues(w.tp.topic).Add(float64(len(batch)))
+	p = &pending[Out]{}
+	done = len(batch)
+	start := time.Now()
 	for i, rec := range batch {
 		outs, dl, err := w.processOne(rec)
 		if err != nil {
@@ -269,12 +281,7 @@ func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
 		}
 	}
 	r.m.batchDur.WithLabelValues("process").Observe(time.Since(start).Seconds())
-	if done > 0 {
-		if err := w.flush(batch[:done], &p); err != nil {
-			return err
-		}
-	}
-	return stopErr
+	return p, done, stopErr
 }
 
 // addDLQ queues the dead letter d of batch record i, once per record.
