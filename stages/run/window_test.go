@@ -320,3 +320,43 @@ func TestWindowRebalanceLosesNothing(t *testing.T) {
 	}
 	t.Logf("%d duplicate writes after the rebalance", dups)
 }
+
+// A window larger than BatchMaxRecords is written in chunks of at most that
+// many outputs; a rejection in a later chunk dead-letters exactly the
+// records of its key.
+func TestWindowWrittenInChunks(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	cfg.Window = run.WindowConfig{MaxKeys: 100000, MaxAge: time.Minute}
+	cl, adm := k.Client(t), k.Admin(t)
+	const n, keys = 2000, 200
+	produce(t, cl, cfg.Topics[0], n, keys, nil)
+	sink := &tallySink{state: map[string]tally{}, reject: "k-137"}
+	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink))
+	testkit.WaitFor(t, 60*time.Second, "commit of every record", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	state, writes := sink.snapshot()
+	for i, w := range writes {
+		if len(w) > cfg.BatchMaxRecords {
+			t.Errorf("write %d has %d outputs, want ≤ BatchMaxRecords %d", i, len(w), cfg.BatchMaxRecords)
+		}
+	}
+	if len(state) != keys-1 || sink.total() != n-n/keys {
+		t.Errorf("sink holds %d keys / %d records, want %d / %d", len(state), sink.total(), keys-1, n-n/keys)
+	}
+	dlq := k.ReadTopic(t, cfg.DLQTopic)
+	if len(dlq) != n/keys {
+		t.Fatalf("DLQ has %d records, want the %d of key k-137", len(dlq), n/keys)
+	}
+	for _, d := range dlq {
+		if string(d.Key) != "k-137" {
+			t.Fatalf("DLQ record of key %q", d.Key)
+		}
+	}
+	t.Logf("%d records, %d keys, %d writes", n, keys, len(writes))
+}
