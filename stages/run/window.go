@@ -199,13 +199,8 @@ func (w *worker[In, Out]) moreSoon() bool {
 // records) also stay below the high watermark; they cost at most this wait.
 const backlogWait = time.Second
 
-// closeWindow writes the window's merged outputs in chunks of at most
-// BatchMaxRecords (one Sink.Write each, so a sink's per-write memory stays
-// that of a batch), dead-letters the records behind rejected outputs, and
-// marks the window's last offset for commit once every chunk is durable.
-// A chunk that fails transiently is retried on its own; chunks already
-// written stay written (the retry of an idempotent sink is harmless either
-// way).
+// closeWindow writes the window's merged outputs, dead-letters the records
+// behind rejected outputs, and marks the window's last offset for commit.
 func (w *worker[In, Out]) closeWindow() error {
 	r, win := w.r, w.win
 	if win.empty() {
@@ -213,12 +208,29 @@ func (w *worker[In, Out]) closeWindow() error {
 	}
 	if win.keys() > 0 {
 		t0 := time.Now()
-		for lo := 0; lo < win.keys(); lo += r.cfg.BatchMaxRecords {
-			hi := min(lo+r.cfg.BatchMaxRecords, win.keys())
-			if err := w.writeChunk(lo, hi); err != nil {
-				return err
+		for attempt := 1; ; attempt++ {
+			ts := time.Now()
+			err := r.sink.Write(w.ctx, win.outs)
+			r.m.sinkDur.Observe(time.Since(ts).Seconds())
+			if err == nil {
+				break
 			}
-			clear(win.outs[lo:hi]) // written: let the GC have them
+			var rej *stages.Rejections
+			if errors.As(err, &rej) {
+				if err = w.deadLetterRejected(rej, attempt); err == nil {
+					break
+				}
+				if errors.Is(err, errInvalidRejection) {
+					return err
+				}
+			} else if c := stages.Classify(err); c.Kind == stages.KindFatal {
+				return fmt.Errorf("sink: %w", err)
+			}
+			r.m.retries.WithLabelValues("sink").Inc()
+			r.o.log.Warn("sink write failed, retrying", "topic", w.tp.topic, "partition", w.tp.partition, "attempt", attempt, "err", err)
+			if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
+				return errAbandoned
+			}
 		}
 		r.m.batchDur.WithLabelValues("write").Observe(time.Since(t0).Seconds())
 	}
@@ -234,44 +246,13 @@ func (w *worker[In, Out]) closeWindow() error {
 	return nil
 }
 
-// writeChunk writes the window's outputs lo..hi-1, retrying transient
-// failures until they succeed or the worker stops.
-func (w *worker[In, Out]) writeChunk(lo, hi int) error {
-	r := w.r
-	for attempt := 1; ; attempt++ {
-		ts := time.Now()
-		err := r.sink.Write(w.ctx, w.win.outs[lo:hi])
-		r.m.sinkDur.Observe(time.Since(ts).Seconds())
-		if err == nil {
-			return nil
-		}
-		var rej *stages.Rejections
-		if errors.As(err, &rej) {
-			if err = w.deadLetterRejected(rej, lo, hi, attempt); err == nil {
-				return nil
-			}
-			if errors.Is(err, errInvalidRejection) {
-				return err
-			}
-		} else if c := stages.Classify(err); c.Kind == stages.KindFatal {
-			return fmt.Errorf("sink: %w", err)
-		}
-		r.m.retries.WithLabelValues("sink").Inc()
-		r.o.log.Warn("sink write failed, retrying", "topic", w.tp.topic, "partition", w.tp.partition, "attempt", attempt, "err", err)
-		if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
-			return errAbandoned
-		}
-	}
-}
-
 // errInvalidRejection reports a sink that rejected an index outside the
 // batch it was given.
 var errInvalidRejection = errors.New("sink rejected an item outside its batch")
 
-// deadLetterRejected reads back the records behind the rejected outputs of
-// the chunk lo..hi-1 (rejection indexes are relative to it) and produces
-// them to the DLQ as sink_rejected.
-func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, lo, hi, attempt int) error {
+// deadLetterRejected reads back the records behind the rejected outputs and
+// produces them to the DLQ as sink_rejected.
+func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt int) error {
 	r, win := w.r, w.win
 	type reason struct {
 		rule string
@@ -280,10 +261,10 @@ func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, lo, hi, att
 	why := map[int64]reason{}
 	var offsets []int64
 	for _, it := range rej.Items {
-		if it.Index < 0 || it.Index >= hi-lo {
-			return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, hi-lo)
+		if it.Index < 0 || it.Index >= win.keys() {
+			return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, win.keys())
 		}
-		for _, off := range win.offsets(lo + it.Index) {
+		for _, off := range win.offsets(it.Index) {
 			if _, ok := why[off]; !ok {
 				why[off] = reason{it.Rule, it.Err}
 				offsets = append(offsets, off)
