@@ -207,32 +207,9 @@ func (w *worker[In, Out]) closeWindow() error {
 		return nil
 	}
 	if win.keys() > 0 {
-		t0 := time.Now()
-		for attempt := 1; ; attempt++ {
-			ts := time.Now()
-			err := r.sink.Write(w.ctx, win.outs)
-			r.m.sinkDur.Observe(time.Since(ts).Seconds())
-			if err == nil {
-				break
-			}
-			var rej *stages.Rejections
-			if errors.As(err, &rej) {
-				if err = w.deadLetterRejected(rej, attempt); err == nil {
-					break
-				}
-				if errors.Is(err, errInvalidRejection) {
-					return err
-				}
-			} else if c := stages.Classify(err); c.Kind == stages.KindFatal {
-				return fmt.Errorf("sink: %w", err)
-			}
-			r.m.retries.WithLabelValues("sink").Inc()
-			r.o.log.Warn("sink write failed, retrying", "topic", w.tp.topic, "partition", w.tp.partition, "attempt", attempt, "err", err)
-			if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
-				return errAbandoned
-			}
+		if err := w.write(win.outs, w.deadLetterRejected); err != nil {
+			return err
 		}
-		r.m.batchDur.WithLabelValues("write").Observe(time.Since(t0).Seconds())
 	}
 	if w.lost.Load() {
 		return errAbandoned
@@ -245,10 +222,6 @@ func (w *worker[In, Out]) closeWindow() error {
 	win.reset()
 	return nil
 }
-
-// errInvalidRejection reports a sink that rejected an index outside the
-// batch it was given.
-var errInvalidRejection = errors.New("sink rejected an item outside its batch")
 
 // deadLetterRejected reads back the records behind the rejected outputs and
 // produces them to the DLQ as sink_rejected.

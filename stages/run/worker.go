@@ -368,42 +368,67 @@ func (w *worker[In, Out]) callStage(msg stages.Msg[In]) (outs []Out, err error) 
 	return w.r.stage(w.ctx, msg)
 }
 
+// write hands outs to the sink with one Write, retrying transient failures
+// (with the partition's fetches paused) until it succeeds or the worker
+// stops. A *stages.Rejections goes to rejected, which dead-letters (or
+// queues) the records behind it; an error of rejected counts as transient
+// and retries the write, except errInvalidRejection (a sink that rejected
+// an index outside its batch), which is returned.
+func (w *worker[In, Out]) write(outs []Out, rejected func(rej *stages.Rejections, attempt int) error) error {
+	r := w.r
+	t0 := time.Now()
+	for attempt := 1; ; attempt++ {
+		ts := time.Now()
+		err := r.sink.Write(w.ctx, outs)
+		r.m.sinkDur.Observe(time.Since(ts).Seconds())
+		if err == nil {
+			break
+		}
+		var rej *stages.Rejections
+		if errors.As(err, &rej) {
+			if err = rejected(rej, attempt); err == nil {
+				break
+			}
+			if errors.Is(err, errInvalidRejection) {
+				return err
+			}
+		} else if c := stages.Classify(err); c.Kind == stages.KindFatal {
+			return fmt.Errorf("sink: %w", err)
+		}
+		r.m.retries.WithLabelValues("sink").Inc()
+		r.o.log.Warn("sink write failed, retrying", "topic", w.tp.topic, "partition", w.tp.partition, "attempt", attempt, "err", err)
+		if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
+			return errAbandoned
+		}
+	}
+	r.m.batchDur.WithLabelValues("write").Observe(time.Since(t0).Seconds())
+	return nil
+}
+
+// errInvalidRejection reports a sink that rejected an index outside the
+// batch it was given.
+var errInvalidRejection = errors.New("sink rejected an item outside its batch")
+
 // flush writes the batch's outputs, dead-letters rejected and failed records,
 // and marks the batch's offsets for commit — in that order, each step durable
 // before the next.
 func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 	r := w.r
 	if len(p.outs) > 0 {
-		t0 := time.Now()
-		for attempt := 1; ; attempt++ {
-			ts := time.Now()
-			err := r.sink.Write(w.ctx, p.outs)
-			r.m.sinkDur.Observe(time.Since(ts).Seconds())
-			if err == nil {
-				break
-			}
-			var rej *stages.Rejections
-			if errors.As(err, &rej) {
-				for _, it := range rej.Items {
-					if it.Index < 0 || it.Index >= len(p.owners) {
-						return fmt.Errorf("sink rejected item %d of a %d-item batch", it.Index, len(p.owners))
-					}
-					i := p.owners[it.Index]
-					c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: it.Rule, Err: it.Err}
-					p.addDLQ(i, w.dlqRecord(batch[i], c, attempt, r.cfg.Name+"/sink"))
+		err := w.write(p.outs, func(rej *stages.Rejections, attempt int) error {
+			for _, it := range rej.Items {
+				if it.Index < 0 || it.Index >= len(p.owners) {
+					return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, len(p.owners))
 				}
-				break
+				i := p.owners[it.Index]
+				c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: it.Rule, Err: it.Err}
+				p.addDLQ(i, w.dlqRecord(batch[i], c, attempt, r.cfg.Name+"/sink"))
 			}
-			if c := stages.Classify(err); c.Kind == stages.KindFatal {
-				return fmt.Errorf("sink: %w", err)
-			}
-			r.m.retries.WithLabelValues("sink").Inc()
-			r.o.log.Warn("sink write failed, retrying", "topic", w.tp.topic, "partition", w.tp.partition, "attempt", attempt, "err", err)
-			if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
-				return errAbandoned
-			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		r.m.batchDur.WithLabelValues("write").Observe(time.Since(t0).Seconds())
 	}
 	if len(p.dlq) > 0 {
 		if err := w.produceDLQ(p); err != nil {
