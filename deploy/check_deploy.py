@@ -315,7 +315,7 @@ def code_env_vars():
     for p in list((ROOT / "cmd").rglob("*.go")) + list((ROOT / "internal" / "kconf").rglob("*.go")):
         if p.name.endswith("_test.go"):
             continue
-        names |= set(re.findall(r'(?:Getenv|LookupEnv|envOr)\("([A-Z0-9_]+)"', p.read_text()))
+        names |= set(re.findall(r'(?:(?:Getenv|LookupEnv|envOr)\(|envFlag\(cmd,\s*)"([A-Z0-9_]+)"', p.read_text()))
     return names
 
 

@@ -63,7 +63,8 @@ SECTIONS = [
              targets=[(rate("sluice_records_in_total", "pipeline"), "{{pipeline}}")]),
         dict(title="Stage outputs and committed records per pipeline", unit="ops",
              targets=[(rate("sluice_records_out_total", "pipeline"), "{{pipeline}} out"),
-                      (rate("sluice_records_done_total", "pipeline"), "{{pipeline}} committed")]),
+                      (rate("sluice_records_done_total", "pipeline"), "{{pipeline}} committed"),
+                      (rate("sluice_window_merged_total", "pipeline"), "{{pipeline}} merged in windows")]),
     ]),
     ("Dead letters", [
         dict(title="Dead letters by reason", unit="ops",
