@@ -247,43 +247,15 @@ func Decode(key, value []byte) (Envelope, error) {
 	return env, nil
 }
 
-// scanEnvelope validates that value is exactly one JSON object like
-// scanObject does (same errors) and sets top to the raw values of the
-// envelope members Decode reads (nil when absent) and fields to the fields
-// of the object held by the last payload member, when it is one.
+// scanEnvelope validates that value is exactly one JSON object and sets
+// top to the raw values of the envelope members Decode reads (nil when
+// absent) and fields to the fields of the object held by the last payload
+// member, when it is one.
 func scanEnvelope(value []byte, top *[numEnvMembers][]byte, fields *payloadFields) error {
-	if len(value) > maxIndexed {
-		// Offsets would not fit a span: collect the members instead (the
-		// stage then parses the payload again).
-		members, _, err := scanObject(value, "")
-		if err != nil {
-			return err
-		}
-		for k := range top {
-			for _, m := range members {
-				if envelopeSlot(m.key) == k {
-					top[k] = m.raw // the last one wins
-				}
-			}
-		}
-		return nil
-	}
-	s := scanner{b: value}
-	i := s.ws(0)
-	if i >= len(value) {
-		return errors.New("unexpected end of JSON input")
-	}
-	if value[i] != '{' {
-		_, _, err := scanObject(value, "") // the same error as for any non-object
-		return err
-	}
 	var spans [numEnvMembers]span
-	end, err := s.indexed(i, spans[:], fields)
+	i, err := indexObject(value, spans[:], fields)
 	if err != nil {
 		return err
-	}
-	if end = s.ws(end); end < len(value) {
-		return s.errAt(end, "after top-level value")
 	}
 	for k, sp := range spans {
 		if sp.end != 0 {

@@ -7,24 +7,17 @@ import (
 	"iter"
 	"math"
 	"math/bits"
-	"unicode/utf8"
 )
 
 // A single-pass JSON object scanner. encoding/json would validate a record
 // and then decode it (two passes), once for the envelope and again for the
 // payload, allocating a map and a copy of every value; the stage runs on
 // every bronze record, so the envelope is parsed here in one pass, with
-// values returned as sub-slices of the input: scanObject collects every
-// member, indexed (Decode's path) only records where the members with known
-// names are, without allocating. The grammar is RFC 8259's, as
+// values returned as sub-slices of the input: indexed records where the
+// members with known names are, without allocating (jsonscan_ref_test.go
+// keeps a scanner that collects every member, as the reference of tests). The grammar is RFC 8259's, as
 // encoding/json accepts it (strings are not checked for valid UTF-8;
 // decodeString replaces invalid sequences like encoding/json does).
-
-// member is one name/value pair of a JSON object; raw aliases the input.
-type member struct {
-	key []byte // the decoded name
-	raw []byte // the value's JSON text, without surrounding whitespace
-}
 
 // maxDepth bounds nesting like encoding/json does.
 const maxDepth = 10000
@@ -54,72 +47,6 @@ func (s *scanner) ws(i int) int {
 		}
 	}
 	return i
-}
-
-// object scans the object starting at s.b[i] == '{'. When members is not
-// nil, each member is appended to *members; when the member named nested
-// holds an object, its own members go to *nestedMembers (one level only).
-func (s *scanner) object(i int, members *[]member, nested string, nestedMembers *[]member) (int, error) {
-	s.depth++
-	if s.depth > maxDepth {
-		return i, errors.New("exceeded max depth")
-	}
-	defer func() { s.depth-- }()
-	i = s.ws(i + 1)
-	if i < len(s.b) && s.b[i] == '}' {
-		return i + 1, nil
-	}
-	for {
-		if i >= len(s.b) || s.b[i] != '"' {
-			return i, s.errAt(i, "looking for beginning of object key string")
-		}
-		kstart := i
-		end, escaped, err := s.str(i)
-		if err != nil {
-			return end, err
-		}
-		var key []byte
-		if members != nil {
-			key = s.b[kstart+1 : end-1]
-			if escaped || !utf8.Valid(key) {
-				k, err := decodeString(s.b[kstart:end])
-				if err != nil {
-					return end, err
-				}
-				key = []byte(k)
-			}
-		}
-		i = s.ws(end)
-		if i >= len(s.b) || s.b[i] != ':' {
-			return i, s.errAt(i, "after object key")
-		}
-		i = s.ws(i + 1)
-		vstart := i
-		if nestedMembers != nil && string(key) == nested && i < len(s.b) && s.b[i] == '{' {
-			*nestedMembers = (*nestedMembers)[:0] // a duplicate name: the last one wins
-			i, err = s.object(i, nestedMembers, "", nil)
-		} else {
-			i, err = s.value(i)
-		}
-		if err != nil {
-			return i, err
-		}
-		if members != nil {
-			*members = append(*members, member{key: key, raw: s.b[vstart:i]})
-		}
-		i = s.ws(i)
-		if i >= len(s.b) {
-			return i, s.errAt(i, "")
-		}
-		switch s.b[i] {
-		case ',':
-			i = s.ws(i + 1)
-		case '}':
-			return i + 1, nil
-		default:
-			return i, s.errAt(i, "after object key:value pair")
-		}
-	}
 }
 
 func (s *scanner) array(i int) (int, error) {
@@ -284,57 +211,9 @@ func (s *scanner) number(i int) (int, error) {
 	return i, nil
 }
 
-// errNotObject is returned by scanObject for valid JSON that is not an
+// errNotObject is returned by indexObject for valid JSON that is not an
 // object.
 var errNotObject = errors.New("not a JSON object")
-
-// scanObject validates that b is exactly one JSON object (whitespace
-// around it allowed) and returns its members in order; when nested is not
-// "", the members of the object held by the member named nested are
-// returned too (nil when that member is absent or not an object).
-func scanObject(b []byte, nested string) (members, nestedMembers []member, err error) {
-	s := scanner{b: b}
-	i := s.ws(0)
-	if i >= len(b) {
-		return nil, nil, errors.New("unexpected end of JSON input")
-	}
-	if b[i] != '{' {
-		// Say "not an object" only for otherwise valid JSON.
-		end, err := s.value(i)
-		if err != nil {
-			return nil, nil, err
-		}
-		if end = s.ws(end); end < len(b) {
-			return nil, nil, s.errAt(end, "after top-level value")
-		}
-		return nil, nil, fmt.Errorf("%w: %s", errNotObject, kindOf(b[i:]))
-	}
-	members = make([]member, 0, 16)
-	var nm *[]member
-	if nested != "" {
-		nestedMembers = make([]member, 0, 16)
-		nm = &nestedMembers
-	}
-	end, err := s.object(i, &members, nested, nm)
-	if err != nil {
-		return nil, nil, err
-	}
-	if end = s.ws(end); end < len(b) {
-		return nil, nil, s.errAt(end, "after top-level value")
-	}
-	return members, nestedMembers, nil
-}
-
-// lookup returns the value of the last member named name (encoding/json
-// keeps the last of duplicate names) and whether it exists.
-func lookup(ms []member, name string) ([]byte, bool) {
-	for i := len(ms) - 1; i >= 0; i-- {
-		if string(ms[i].key) == name {
-			return ms[i].raw, true
-		}
-	}
-	return nil, false
-}
 
 // span locates a member's value in the object the scanner indexed: its JSON
 // text is the object's bytes [off, end). end == 0 means absent (a value
@@ -344,9 +223,41 @@ type span struct{ off, end uint32 }
 // maxIndexed is the largest input whose offsets fit a span.
 const maxIndexed = math.MaxUint32
 
-// indexed scans the object starting at s.b[i] == '{' like object does (same
-// grammar, same errors) but instead of collecting its members it records the
-// value of each member with a known name in spans, as offsets from i; a
+// indexObject validates that b is exactly one JSON object (whitespace around
+// it allowed) and indexes it with indexed (see there for spans and nested).
+// It returns the offset of the object's '{' in b, the base of the spans.
+func indexObject(b []byte, spans []span, nested *payloadFields) (int, error) {
+	if len(b) > maxIndexed {
+		return 0, errors.New("JSON value larger than 4 GiB")
+	}
+	s := scanner{b: b}
+	i := s.ws(0)
+	if i >= len(b) {
+		return 0, errors.New("unexpected end of JSON input")
+	}
+	if b[i] != '{' {
+		// Say "not an object" only for otherwise valid JSON.
+		end, err := s.value(i)
+		if err != nil {
+			return 0, err
+		}
+		if end = s.ws(end); end < len(b) {
+			return 0, s.errAt(end, "after top-level value")
+		}
+		return 0, fmt.Errorf("%w: %s", errNotObject, kindOf(b[i:]))
+	}
+	end, err := s.indexed(i, spans, nested)
+	if err != nil {
+		return 0, err
+	}
+	if end = s.ws(end); end < len(b) {
+		return 0, s.errAt(end, "after top-level value")
+	}
+	return i, nil
+}
+
+// indexed scans the object starting at s.b[i] == '{' and records the value
+// of each member with a known name in spans, as offsets from i; a
 // later duplicate name replaces an earlier one, as in encoding/json. When
 // nested is nil, the object is a payload (names known to payloadSlot, spans
 // indexed by field). Otherwise it is an envelope (names known to

@@ -128,7 +128,7 @@ func checkIndexedAgainstScanObject(t *testing.T, b []byte) {
 	if fields.size != len(pb) {
 		t.Fatalf("%q: payload indexed over %d bytes, want %d", b, fields.size, len(pb))
 	}
-	p := payload{b: pb, indexed: true, fields: fields}
+	p := payload{b: pb, fields: fields}
 	for f := range numFields {
 		got, gotOK := p.raw(f)
 		want, wantOK := presentRaw(nil)

@@ -142,12 +142,13 @@ func (v *Validator) Transform(env Envelope, recordTime time.Time) (Row, error) {
 func (v *Validator) transform(env *Envelope, recordTime time.Time) ([]Row, error) {
 	p := payload{b: env.Payload}
 	if env.fields.size != 0 && env.fields.size == len(env.Payload) {
-		p.indexed, p.fields = true, env.fields
+		p.fields = env.fields
 	} else {
-		var err error
-		if p.members, _, err = scanObject(env.Payload, ""); err != nil {
+		start, err := indexObject(env.Payload, p.fields.spans[:], nil)
+		if err != nil {
 			return nil, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("payload: %w", err))
 		}
+		p.b = env.Payload[start:]
 	}
 	switch env.TaskType {
 	case TaskTA:
@@ -748,32 +749,20 @@ func parseInteger(raw string) (int64, error) {
 // payload gives typed access to the fields of a payload object. JSON null
 // is treated as absent.
 type payload struct {
-	b []byte // the payload object
-	// When indexed, fields locates the fields in b; otherwise members holds
-	// every member of b. (fields is a copy: a pointer into the Envelope
-	// would make it escape to the heap.)
-	indexed bool
-	fields  payloadFields
-	members []member
+	b []byte // the payload object, from its '{'
+	// fields locates the fields in b. (It is a copy: a pointer into the
+	// Envelope would make it escape to the heap.)
+	fields payloadFields
 }
 
 // raw returns the JSON text of field f (the last member of that name) when
 // it is present and not null.
 func (p *payload) raw(f field) ([]byte, bool) {
-	var raw []byte
-	if p.indexed {
-		sp := p.fields.spans[f]
-		if sp.end == 0 {
-			return nil, false
-		}
-		raw = p.b[sp.off:sp.end]
-	} else {
-		var ok bool
-		if raw, ok = lookup(p.members, fieldNames[f]); !ok {
-			return nil, false
-		}
+	sp := p.fields.spans[f]
+	if sp.end == 0 {
+		return nil, false
 	}
-	return presentRaw(raw)
+	return presentRaw(p.b[sp.off:sp.end])
 }
 
 func typeErr(name, want string, raw []byte) error {

@@ -673,7 +673,7 @@ func TestRuneCount(t *testing.T) {
 		if err != nil || env.TaskType != TaskSA {
 			continue
 		}
-		p := payload{b: env.Payload, indexed: true, fields: env.fields}
+		p := payload{b: env.Payload, fields: env.fields}
 		text, err := p.requiredString(fTextNormalized)
 		if err != nil {
 			t.Fatal(err)
