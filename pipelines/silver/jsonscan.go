@@ -86,7 +86,7 @@ func (s *scanner) value(i int) (int, error) {
 	}
 	switch c := s.b[i]; {
 	case c == '{':
-		return s.object(i, nil, "", nil)
+		return s.indexed(i, nil, nil) // an object inside a value: nothing to record
 	case c == '[':
 		return s.array(i)
 	case c == '"':
@@ -257,7 +257,8 @@ func indexObject(b []byte, spans []span, nested *payloadFields) (int, error) {
 }
 
 // indexed scans the object starting at s.b[i] == '{' and records the value
-// of each member with a known name in spans, as offsets from i; a
+// of each member with a known name in spans (nil: record nothing, only
+// validate), as offsets from i; a
 // later duplicate name replaces an earlier one, as in encoding/json. When
 // nested is nil, the object is a payload (names known to payloadSlot, spans
 // indexed by field). Otherwise it is an envelope (names known to
@@ -284,8 +285,10 @@ func (s *scanner) indexed(i int, spans []span, nested *payloadFields) (int, erro
 		if err != nil {
 			return end, err
 		}
-		var k int
-		if escaped {
+		k := -1
+		switch {
+		case spans == nil:
+		case escaped:
 			// Rare: the name must be decoded to be compared. Unescaped names
 			// are compared as they are: the known names are ASCII, so a name
 			// that is not valid UTF-8 cannot match one either way.
@@ -294,7 +297,7 @@ func (s *scanner) indexed(i int, spans []span, nested *payloadFields) (int, erro
 				return end, err
 			}
 			k = s.slot(nested != nil, []byte(name))
-		} else {
+		default:
 			k = s.slot(nested != nil, s.b[kstart+1:end-1])
 		}
 		i = s.ws(end)
