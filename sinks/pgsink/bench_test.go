@@ -1,4 +1,4 @@
-package pgsink
+package pgsink_test
 
 import (
 	"context"
@@ -15,89 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/pipelines/silver"
+	"github.com/sluicehq/sluice/schemas"
+	"github.com/sluicehq/sluice/sinks/pgsink"
 )
-
-// article is a row shaped like sa_silver (pipelines/silver): a text key,
-// several text columns (one of ~300 characters), timestamps, two text[]
-// columns, floats and a boolean.
-type article struct {
-	URL, Domain      string
-	Published, Seen  time.Time
-	Language, Title  *string
-	Text             *string
-	Hash             string
-	Symbols, Tags    []string
-	Author           *string
-	Raw, Crowd, Elit *float64
-	Weights          *bool
-}
-
-// articlesDDL is sa_silver's DDL (schemas/migrations/00001_silver.sql).
-const articlesDDL = `CREATE TABLE articles (
-    url_canonical           TEXT        UNIQUE NOT NULL,
-    source_domain           TEXT        NOT NULL,
-    publisher_time          TIMESTAMPTZ NOT NULL,
-    first_seen_time         TIMESTAMPTZ NOT NULL,
-    language                TEXT,
-    title                   TEXT,
-    text_normalized         TEXT,
-    content_hash            TEXT        NOT NULL,
-    symbols                 TEXT[],
-    author                  TEXT,
-    topic_tags              TEXT[],
-    hype_raw                DOUBLE PRECISION,
-    hype_crowd              DOUBLE PRECISION,
-    hype_elitist            DOUBLE PRECISION,
-    account_weights_applied BOOLEAN,
-    ingest_time             TIMESTAMPTZ NOT NULL DEFAULT now(),
-    PRIMARY KEY (url_canonical)
-);
-CREATE INDEX articles_pub ON articles (publisher_time);
-CREATE INDEX articles_symbols ON articles USING GIN (symbols);
-CREATE INDEX articles_hash_fallback ON articles (source_domain, content_hash)`
-
-// articlesTable has sa_silver's update rules (pipelines/silver.SATable).
-func articlesTable() Table[article] {
-	keepUnlessEmpty := func(col string) string {
-		return fmt.Sprintf("CASE WHEN array_length(EXCLUDED.%[1]s, 1) IS NOT NULL THEN EXCLUDED.%[1]s ELSE t.%[1]s END", col)
-	}
-	coalesce := func(col string) string { return fmt.Sprintf("COALESCE(EXCLUDED.%[1]s, t.%[1]s)", col) }
-	return Table[article]{
-		Name: "articles",
-		Columns: []string{"url_canonical", "source_domain", "publisher_time", "first_seen_time", "language",
-			"title", "text_normalized", "content_hash", "symbols", "author", "topic_tags", "hype_raw",
-			"hype_crowd", "hype_elitist", "account_weights_applied"},
-		Key: []string{"url_canonical"},
-		Update: []Set{
-			{Column: "publisher_time", Expr: "LEAST(t.publisher_time, EXCLUDED.publisher_time)"},
-			{Column: "first_seen_time", Expr: "LEAST(t.first_seen_time, EXCLUDED.first_seen_time)"},
-			{Column: "language", Expr: "CASE WHEN EXCLUDED.language IS NULL OR (EXCLUDED.language = 'unknown' AND t.language IS NOT NULL) THEN t.language ELSE EXCLUDED.language END"},
-			{Column: "title", Expr: coalesce("title")},
-			{Column: "text_normalized", Expr: coalesce("text_normalized")},
-			{Column: "author", Expr: coalesce("author")},
-			{Column: "symbols", Expr: keepUnlessEmpty("symbols")},
-			{Column: "topic_tags", Expr: keepUnlessEmpty("topic_tags")},
-			{Column: "hype_raw", Expr: coalesce("hype_raw")},
-			{Column: "hype_crowd", Expr: coalesce("hype_crowd")},
-			{Column: "hype_elitist", Expr: coalesce("hype_elitist")},
-			{Column: "account_weights_applied", Expr: coalesce("account_weights_applied")},
-			{Column: "content_hash", Expr: "EXCLUDED.content_hash"},
-		},
-		Touch: []string{"ingest_time"},
-		KeyOf: func(a article) string { return a.URL },
-		Values: func(a article) []any {
-			var syms, tags any
-			if a.Symbols != nil {
-				syms = a.Symbols
-			}
-			if a.Tags != nil {
-				tags = a.Tags
-			}
-			return []any{a.URL, a.Domain, a.Published, a.Seen, a.Language, a.Title, a.Text, a.Hash,
-				syms, a.Author, tags, a.Raw, a.Crowd, a.Elit, a.Weights}
-		},
-	}
-}
 
 var benchWords = strings.Fields(`thi truong chung khoan co phieu ngan hang tang truong loi nhuan quy
 	von hoa doanh nghiep nha dau tu ngoai khoi ngoai ban rong mua rong thanh khoan phien giao dich
@@ -113,12 +34,12 @@ func benchText(r *rand.Rand, n int) *string {
 	return &s
 }
 
-// benchArticles returns n articles whose keys contain prefix, in random
-// order. The keys and values depend only on r's state and prefix, except
-// the content hash, which also depends on version.
-func benchArticles(r *rand.Rand, prefix string, n, version int) []article {
+// benchArticles returns n sa_silver rows whose keys contain prefix, in
+// random order. The keys and values depend only on r's state and prefix,
+// except the content hash, which also depends on version.
+func benchArticles(r *rand.Rand, prefix string, n, version int) []silver.SARow {
 	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	out := make([]article, n)
+	out := make([]silver.SARow, n)
 	for j, i := range r.Perm(n) {
 		dom := fmt.Sprintf("news%d.example.vn", i%37)
 		lang := "vi"
@@ -133,14 +54,14 @@ func benchArticles(r *rand.Rand, prefix string, n, version int) []article {
 			tags = []string{"market", "banking", "energy"}[:v]
 		}
 		pub := base.Add(time.Duration(r.IntN(365*24)) * time.Hour)
-		out[j] = article{
-			URL:       fmt.Sprintf("https://%s/%s/bai-viet-%08d-%06x.html", dom, prefix, i, r.Uint32()&0xffffff),
-			Domain:    dom,
-			Published: pub, Seen: pub.Add(time.Minute),
-			Language: &lang, Title: benchText(r, 70), Text: benchText(r, 300),
-			Hash:    fmt.Sprintf("%016x%d", r.Uint64(), version),
-			Symbols: syms, Tags: tags,
-			Raw: &raw, Crowd: &crowd, Weights: &w,
+		out[j] = silver.SARow{
+			URLCanonical:  fmt.Sprintf("https://%s/%s/bai-viet-%08d-%06x.html", dom, prefix, i, r.Uint32()&0xffffff),
+			SourceDomain:  dom,
+			PublisherTime: pub, FirstSeenTime: pub.Add(time.Minute),
+			Language: &lang, Title: benchText(r, 70), TextNormalized: benchText(r, 300),
+			ContentHash: fmt.Sprintf("%016x%d", r.Uint64(), version),
+			Symbols:     syms, TopicTags: tags,
+			HypeRaw: &raw, HypeCrowd: &crowd, AccountWeightsApplied: &w,
 		}
 		if i%5 == 0 {
 			a := "tac gia " + strconv.Itoa(i%100)
@@ -184,8 +105,8 @@ func (c *backendCPU) total() time.Duration {
 	return sum
 }
 
-// BenchmarkWriteLarge writes 20k-row batches into a table shaped like
-// sa_silver and reports wall time and server CPU per row (pg-ns/row: the
+// BenchmarkWriteLarge writes 20k-row batches into sa_silver (the silver
+// pipeline's table, created by its migrations) and reports wall time and server CPU per row (pg-ns/row: the
 // CPU time of the pool's backends, read from /proc; reported only when
 // PostgreSQL runs on this machine). Modes:
 //
@@ -238,7 +159,7 @@ var benchStrategies = []struct {
 	upsertOnly bool
 }{{"upsert", true}, {"direct", false}}
 
-// writeBench writes batches of rows articles, old of which exist (the same
+// writeBench writes batches of rows sa_silver rows, old of which exist (the same
 // keys every iteration, with new values), from writers concurrent writers.
 type writeBench struct {
 	mode      string
@@ -261,22 +182,22 @@ func (m writeBench) run(b *testing.B, srv *testkit.PostgresServer, upsertOnly bo
 		b.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, articlesDDL); err != nil {
+	if _, err := schemas.Migrate(ctx, pg.URL); err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(pool, articlesTable())
+	s, err := pgsink.New(pool, silver.SATable())
 	if err != nil {
 		b.Fatal(err)
 	}
-	s.upsertOnly = upsertOnly
-	oldRows := func(version int) []article {
+	pgsink.SetUpsertOnly(s, upsertOnly)
+	oldRows := func(version int) []silver.SARow {
 		return benchArticles(rand.New(rand.NewPCG(3, 4)), "old", m.old, version)
 	}
 	if m.old > 0 {
 		if err := s.Write(ctx, oldRows(0)); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := pool.Exec(ctx, "VACUUM ANALYZE articles"); err != nil {
+		if _, err := pool.Exec(ctx, "VACUUM ANALYZE sa_silver"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -284,7 +205,7 @@ func (m writeBench) run(b *testing.B, srv *testkit.PostgresServer, upsertOnly bo
 	var wall, server time.Duration
 	serverOK := cpu.total() >= 0
 	for i := 0; b.Loop(); i++ {
-		batches := make([][]article, m.writers)
+		batches := make([][]silver.SARow, m.writers)
 		for w := range batches {
 			batches[w] = benchArticles(r, fmt.Sprintf("i%dw%d", i, w), m.rows-m.old, 0)
 			if m.old > 0 {
@@ -317,10 +238,10 @@ func (m writeBench) run(b *testing.B, srv *testkit.PostgresServer, upsertOnly bo
 		b.ReportMetric(float64(server.Nanoseconds())/n, "pg-ns/row")
 	}
 	var count int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM articles").Scan(&count); err != nil {
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM sa_silver").Scan(&count); err != nil {
 		b.Fatal(err)
 	}
 	if want := m.old + b.N*m.writers*(m.rows-m.old); count != want {
-		b.Fatalf("articles has %d rows, want %d", count, want)
+		b.Fatalf("sa_silver has %d rows, want %d", count, want)
 	}
 }
