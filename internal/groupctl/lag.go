@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -71,10 +72,15 @@ func (r Report) Group(name string) (GroupLag, bool) {
 // Lag itself fails only when the cluster cannot be asked at all.
 func Lag(ctx context.Context, adm *kadm.Client, groups ...string) (Report, error) {
 	lags, err := adm.Lag(ctx, groups...)
-	if err != nil {
-		return Report{}, fmt.Errorf("lag: %w", err)
-	}
 	var rep Report
+	if err != nil {
+		// One group can fail the whole request (e.g. kadm cannot resolve a
+		// topic deleted under a group's commits): ask group by group so that
+		// only that group carries the error.
+		if lags, err = lagEach(ctx, adm, groups, &rep); err != nil {
+			return Report{}, fmt.Errorf("lag: %w", err)
+		}
+	}
 	for _, l := range lags.Sorted() {
 		g := GroupLag{Group: l.Group, State: l.State, Members: len(l.Members), Err: l.Error()}
 		if g.Err != nil {
@@ -105,6 +111,29 @@ func Lag(ctx context.Context, adm *kadm.Client, groups ...string) (Report, error
 	}
 	sort.Slice(rep.Groups, func(i, j int) bool { return rep.Groups[i].Group < rep.Groups[j].Group })
 	return rep, nil
+}
+
+// lagEach asks the lag of groups (all listed groups when none are named)
+// one group at a time. Groups whose request fails go to rep with Err set;
+// it fails only when the groups cannot be listed.
+func lagEach(ctx context.Context, adm *kadm.Client, groups []string, rep *Report) (kadm.DescribedGroupLags, error) {
+	if len(groups) == 0 {
+		listed, err := adm.ListGroups(ctx)
+		if err != nil {
+			return nil, err
+		}
+		groups = listed.Groups()
+	}
+	out := kadm.DescribedGroupLags{}
+	for _, g := range groups {
+		l, err := adm.Lag(ctx, g)
+		if err != nil {
+			rep.Groups = append(rep.Groups, GroupLag{Group: g, Err: fmt.Errorf("group %q: %w", g, err)})
+			continue
+		}
+		maps.Copy(out, l)
+	}
+	return out, nil
 }
 
 // Err returns the errors of the report's groups joined, nil when every group
