@@ -109,7 +109,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
 	fs.StringVar(&cfg.variants, "variants", "abc", "variants to run: a, b, c, and B = the seed port without its advisory lock (informational, not run by default)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the topics, group and schemas")
-	fs.BoolVar(&cfg.profile, "profile", false, "write a CPU profile of the pipeline process to WORKDIR/pipeline.cpu.pprof")
+	fs.BoolVar(&cfg.profile, "profile", false, "write CPU and allocation profiles of the pipeline process to WORKDIR/pipeline.cpu.pprof and WORKDIR/pipeline.allocs.pprof")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "limit for variant a")
 	fs.IntVar(&cfg.pipeline.batchMaxRecords, "batch-max-records", 0, "variant a: run.Config.BatchMaxRecords (0: pipeline default)")
 	fs.IntVar(&cfg.pipeline.batchMaxBytes, "batch-max-bytes", 0, "variant a: run.Config.BatchMaxBytes (0: runtime default)")

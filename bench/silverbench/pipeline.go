@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	rpprof "runtime/pprof"
 	"syscall"
 	"time"
@@ -32,7 +33,7 @@ import (
 type pipelineFlags struct {
 	brokers, databaseURL               string
 	group, topic, dlqTopic, flagsTopic string
-	opsAddr, cpuProfile                string
+	opsAddr, cpuProfile, memProfile    string
 	batchMaxRecords, maxInFlight       int
 	batchMaxBytes                      int
 	batchLinger                        time.Duration
@@ -49,6 +50,7 @@ func (p *pipelineFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.flagsTopic, "flags-topic", "control.flags", "control flags topic")
 	fs.StringVar(&p.opsAddr, "ops-addr", "127.0.0.1:0", "ops HTTP address (/metrics, /debug/pprof/)")
 	fs.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&p.memProfile, "memprofile", "", "write an allocation profile (allocs, all sizes) of the whole run to this file at exit")
 	fs.IntVar(&p.batchMaxRecords, "batch-max-records", 0, "run.Config.BatchMaxRecords (0: the pipeline's default)")
 	fs.IntVar(&p.batchMaxBytes, "batch-max-bytes", 0, "run.Config.BatchMaxBytes (0: the runtime's default)")
 	fs.IntVar(&p.maxInFlight, "max-in-flight", 0, "run.Config.MaxInFlight (0: the runtime's default)")
@@ -69,6 +71,9 @@ func (p *pipelineFlags) args() []string {
 	}
 	if p.cpuProfile != "" {
 		a = append(a, "--cpuprofile", p.cpuProfile)
+	}
+	if p.memProfile != "" {
+		a = append(a, "--memprofile", p.memProfile)
 	}
 	return a
 }
@@ -98,6 +103,15 @@ func runPipeline(args []string) error {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
 		defer rpprof.StopCPUProfile()
+	}
+
+	if p.memProfile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			if err := writeAllocs(p.memProfile); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+		}()
 	}
 
 	kc := kconf.FromEnv()
@@ -161,4 +175,18 @@ func runPipeline(args []string) error {
 		return nil
 	}
 	return err
+}
+
+// writeAllocs writes the allocs profile (every allocation since the start,
+// sampled at runtime.MemProfileRate) to path.
+func writeAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("alloc profile: %w", err)
+	}
+	defer f.Close()
+	if err := rpprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		return fmt.Errorf("alloc profile: %w", err)
+	}
+	return nil
 }

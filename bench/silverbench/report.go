@@ -322,7 +322,7 @@ func (r *results) whereTimeGoes(w func(string, ...any)) {
 			m("sluice_batch_phase_duration_seconds_sum", `phase="dlq"`))
 		w("- The sink upserted %.0f rows in %.0f writes: the %d valid records minus %.0f merged in memory with an earlier record of the same key in the same coalescing window and %.0f in the same write. %.0f of them inserted a new key and %.0f updated a row written by an earlier write (the corpus repeats each key about %.1f times, spread over the whole stream). c writes only the %.0f final rows, all of them inserts.",
 			upserted, writes, p.valid, windowMerged, merged, final, upserted-final, float64(p.valid)/final, final)
-		w("- CPU during a (2 cores × %.1f s = %.1f s available, %.0f %% used): PostgreSQL %.1f s, the pipeline process %.1f s, Kafka %.1f s. Profile of the pipeline process: `go tool pprof bench/.work/silverbench bench/.work/pipeline.cpu.pprof` after a run with `SILVER_ARGS=--profile`.",
+		w("- CPU during a (2 cores × %.1f s = %.1f s available, %.0f %% used): PostgreSQL %.1f s, the pipeline process %.1f s, Kafka %.1f s. Profiles of the pipeline process: `go tool pprof bench/.work/silverbench bench/.work/pipeline.cpu.pprof` (CPU) and `bench/.work/pipeline.allocs.pprof` (allocations) after a run with `SILVER_ARGS=--profile`.",
 			a.run.Seconds(), 2*a.run.Seconds(), 100*a.machine, a.cpuBy["postgres"].Seconds(), a.cpu.Seconds(), a.cpuBy["java"].Seconds())
 	}
 	if b := r.b; b != nil {
@@ -353,7 +353,7 @@ func (r *results) whyAC(w func(string, ...any)) {
 		w("- **PostgreSQL's share** (%.1f s) is %.1f × c's timed + untimed work for the final rows (%.2f s): the sink wrote rows more than once (see the upsert count above) or through the staging table.",
 			pg.Seconds(), pg.Seconds()/ceil, ceil)
 	}
-	w("- **The pipeline's share** is the rest: per record, fetching and decompressing the Kafka batch, scanning the JSON envelope, the 14 rules, building and merging the row, dead-lettering the invalid tenth (a produce with 9 headers each), and at the end encoding the rows for COPY; plus the Go garbage collector, which marks the window's rows (live heap) on every cycle. `SILVER_ARGS=--profile` writes its CPU profile. For a/c ≥ 0.8 all of it together would have to fit in about %.1f s of CPU for %d records (%.1f µs per record) next to PostgreSQL's share; it takes %.1f µs.",
+	w("- **The pipeline's share** is the rest: per record, fetching and decompressing the Kafka batch, scanning the JSON envelope, the 14 rules, building and merging the row, dead-lettering the invalid tenth (a produce with 9 headers each), and at the end encoding the rows for COPY; plus the Go garbage collector, which marks the window's rows (live heap) on every cycle. `SILVER_ARGS=--profile` writes its CPU and allocation profiles. For a/c ≥ 0.8 all of it together would have to fit in about %.1f s of CPU for %d records (%.1f µs per record) next to PostgreSQL's share; it takes %.1f µs.",
 		max(0, 2*need-pg.Seconds()-kafka.Seconds()), r.cfg.n, 1e6*max(0, 2*need-pg.Seconds()-kafka.Seconds())/float64(r.cfg.n), 1e6*a.cpu.Seconds()/float64(r.cfg.n))
 	w("")
 }

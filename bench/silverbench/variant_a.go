@@ -114,6 +114,7 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	pf.opsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	if cfg.profile {
 		pf.cpuProfile = cfg.workDir + "/pipeline.cpu.pprof"
+		pf.memProfile = cfg.workDir + "/pipeline.allocs.pprof"
 	}
 	logf, err := os.Create(res.logFile)
 	if err != nil {
