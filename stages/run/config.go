@@ -149,7 +149,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("start offset %q: want earliest or latest", c.StartOffset))
 	}
-	if c.Window.MaxKeys < 0 || c.Window.MaxAge < 0 {
+	if c.Window.MaxKeys < 0 || c.Window.MaxAge < 0 || c.Window.MaxTotalKeys < 0 {
 		errs = append(errs, errors.New("window bounds must not be negative"))
 	}
 	if c.Retry.Jitter > 1 || c.SinkRetry.Jitter > 1 {

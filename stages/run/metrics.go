@@ -7,20 +7,21 @@ import (
 // metrics are the runtime's Prometheus collectors for one pipeline. They
 // carry a constant "pipeline" label so several runners can share a registry.
 type metrics struct {
-	in        *prometheus.CounterVec   // topic
-	out       prometheus.Counter       // outputs handed to the sink
-	dlq       *prometheus.CounterVec   // reason, rule
-	retries   *prometheus.CounterVec   // kind: stage|sink|dlq
-	stageDur  prometheus.Histogram     // per record
-	sinkDur   prometheus.Histogram     // per Write
-	batchSize prometheus.Histogram     // records per batch
-	lag       *prometheus.GaugeVec     // topic, partition
-	paused    prometheus.Gauge         // paused partitions
-	assigned  prometheus.Gauge         // assigned partitions
-	committed *prometheus.CounterVec   // topic: records marked for commit
-	errors    *prometheus.CounterVec   // kind: fetch|commit|fatal
-	batchDur  *prometheus.HistogramVec // phase: process|write|dlq
-	merged    prometheus.Counter       // outputs merged into an earlier one in a window
+	in         *prometheus.CounterVec   // topic
+	out        prometheus.Counter       // outputs handed to the sink
+	dlq        *prometheus.CounterVec   // reason, rule
+	retries    *prometheus.CounterVec   // kind: stage|sink|dlq
+	stageDur   prometheus.Histogram     // per record
+	sinkDur    prometheus.Histogram     // per Write
+	batchSize  prometheus.Histogram     // records per batch
+	lag        *prometheus.GaugeVec     // topic, partition
+	paused     prometheus.Gauge         // paused partitions
+	assigned   prometheus.Gauge         // assigned partitions
+	committed  *prometheus.CounterVec   // topic: records marked for commit
+	errors     *prometheus.CounterVec   // kind: fetch|commit|fatal
+	batchDur   *prometheus.HistogramVec // phase: process|write|dlq
+	merged     prometheus.Counter       // outputs merged into an earlier one in a window
+	windowKeys prometheus.Gauge         // keys held by the open windows
 }
 
 func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
@@ -72,8 +73,11 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 		merged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_window_merged_total", Help: "Outputs merged into an earlier output of the same key in a coalescing window (writes saved).",
 		}),
+		windowKeys: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_window_keys", Help: "Keys held by the open coalescing windows of all assigned partitions (memory under a backlog).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.retries, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.batchDur, m.merged} {
+	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.retries, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.batchDur, m.merged, m.windowKeys} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/stages"
@@ -55,6 +57,15 @@ type WindowConfig struct {
 	// ago, bounding the delay of commits and of the rows under a backlog
 	// (default 5s).
 	MaxAge time.Duration
+	// MaxTotalKeys bounds the keys held by the open windows of all the
+	// runner's partitions together: a window whose batch brings the total
+	// to MaxTotalKeys or more is closed at once. MaxKeys alone bounds memory
+	// per partition, so a member that takes over many partitions under a
+	// backlog (after the others died, say) would hold MaxKeys × partitions;
+	// MaxTotalKeys caps that. 0 means no bound beyond MaxKeys; it has no
+	// effect while MaxKeys is 0 (windows off). The gauge sluice_window_keys
+	// shows the keys held.
+	MaxTotalKeys int
 }
 
 // window is the state of an open coalescing window of one partition. It
@@ -71,6 +82,19 @@ type window[Out any] struct {
 	records int         // records processed into the window
 	last    *kgo.Record // last record processed (for the commit mark)
 	merger  Merger[Out] // the runner's sink
+	held    *heldKeys   // keys held by all the runner's windows
+}
+
+// heldKeys counts the keys held by the open windows of one runner (see
+// WindowConfig.MaxTotalKeys) and exports the count as a gauge.
+type heldKeys struct {
+	n     atomic.Int64
+	gauge prometheus.Gauge
+}
+
+func (h *heldKeys) add(d int) int64 {
+	h.gauge.Add(float64(d))
+	return h.n.Add(int64(d))
 }
 
 // offsetLink is one record offset behind an output; next is the index of
@@ -80,8 +104,8 @@ type offsetLink struct {
 	next int32
 }
 
-func newWindow[Out any](m Merger[Out]) *window[Out] {
-	return &window[Out]{byKey: map[string]int32{}, merger: m}
+func newWindow[Out any](m Merger[Out], held *heldKeys) *window[Out] {
+	return &window[Out]{byKey: map[string]int32{}, merger: m, held: held}
 }
 
 func (win *window[Out]) empty() bool { return win.records == 0 }
@@ -99,8 +123,9 @@ func (win *window[Out]) offsets(i int) []int64 {
 }
 
 // add folds the outputs of batch into the window and returns how many
-// merged into an earlier output.
-func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (merged int) {
+// merged into an earlier output and the keys held by all the runner's
+// windows afterwards.
+func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (merged int, held int64) {
 	if win.records == 0 {
 		win.opened = time.Now()
 	}
@@ -125,10 +150,13 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (merged int) {
 	}
 	win.records += len(batch)
 	win.last = batch[len(batch)-1]
-	return merged
+	return merged, win.held.add(len(p.outs) - merged)
 }
 
+// reset empties the window (after its write, or to drop it when the
+// partition is lost: its records are then redelivered to the new owner).
 func (win *window[Out]) reset() {
+	win.held.add(-len(win.outs))
 	clear(win.outs)
 	win.outs = win.outs[:0]
 	clear(win.byKey)
@@ -149,10 +177,14 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 			return err
 		}
 	}
+	held := w.win.held.n.Load()
 	if done > 0 {
-		r.m.merged.Add(float64(w.win.add(batch[:done], p)))
+		var merged int
+		merged, held = w.win.add(batch[:done], p)
+		r.m.merged.Add(float64(merged))
 	}
-	if stopErr != nil || w.win.keys() >= r.cfg.Window.MaxKeys ||
+	overBudget := r.cfg.Window.MaxTotalKeys > 0 && held >= int64(r.cfg.Window.MaxTotalKeys)
+	if stopErr != nil || w.win.keys() >= r.cfg.Window.MaxKeys || overBudget ||
 		time.Since(w.win.opened) >= r.cfg.Window.MaxAge || !w.moreSoon() {
 		if err := w.closeWindow(); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -165,6 +166,74 @@ func TestWindowMaxKeysBoundsWrites(t *testing.T) {
 	}
 }
 
+// MaxTotalKeys bounds the keys held by the windows of all partitions
+// together: a window closes once its batch brings the total to the bound,
+// so no write exceeds MaxTotalKeys plus one batch, while the same stream
+// without the bound is written in larger windows (one per partition). The
+// held-keys gauge is back at zero once every window is written.
+func TestWindowMaxTotalKeysBoundsAllPartitions(t *testing.T) {
+	t.Parallel()
+	const n, keys, total = 4000, 1000, 40
+	run1 := func(maxTotal int) (largest int, reg *prometheus.Registry, cfg run.Config) {
+		k := testkit.NewKafka(t, testkit.FakeOK())
+		cfg = baseConfig(t, k, 4)
+		cfg.Window = run.WindowConfig{MaxKeys: 100000, MaxAge: time.Minute, MaxTotalKeys: maxTotal}
+		produce(t, k.Client(t), cfg.Topics[0], n, keys, nil)
+		sink := &tallySink{state: map[string]tally{}}
+		reg = prometheus.NewRegistry()
+		_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink), run.WithRegisterer(reg))
+		testkit.WaitFor(t, 60*time.Second, "every record written", func() bool { return sink.total() == n })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		state, writes := sink.snapshot()
+		if len(state) != keys {
+			t.Fatalf("%d keys written, want %d", len(state), keys)
+		}
+		for _, w := range writes {
+			largest = max(largest, len(w))
+		}
+		return largest, reg, cfg
+	}
+	largest, reg, cfg := run1(total)
+	if bound := total + cfg.BatchMaxRecords; largest >= bound {
+		t.Errorf("largest write has %d outputs, want < MaxTotalKeys + BatchMaxRecords = %d", largest, bound)
+	}
+	if got := testkit.Metric(t, reg, "sluice_window_keys"); got != 0 {
+		t.Errorf("sluice_window_keys = %v after every window was written, want 0", got)
+	}
+	unbounded, _, _ := run1(0)
+	if unbounded < total+cfg.BatchMaxRecords {
+		t.Errorf("without MaxTotalKeys the largest write has only %d outputs: the test does not exercise the bound", unbounded)
+	}
+	t.Logf("largest write: %d outputs with MaxTotalKeys=%d, %d without", largest, total, unbounded)
+}
+
+// A window dropped without its write (the worker stops while the sink
+// keeps failing) no longer counts against MaxTotalKeys: its records are
+// redelivered, and the held-keys gauge goes back to zero.
+func TestWindowDroppedReleasesKeys(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 2)
+	cfg.Window = run.WindowConfig{MaxKeys: 1000, MaxAge: time.Minute, MaxTotalKeys: 5000}
+	cfg.RevokeTimeout = 500 * time.Millisecond
+	produce(t, k.Client(t), cfg.Topics[0], 200, 20, nil)
+	sink := &tallySink{state: map[string]tally{}, fails: 1 << 30}
+	reg := prometheus.NewRegistry()
+	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink), run.WithRegisterer(reg))
+	testkit.WaitFor(t, 30*time.Second, "a failing window write", func() bool {
+		return testkit.Metric(t, reg, "sluice_retries_total") > 0 && testkit.Metric(t, reg, "sluice_window_keys") > 0
+	})
+	_ = stop() // the worker gives up its window; Run may report that
+	if got := testkit.Metric(t, reg, "sluice_window_keys"); got != 0 {
+		t.Errorf("sluice_window_keys = %v after the window was dropped, want 0", got)
+	}
+	if n := sink.total(); n != 0 {
+		t.Errorf("%d records written by a sink that always fails", n)
+	}
+}
+
 // A transient sink failure retries the whole window and holds its commit;
 // nothing is lost or dead-lettered.
 func TestWindowTransientFailureHoldsCommit(t *testing.T) {
@@ -295,14 +364,22 @@ func TestWindowRebalanceLosesNothing(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		return toTally(ctx, m)
 	}
-	_, stopA := start(t, k, cfg, slow, stages.Sink[tally](sink))
+	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
+	_, stopA := start(t, k, cfg, slow, stages.Sink[tally](sink), run.WithRegisterer(regA))
 	testkit.WaitFor(t, 30*time.Second, "first writes", func() bool { return sink.total() > 0 })
-	_, stopB := start(t, k, cfg, slow, stages.Sink[tally](sink))
+	_, stopB := start(t, k, cfg, slow, stages.Sink[tally](sink), run.WithRegisterer(regB))
 	testkit.WaitFor(t, 60*time.Second, "commit of every record", func() bool {
 		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
 	})
 	if err := errors.Join(stopA(), stopB()); err != nil {
 		t.Fatal(err)
+	}
+	// Windows written, revoked or dropped with their partition: none holds
+	// keys any more.
+	for name, reg := range map[string]*prometheus.Registry{"A": regA, "B": regB} {
+		if got := testkit.Metric(t, reg, "sluice_window_keys"); got != 0 {
+			t.Errorf("member %s: sluice_window_keys = %v after stopping, want 0", name, got)
+		}
 	}
 	state, _ := sink.snapshot()
 	want := map[string]tally{}

@@ -56,7 +56,7 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 		done: make(chan struct{}),
 	}
 	if r.merger != nil {
-		w.win = newWindow(r.merger)
+		w.win = newWindow(r.merger, &r.held)
 	}
 	return w
 }
@@ -191,6 +191,9 @@ func (w *worker[In, Out]) loop() {
 			w.r.m.paused.Dec()
 		}
 		w.pmu.Unlock()
+		if w.win != nil {
+			w.win.reset() // an abandoned window's keys no longer count
+		}
 		w.r.m.assigned.Dec()
 		close(w.done)
 	}()
