@@ -189,7 +189,7 @@ func TestParseTimeArg(t *testing.T) {
 // Invalid values of run's environment variables fail the command in one
 // line before it connects, instead of being ignored.
 func TestRunBadEnvironment(t *testing.T) {
-	for env, val := range map[string]string{"SILVER_WINDOW_KEYS": "many", "BACKLOG_THRESHOLD": "1x"} {
+	for env, val := range map[string]string{"SILVER_WINDOW_KEYS": "many", "SILVER_WINDOW_TOTAL_KEYS": "lots", "BACKLOG_THRESHOLD": "1x"} {
 		t.Run(env, func(t *testing.T) {
 			t.Setenv(env, val)
 			_, err := runCLI(t, "run", "silver", "--brokers", "127.0.0.1:1")

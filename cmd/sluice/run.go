@@ -32,7 +32,7 @@ func pipelineSpecs(o *runOptions) map[string]pipelineSpec {
 			doc:   "bronze.records → validate → ta_silver/sa_silver upsert, bronze.dlq; SCRAPE_SLOW backlog flag",
 			build: func(env pipelines.Env) ([]pipelines.Service, error) {
 				return silver.Services(env, silver.Config{Group: o.group("silver"), BacklogThreshold: o.backlogThreshold,
-					Runtime: run.Config{Window: run.WindowConfig{MaxKeys: o.silverWindowKeys}}})
+					Runtime: run.Config{Window: run.WindowConfig{MaxKeys: o.silverWindowKeys, MaxTotalKeys: o.silverWindowTotalKeys}}})
 			},
 		},
 		"ticks": {
@@ -55,11 +55,12 @@ func pipelineSpecs(o *runOptions) map[string]pipelineSpec {
 }
 
 type runOptions struct {
-	opsAddr          string
-	groupPrefix      string
-	backlogThreshold int64
-	silverWindowKeys int
-	envErr           error // an environment variable that is not a valid flag value
+	opsAddr               string
+	groupPrefix           string
+	backlogThreshold      int64
+	silverWindowKeys      int
+	silverWindowTotalKeys int
+	envErr                error // an environment variable that is not a valid flag value
 }
 
 // envFlag sets flag from the environment variable env when it is set; an
@@ -97,6 +98,9 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 	cmd.Flags().IntVar(&o.silverWindowKeys, "silver-window-keys", 0, fmt.Sprintf(
 		"silver: keys per partition a coalescing window holds before it is written; bounds memory (0: default %d, -1: no window, write batch by batch) (env SILVER_WINDOW_KEYS)", silver.DefaultWindowMaxKeys))
 	o.envFlag(cmd, "SILVER_WINDOW_KEYS", "silver-window-keys")
+	cmd.Flags().IntVar(&o.silverWindowTotalKeys, "silver-window-total-keys", 0, fmt.Sprintf(
+		"silver: keys the windows of all partitions of this process hold together before they are written; bounds memory when a process takes over many partitions (0: default %d, -1: no bound beyond --silver-window-keys) (env SILVER_WINDOW_TOTAL_KEYS)", silver.DefaultWindowMaxTotalKeys))
+	o.envFlag(cmd, "SILVER_WINDOW_TOTAL_KEYS", "silver-window-total-keys")
 	return cmd
 }
 

@@ -209,24 +209,35 @@ func TestRouterMergeFoldsInOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := r.MergeKey(row)
-		if old, ok := window[k]; ok {
-			window[k] = r.Merge(old, row)
-		} else {
-			window[k] = row
-		}
+		// The model works on deep copies: Merge writes into the window
+		// row's storage, which the first row of a key shares.
 		switch {
 		case row.TA != nil:
-			if old, ok := wantTA[k]; ok {
-				wantTA[k] = MergeTA(old, *row.TA)
-			} else {
-				wantTA[k] = *row.TA
+			c := cloneTA(*row.TA)
+			if old, ok := wantTA[r.MergeKey(row)]; ok {
+				c = MergeTA(old, c)
 			}
+			wantTA[r.MergeKey(row)] = c
 		case row.SA != nil:
-			if old, ok := wantSA[k]; ok {
-				wantSA[k] = MergeSA(old, *row.SA)
-			} else {
-				wantSA[k] = *row.SA
+			c := cloneSA(*row.SA)
+			if old, ok := wantSA[r.MergeKey(row)]; ok {
+				c = MergeSA(old, c)
+			}
+			wantSA[r.MergeKey(row)] = c
+		}
+		k := r.MergeKey(row)
+		old, ok := window[k]
+		if !ok {
+			window[k] = row
+			continue
+		}
+		m := r.Merge(old, row)
+		window[k] = m
+		// The merged row points into no storage of the record merged
+		// into it, so that record's allocation is not kept alive.
+		for i, p := range pointers(m) {
+			if !reflect.ValueOf(p).IsNil() && p == pointers(row)[i] {
+				t.Fatalf("key %s: merged row's nullable column %d points into the incoming row's storage", k, i)
 			}
 		}
 	}
@@ -250,4 +261,35 @@ func TestRouterMergeFoldsInOrder(t *testing.T) {
 			}
 		}
 	}
+}
+
+func cloneTA(r TARow) TARow {
+	r.VWAP, r.AdjClose, r.Source, r.ContentHash = clonePtr(r.VWAP), clonePtr(r.AdjClose), clonePtr(r.Source), clonePtr(r.ContentHash)
+	return r
+}
+
+func cloneSA(r SARow) SARow {
+	r.Language, r.Title, r.TextNormalized, r.Author = clonePtr(r.Language), clonePtr(r.Title), clonePtr(r.TextNormalized), clonePtr(r.Author)
+	r.HypeRaw, r.HypeCrowd, r.HypeElitist = clonePtr(r.HypeRaw), clonePtr(r.HypeCrowd), clonePtr(r.HypeElitist)
+	r.AccountWeightsApplied = clonePtr(r.AccountWeightsApplied)
+	return r
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// pointers returns the addresses held by a row's nullable columns.
+func pointers(r Row) []any {
+	switch {
+	case r.TA != nil:
+		return []any{r.TA.VWAP, r.TA.AdjClose, r.TA.Source, r.TA.ContentHash}
+	case r.SA != nil:
+		return []any{r.SA.Language, r.SA.Title, r.SA.TextNormalized, r.SA.Author, r.SA.HypeRaw, r.SA.HypeCrowd, r.SA.HypeElitist, r.SA.AccountWeightsApplied}
+	}
+	return nil
 }

@@ -165,17 +165,55 @@ func (r *router) MergeKey(row Row) string {
 var _ run.Merger[Row] = (*router)(nil)
 
 // Merge returns the row equivalent to writing old and then next. It
-// updates old's row in place (the window owns it, see run.Merger).
+// updates old's row in place (the window owns it, see run.Merger), and a
+// nullable value it takes from next is copied into old's own storage for
+// that column (or a fresh one when old's is NULL) instead of pointing into
+// next's: a merged row then keeps its own allocation alive, not one more
+// per record merged into it. (Before, in bench-silver's window, an sa key
+// held 1.6 KiB of heap.)
 func (r *router) Merge(old, next Row) Row {
 	switch {
 	case old.TA != nil && next.TA != nil:
-		*old.TA = MergeTA(*old.TA, *next.TA)
+		o, n := old.TA, next.TA
+		m := MergeTA(*o, *n)
+		rehome(&m.VWAP, o.VWAP, n.VWAP)
+		rehome(&m.AdjClose, o.AdjClose, n.AdjClose)
+		rehome(&m.Source, o.Source, n.Source)
+		rehome(&m.ContentHash, o.ContentHash, n.ContentHash)
+		*o = m
 		return old
 	case old.SA != nil && next.SA != nil:
-		*old.SA = MergeSA(*old.SA, *next.SA)
+		o, n := old.SA, next.SA
+		m := MergeSA(*o, *n)
+		rehome(&m.Language, o.Language, n.Language)
+		rehome(&m.Title, o.Title, n.Title)
+		rehome(&m.TextNormalized, o.TextNormalized, n.TextNormalized)
+		rehome(&m.Author, o.Author, n.Author)
+		rehome(&m.HypeRaw, o.HypeRaw, n.HypeRaw)
+		rehome(&m.HypeCrowd, o.HypeCrowd, n.HypeCrowd)
+		rehome(&m.HypeElitist, o.HypeElitist, n.HypeElitist)
+		rehome(&m.AccountWeightsApplied, o.AccountWeightsApplied, n.AccountWeightsApplied)
+		*o = m
 		return old
 	}
 	return next
+}
+
+// rehome makes *dst, when it is next's pointer (the merge took next's
+// value), point at old's storage for the column holding that value, or at
+// a copy when old had none. old's storage belongs to the window's row alone
+// (the validator gives every row its own, and the window owns merged rows).
+func rehome[T any](dst **T, old, next *T) {
+	if *dst == nil || *dst != next || next == old {
+		return
+	}
+	if old == nil {
+		v := *next
+		*dst = &v
+		return
+	}
+	*old = *next
+	*dst = old
 }
 
 func (r *router) Write(ctx context.Context, batch []Row) error {
