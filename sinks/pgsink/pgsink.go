@@ -111,7 +111,8 @@ type Table[T any] struct {
 	// Values returns a row's column values in Columns order (nil = NULL),
 	// as pgx encodes them for COPY; the values of the Key columns are also
 	// sent as elements of arrays of the columns' types (the lookup of
-	// existing keys). It is called once per merged row.
+	// existing keys). It is called when a merged row is
+	// sent (again when a write is retried) and must not modify the row.
 	Values func(T) []any
 }
 
@@ -289,7 +290,7 @@ type group[T any] struct {
 	key   string
 	row   T
 	items []int
-	vals  []any // Values(row), computed once the group is complete
+	keys  []any // the Key columns of Values(row), for the lookup
 }
 
 // rejected is a group the database refused.
@@ -362,7 +363,11 @@ func (s *Sink[T]) merge(batch []T) []*group[T] {
 	}
 	slices.SortFunc(groups, func(a, b *group[T]) int { return strings.Compare(a.key, b.key) })
 	for _, g := range groups {
-		g.vals = s.table.Values(g.row)
+		vals := s.table.Values(g.row)
+		g.keys = make([]any, len(s.keyPos))
+		for i, p := range s.keyPos {
+			g.keys[i] = vals[p]
+		}
 	}
 	return groups
 }
@@ -460,8 +465,11 @@ func (s *Sink[T]) inTx(ctx context.Context, fn func(pgx.Tx) error) (err error) {
 	return nil
 }
 
-func copySource[T any](gs []*group[T]) pgx.CopyFromSource {
-	return pgx.CopyFromSlice(len(gs), func(i int) ([]any, error) { return gs[i].vals, nil })
+// copySource encodes gs for COPY. The values of a row are built when the
+// row is sent, not kept for the whole write: boxed values cost more memory
+// than the rows (measured in bench-silver: a write of 311 000 rows).
+func (s *Sink[T]) copySource(gs []*group[T]) pgx.CopyFromSource {
+	return pgx.CopyFromSlice(len(gs), func(i int) ([]any, error) { return s.table.Values(gs[i].row), nil })
 }
 
 // upsert COPYs gs into a fresh staging table and upserts them from there.
@@ -469,7 +477,7 @@ func (s *Sink[T]) upsert(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 	if _, err := tx.Exec(ctx, s.createSQL); err != nil {
 		return fmt.Errorf("create staging table: %w", err)
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{stagingTable}, s.table.Columns, copySource(gs)); err != nil {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{stagingTable}, s.table.Columns, s.copySource(gs)); err != nil {
 		return fmt.Errorf("copy into staging table: %w", err)
 	}
 	if _, err := tx.Exec(ctx, s.upsertSQL); err != nil {
@@ -535,7 +543,7 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 			return err
 		}
 	}
-	if _, err := tx.CopyFrom(ctx, s.target, s.table.Columns, copySource(fresh)); err != nil {
+	if _, err := tx.CopyFrom(ctx, s.target, s.table.Columns, s.copySource(fresh)); err != nil {
 		if SQLState(err) == "23505" {
 			return copyConflict{err}
 		}
@@ -569,10 +577,10 @@ func (s *Sink[T]) lookup(ctx context.Context, tx pgx.Tx, probe string, gs []*gro
 	default:
 		args = append(args, pgx.QueryExecModeDescribeExec)
 	}
-	for _, p := range s.keyPos {
+	for k := range s.keyPos {
 		col := make([]any, len(gs))
 		for i, g := range gs {
-			col[i] = g.vals[p]
+			col[i] = g.keys[k]
 		}
 		args = append(args, col)
 	}
