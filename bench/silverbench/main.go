@@ -117,6 +117,7 @@ func runBench(args []string) error {
 	fs.DurationVar(&cfg.pipeline.batchLinger, "batch-linger", 0, "variant a: run.Config.BatchLinger (0: runtime default)")
 	fs.IntVar(&cfg.pipeline.windowMaxKeys, "window-max-keys", 0, "variant a: run.Config.Window.MaxKeys (0: pipeline default, -1: no window)")
 	fs.DurationVar(&cfg.pipeline.windowMaxAge, "window-max-age", 0, "variant a: run.Config.Window.MaxAge (0: pipeline default)")
+	fs.IntVar(&cfg.pipeline.windowMaxTotalKeys, "window-max-total-keys", 0, "variant a: run.Config.Window.MaxTotalKeys (0: pipeline default, -1: no bound over all partitions)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ type pipelineFlags struct {
 	batchMaxRecords, maxInFlight       int
 	batchMaxBytes                      int
 	batchLinger                        time.Duration
-	windowMaxKeys                      int
+	windowMaxKeys, windowMaxTotalKeys  int
 	windowMaxAge                       time.Duration
 }
 
@@ -57,6 +57,7 @@ func (p *pipelineFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.batchLinger, "batch-linger", 0, "run.Config.BatchLinger (0: the runtime's default)")
 	fs.IntVar(&p.windowMaxKeys, "window-max-keys", 0, "run.Config.Window.MaxKeys (0: the pipeline's default, -1: no window)")
 	fs.DurationVar(&p.windowMaxAge, "window-max-age", 0, "run.Config.Window.MaxAge (0: the pipeline's default)")
+	fs.IntVar(&p.windowMaxTotalKeys, "window-max-total-keys", 0, "run.Config.Window.MaxTotalKeys (0: the pipeline's default, -1: no bound over all partitions)")
 }
 
 // args renders p back into command-line arguments for the child process.
@@ -68,6 +69,7 @@ func (p *pipelineFlags) args() []string {
 		"--batch-max-records", fmt.Sprint(p.batchMaxRecords), "--batch-max-bytes", fmt.Sprint(p.batchMaxBytes),
 		"--max-in-flight", fmt.Sprint(p.maxInFlight), "--batch-linger", p.batchLinger.String(),
 		"--window-max-keys", fmt.Sprint(p.windowMaxKeys), "--window-max-age", p.windowMaxAge.String(),
+		"--window-max-total-keys", fmt.Sprint(p.windowMaxTotalKeys),
 	}
 	if p.cpuProfile != "" {
 		a = append(a, "--cpuprofile", p.cpuProfile)
@@ -146,7 +148,7 @@ func runPipeline(args []string) error {
 		Runtime: run.Config{
 			BatchMaxRecords: p.batchMaxRecords, BatchMaxBytes: p.batchMaxBytes,
 			MaxInFlight: p.maxInFlight, BatchLinger: p.batchLinger,
-			Window: run.WindowConfig{MaxKeys: p.windowMaxKeys, MaxAge: p.windowMaxAge},
+			Window: run.WindowConfig{MaxKeys: p.windowMaxKeys, MaxAge: p.windowMaxAge, MaxTotalKeys: p.windowMaxTotalKeys},
 		},
 	})
 	if err != nil {

@@ -142,14 +142,15 @@ func (r *results) markdown() string {
 	w("| corpus | N = %d records, seed %d: %d ta.bar + %d sa.article valid, %d invalid (%.1f %%); %d ta rows and %d sa rows at the end |",
 		cfg.n, cfg.seed, p.validTA, p.validSA, p.invalid(), 100*float64(p.invalid())/float64(cfg.n), len(p.finalTA), len(p.finalSA))
 	pf := cfg.pipeline
-	w("| a: pipeline | bronze topic with %d partitions, 1 process, consumer group of 1 member; run.Config: BatchMaxRecords %s, BatchMaxBytes %s, MaxInFlight %s, BatchLinger %s, Window.MaxKeys %s, Window.MaxAge %s |",
+	w("| a: pipeline | bronze topic with %d partitions, 1 process, consumer group of 1 member; run.Config: BatchMaxRecords %s, BatchMaxBytes %s, MaxInFlight %s, BatchLinger %s, Window.MaxKeys %s, Window.MaxAge %s, Window.MaxTotalKeys %s |",
 		cfg.partitions,
 		orDefault(pf.batchMaxRecords, pf.batchMaxRecords == 0, fmt.Sprintf("%d (silver default)", silver.DefaultBatchMaxRecords)),
 		orDefault(pf.batchMaxBytes, pf.batchMaxBytes == 0, fmt.Sprintf("%d MiB (silver default)", silver.DefaultBatchMaxBytes>>20)),
 		orDefault(pf.maxInFlight, pf.maxInFlight == 0, "silver default (12 000 or 1.2 × batch)"),
 		orDefault(pf.batchLinger, pf.batchLinger == 0, "50ms (runtime default)"),
 		orDefault(pf.windowMaxKeys, pf.windowMaxKeys == 0, fmt.Sprintf("%d (silver default)", silver.DefaultWindowMaxKeys)),
-		orDefault(pf.windowMaxAge, pf.windowMaxAge == 0, fmt.Sprintf("%s (silver default)", silver.DefaultWindowMaxAge)))
+		orDefault(pf.windowMaxAge, pf.windowMaxAge == 0, fmt.Sprintf("%s (silver default)", silver.DefaultWindowMaxAge)),
+		orDefault(pf.windowMaxTotalKeys, pf.windowMaxTotalKeys == 0, fmt.Sprintf("%d (silver default)", silver.DefaultWindowMaxTotalKeys)))
 	w("| b: seed port | %d workers, batches of %d, advisory lock `silver_consume` kept (retry every %s when held) |", seedWorkerCount, seedBatchSize, lockRetry)
 	w("")
 	w("## Throughput")

@@ -65,6 +65,8 @@ SECTIONS = [
              targets=[(rate("sluice_records_out_total", "pipeline"), "{{pipeline}} out"),
                       (rate("sluice_records_done_total", "pipeline"), "{{pipeline}} committed"),
                       (rate("sluice_window_merged_total", "pipeline"), "{{pipeline}} merged in windows")]),
+        dict(title="Keys held in coalescing windows (memory under a backlog)", unit="short",
+             targets=[(f"sum by (pipeline, instance) (sluice_window_keys{{{P}}})", "{{pipeline}} {{instance}}")]),
     ]),
     ("Dead letters", [
         dict(title="Dead letters by reason", unit="ops",
