@@ -186,6 +186,13 @@ func TestParseTimeArg(t *testing.T) {
 	}
 }
 
+// A pipeline named twice fails in one line before anything connects (it
+// would register its metrics and ops routes twice).
+func TestRunPipelineNamedTwice(t *testing.T) {
+	_, err := runCLI(t, "run", "smap", "silver", "smap", "--brokers", "127.0.0.1:1")
+	singleLine(t, err, `pipeline "smap" is named twice`)
+}
+
 // Invalid values of run's environment variables fail the command in one
 // line before it connects, instead of being ignored.
 func TestRunBadEnvironment(t *testing.T) {

@@ -118,11 +118,18 @@ func pipelineNames(o *runOptions) []string {
 func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []string) error {
 	specs := pipelineSpecs(o)
 	var n needs
+	seen := map[string]bool{}
 	for _, name := range names {
 		s, ok := specs[name]
 		if !ok {
 			return fmt.Errorf("unknown pipeline %q (known: %s)", name, strings.Join(pipelineNames(o), ", "))
 		}
+		if seen[name] {
+			// One process runs a pipeline once (its metrics and ops routes
+			// exist once); scale out with more processes.
+			return fmt.Errorf("pipeline %q is named twice; to run more members of its group, start more processes", name)
+		}
+		seen[name] = true
 		n.db = n.db || s.needs.db
 		n.redis = n.redis || s.needs.redis
 		n.objects = n.objects || s.needs.objects
