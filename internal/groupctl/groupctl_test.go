@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/internal/groupctl"
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -322,5 +323,58 @@ func TestLagExact(t *testing.T) {
 	}
 	if g, ok := all.Group(group); !ok || g.Total != 12 {
 		t.Fatalf("all-groups report = %+v, want %s with total 12", all, group)
+	}
+}
+
+// When kadm's batched lag request fails as a whole, Lag asks group by group
+// and still reports every group (kfake fails every DescribeGroups request
+// that names more than one group, as one unresolvable group can in a real
+// cluster).
+func TestLagFallsBackGroupByGroup(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	topic := k.Topic(t, "lag.fallback", 1)
+	opts := k.Opts(t)
+	produce(t, opts, topic, 0, 6, time.Now(), time.Millisecond)
+	g1, g2 := testkit.Name(t, "g1"), testkit.Name(t, "g2")
+	ctx := ctxT(t)
+	adm := k.Admin(t)
+	for g, at := range map[string]int64{g1: 2, g2: 5} {
+		commits := kadm.Offsets{}
+		commits.Add(kadm.Offset{Topic: topic, Partition: 0, At: at, LeaderEpoch: -1})
+		if err := adm.CommitAllOffsets(ctx, g, commits); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batched := 0
+	k.Fake().ControlKey(int16(kmsg.DescribeGroups), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		if len(req.(*kmsg.DescribeGroupsRequest).Groups) < 2 {
+			return nil, nil, false
+		}
+		batched++
+		return nil, errors.New("injected: batched describe fails"), true
+	})
+	cl, err := kgo.NewClient(append(opts, kgo.RequestRetries(1),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 10 * time.Millisecond }))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	if _, err := kadm.NewClient(cl).Lag(ctx, g1, g2); err == nil {
+		t.Fatal("the injected fault does not fail kadm's batched lag request: the test does not reach the fallback")
+	}
+	rep, err := groupctl.Lag(ctx, kadm.NewClient(cl), g1, g2)
+	if err != nil {
+		t.Fatalf("Lag failed instead of falling back: %v", err)
+	}
+	for g, want := range map[string]int64{g1: 4, g2: 1} {
+		gl, ok := rep.Group(g)
+		if !ok || gl.Err != nil || gl.Total != want {
+			t.Errorf("group %s = %+v (found %v), want total lag %d and no error", g, gl, ok, want)
+		}
+	}
+	if batched < 2 {
+		t.Errorf("%d batched DescribeGroups requests seen, want one per Lag call", batched)
 	}
 }
