@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,9 +33,16 @@ func newSmapProgressCmd(g *globalConfig) *cobra.Command {
 		Short: "Show a project's progress with a live progress bar until it is DONE",
 		Long: `progress reads the project's progress from Redis (DB 1, hash smap:proj:ID)
 and redraws a progress bar until the project is DONE; Ctrl-C stops watching.
+A project that does not exist (or whose progress expired) fails at once.
 --json prints {status,total,processed,errors,percent} once instead.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(args[0]) == "" {
+				return errors.New("empty PROJECT_ID")
+			}
+			if interval <= 0 {
+				return fmt.Errorf("invalid --interval %v (want > 0)", interval)
+			}
 			if g.RedisURL == "" {
 				return errors.New("no Redis: set REDIS_URL or --redis-url")
 			}
@@ -69,10 +78,23 @@ and redraws a progress bar until the project is DONE; Ctrl-C stops watching.
 				return nil
 			}
 			bar := newProgressBar(out, id)
-			p, err := smap.WatchProgress(ctx, tr, id, interval, func(p smap.Progress) {
+			// A project that is not (or no longer) in Redis never becomes
+			// DONE: stop watching as soon as a poll says so.
+			wctx, stopWatch := context.WithCancel(ctx)
+			defer stopWatch()
+			notFound := false
+			p, err := smap.WatchProgress(wctx, tr, id, interval, func(p smap.Progress) {
+				if p.Status == progress.StatusNotFound {
+					notFound = true
+					stopWatch()
+					return
+				}
 				bar.update(p.Processed, p.Total, fmt.Sprintf("%s errors=%d", p.Status, p.Errors))
 			})
 			bar.finish()
+			if notFound {
+				return fmt.Errorf("project %s not found", id)
+			}
 			if err != nil {
 				return err
 			}

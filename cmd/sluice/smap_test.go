@@ -129,3 +129,51 @@ func TestSmapRebuildProgressCommand(t *testing.T) {
 		t.Fatalf("job.completed %+v %v", ev, err)
 	}
 }
+
+// Bad input to smap progress fails in one line: a zero or negative
+// --interval used to panic (time.NewTicker), an empty ID and an unknown
+// project used to be watched until Ctrl-C.
+func TestSmapProgressBadInput(t *testing.T) {
+	t.Parallel()
+	r := testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK())
+	prefix := r.Prefix + "smap:proj:"
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"p1", "--interval", "0"}, "invalid --interval 0s (want > 0)"},
+		{[]string{"p1", "--interval", "-1s"}, "invalid --interval -1s (want > 0)"},
+		{[]string{""}, "empty PROJECT_ID"},
+		{[]string{" ", "--json"}, "empty PROJECT_ID"},
+		{[]string{"nope", "--interval", "50ms"}, "project nope not found"},
+	}
+	for _, tc := range cases {
+		start := time.Now()
+		args := append([]string{"smap", "progress", "--redis-url", r.URL, "--key-prefix", prefix}, tc.args...)
+		_, err := runCLI(t, args...)
+		singleLine(t, err, tc.want)
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%v: took %v to fail", tc.args, d)
+		}
+	}
+
+	// A project whose progress disappears while it is watched (expired,
+	// flushed) ends the watch too.
+	tr, err := smap.NewTracker(r.Client, smap.Config{KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t)
+	if _, err := tr.Init(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		r.Client.Del(context.Background(), prefix+"gone") //nolint:errcheck // checked through the command's error
+	}()
+	out, err := runCLI(t, "smap", "progress", "gone", "--interval", "50ms", "--redis-url", r.URL, "--key-prefix", prefix)
+	singleLine(t, err, "project gone not found")
+	if !strings.Contains(out, "INITIALIZING") {
+		t.Fatalf("the bar never showed the project before it disappeared: %q", out)
+	}
+}
