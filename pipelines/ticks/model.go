@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -168,13 +169,31 @@ func decodeTask(key, value []byte) (Task, error) {
 		t.JobKey = string(key)
 	}
 	if t.JobKey != string(key) {
-		return t, fmt.Errorf("ingest task: job_key %q differs from the record key %q", t.JobKey, key)
+		return t, fmt.Errorf("ingest task: job_key %q differs from the record key %q", clip(t.JobKey), clip(string(key)))
 	}
 	if t.JobKey != JobKey(t.Symbol, t.Date) {
-		return t, fmt.Errorf("ingest task: job_key %q does not match symbol %q and date %q", t.JobKey, t.Symbol, t.Date)
+		return t, fmt.Errorf("ingest task: job_key %q does not match symbol %q and date %q", clip(t.JobKey), clip(t.Symbol), clip(t.Date))
 	}
 	if _, err := uuid.Parse(t.JobInstanceID); err != nil && t.Kind != KindBootstrap {
-		return t, fmt.Errorf("ingest task: job_instance_id %q: %w", t.JobInstanceID, err)
+		return t, fmt.Errorf("ingest task: job_instance_id %q: %w", clip(t.JobInstanceID), err)
 	}
 	return t, nil
+}
+
+// clipLen bounds the bytes of a record field quoted in an error message.
+const clipLen = 80
+
+// clip shortens s for an error message. Error messages end up in the
+// dlq.error header next to the original value: echoing a long field whole
+// could make the dead letter larger than the broker accepts, and the DLQ
+// write would then fail forever.
+func clip(s string) string {
+	if len(s) <= clipLen {
+		return s
+	}
+	cut := clipLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…(%d bytes)", s[:cut], len(s))
 }

@@ -176,7 +176,7 @@ func (w *worker) stage(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record
 	case KindBootstrap:
 		return w.onBootstrap(p, t)
 	default:
-		return nil, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("task kind %q", t.Kind))
+		return nil, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("task kind %q", clip(t.Kind)))
 	}
 }
 
