@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,9 +59,9 @@ func (g *globalConfig) buildEnv(ctx context.Context, n needs) (pipelines.Env, fu
 		if g.RedisURL == "" {
 			return env, closeAll, fmt.Errorf("no Redis: set REDIS_URL or --redis-url")
 		}
-		opt, err := redis.ParseURL(g.RedisURL)
+		opt, err := parseRedisURL(g.RedisURL)
 		if err != nil {
-			return env, closeAll, fmt.Errorf("invalid REDIS_URL: %w", err)
+			return env, closeAll, err
 		}
 		rc := redis.NewClient(opt)
 		closers = append(closers, func() { _ = rc.Close() })
@@ -79,6 +80,49 @@ func (g *globalConfig) buildEnv(ctx context.Context, n needs) (pipelines.Env, fu
 		env.Objects = store
 	}
 	return env, closeAll, nil
+}
+
+// parseRedisURL parses REDIS_URL. Its errors never contain the password:
+// url.Parse quotes the whole URL in its errors, so a URL that fails to parse
+// is parsed again with the password replaced, and only that error is shown.
+func parseRedisURL(raw string) (*redis.Options, error) {
+	opt, err := redis.ParseURL(raw)
+	if err == nil {
+		return opt, nil
+	}
+	redacted, hidden := redactURLPassword(raw)
+	if !hidden {
+		return nil, fmt.Errorf("invalid REDIS_URL: %w", err)
+	}
+	if _, rerr := redis.ParseURL(redacted); rerr != nil {
+		return nil, fmt.Errorf("invalid REDIS_URL: %w", rerr)
+	}
+	return nil, fmt.Errorf("invalid REDIS_URL %s: the user or password is not valid in a URL (percent-encode special characters)", redacted)
+}
+
+// redactURLPassword replaces the password (or, without a colon, the whole
+// user info) of a URL written scheme://user:password@host... with "xxxxx",
+// working on the text so that it also works on URLs that do not parse. It
+// reports whether there was anything to hide.
+func redactURLPassword(raw string) (string, bool) {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return raw, false
+	}
+	start := i + len("://")
+	at := strings.LastIndex(raw[start:], "@")
+	if at < 0 {
+		return raw, false
+	}
+	at += start
+	from := start
+	if c := strings.Index(raw[start:at], ":"); c >= 0 {
+		from = start + c + 1
+	}
+	if from == at {
+		return raw, false
+	}
+	return raw[:from] + "xxxxx" + raw[at:], true
 }
 
 // connectPostgres opens a pool and checks it answers.

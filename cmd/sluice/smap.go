@@ -46,9 +46,9 @@ A project that does not exist (or whose progress expired) fails at once.
 			if g.RedisURL == "" {
 				return errors.New("no Redis: set REDIS_URL or --redis-url")
 			}
-			opt, err := redis.ParseURL(g.RedisURL)
+			opt, err := parseRedisURL(g.RedisURL)
 			if err != nil {
-				return fmt.Errorf("invalid REDIS_URL: %w", err)
+				return err
 			}
 			base := redis.NewClient(opt)
 			defer base.Close()

@@ -177,3 +177,30 @@ func TestSmapProgressBadInput(t *testing.T) {
 		t.Fatalf("the bar never showed the project before it disappeared: %q", out)
 	}
 }
+
+// A REDIS_URL that does not parse used to be quoted whole in the error,
+// password included (url.Parse quotes its input); the error now shows the
+// URL with the password replaced.
+func TestRedisURLErrorHidesPassword(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	brokers := strings.Join(k.Brokers, ",")
+	cases := []struct{ url, want string }{
+		{"redis://u:pw-s3cret%zz@127.0.0.1:1/0", "invalid REDIS_URL redis://u:xxxxx@127.0.0.1:1/0: the user or password is not valid"},
+		{"redis://:pw-s3cret@127.0.0.1:abc/0", `invalid REDIS_URL: parse "redis://:xxxxx@127.0.0.1:abc/0": invalid port ":abc" after host`},
+		{"redis://:pw-s3cret@[::1/0", `invalid REDIS_URL: parse "redis://:xxxxx@[::1/0": missing ']' in host`},
+		{"rediss://pw-s3cret@127.0.0.1:1/x", `invalid REDIS_URL: redis: invalid database number: "x"`},
+	}
+	for _, tc := range cases {
+		for _, args := range [][]string{
+			{"smap", "progress", "p1", "--json"},
+			{"run", "ticks", "--brokers", brokers, "--ops-addr", ""},
+		} {
+			out, err := runCLI(t, append(args, "--redis-url", tc.url)...)
+			singleLine(t, err, tc.want)
+			if strings.Contains(err.Error()+out, "s3cret") {
+				t.Errorf("%v with %s: the password leaked: %v\n%s", args, tc.url, err, out)
+			}
+		}
+	}
+}
