@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/sluicehq/sluice/stages"
 )
 
 // Status is a job's state-machine status.
@@ -178,6 +180,40 @@ func decodeTask(key, value []byte) (Task, error) {
 		return t, fmt.Errorf("ingest task: job_instance_id %q: %w", clip(t.JobInstanceID), err)
 	}
 	return t, nil
+}
+
+// sessionSlack is how far before its date and after the end of its date a
+// trigger's session may lie (sessions of futures open the evening before,
+// and time zones shift the date by up to a day).
+const sessionSlack = 48 * time.Hour
+
+// checkTrigger rejects a trigger command the Coordinator would not have
+// sent: an invalid symbol, date or account (rules ticks.symbol, ticks.date,
+// ticks.account), or a session that is empty, reversed or not around its
+// date (ticks.session) — such a session would make the job page through
+// the source far outside the day it names.
+func checkTrigger(t Task) error {
+	dead := func(rule, format string, args ...any) error {
+		return stages.DeadLetter(stages.ReasonSanityFail, rule, fmt.Errorf("trigger: "+format, args...))
+	}
+	if ValidateSymbol(t.Symbol) != nil {
+		return dead("ticks.symbol", "symbol %q: want 1-16 characters of A-Z, 0-9, '.', '-'", clip(t.Symbol))
+	}
+	day, err := time.Parse(time.DateOnly, t.Date)
+	if err != nil {
+		return dead("ticks.date", "date %q: want YYYY-MM-DD", clip(t.Date))
+	}
+	if t.AccountID != "" && ValidateAccount(t.AccountID) != nil {
+		return dead("ticks.account", "account_id %q: want 1-64 characters of A-Z, a-z, 0-9, '_', '-'", clip(t.AccountID))
+	}
+	if t.StartTime <= 0 || t.EndTime < t.StartTime {
+		return dead("ticks.session", "no valid session [%d, %d]", t.StartTime, t.EndTime)
+	}
+	lo, hi := day.Add(-sessionSlack).UnixMilli(), day.Add(24*time.Hour+sessionSlack).UnixMilli()
+	if t.StartTime < lo || t.EndTime >= hi {
+		return dead("ticks.session", "session [%d, %d] is not around %s (want within [%d, %d))", t.StartTime, t.EndTime, t.Date, lo, hi)
+	}
+	return nil
 }
 
 // clipLen bounds the bytes of a record field quoted in an error message.

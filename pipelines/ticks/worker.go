@@ -186,8 +186,8 @@ func (w *worker) onTrigger(p int32, t Task) ([]*kgo.Record, error) {
 		w.m.dropped.WithLabelValues("duplicate").Inc()
 		return nil, nil // redelivered trigger
 	}
-	if t.EndTime <= 0 || t.StartTime <= 0 || t.EndTime < t.StartTime {
-		return nil, stages.DeadLetter(stages.ReasonSanityFail, "ticks.session", fmt.Errorf("trigger without a valid session [%d, %d]", t.StartTime, t.EndTime))
+	if err := checkTrigger(t); err != nil {
+		return nil, err
 	}
 	now := w.cfg.Now().UnixMilli()
 	st := &JobState{
