@@ -84,10 +84,11 @@ POST /api/v1/ingest/trigger instead of straight to Kafka.`,
 }
 
 func triggerKafka(ctx context.Context, g *globalConfig, o *ingestOptions, req ticks.TriggerRequest) (ticks.TriggerResult, error) {
-	if err := g.needKafka(); err != nil {
+	// Bad input is reported before connecting, as the coordinator would.
+	if err := errors.Join(ticks.ValidateSymbol(req.Symbol), ticks.ValidateDate(req.Date), ticks.ValidateAccount(req.AccountID)); err != nil {
 		return ticks.TriggerResult{}, err
 	}
-	kopts, err := g.Kafka.Opts()
+	kopts, err := kafkaOpts(ctx, g)
 	if err != nil {
 		return ticks.TriggerResult{}, err
 	}
@@ -132,10 +133,12 @@ func newIngestStatusCmd(g *globalConfig, o *ingestOptions) *cobra.Command {
 		Long:  "status reads the compacted job-state topic to its end. JOB is SYMBOL:YYYY-MM-DD; without it every job is listed.",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := g.needKafka(); err != nil {
-				return err
+			if len(args) == 1 {
+				if _, _, err := ticks.SplitJobKey(args[0]); err != nil {
+					return err
+				}
 			}
-			kopts, err := g.Kafka.Opts()
+			kopts, err := kafkaOpts(cmd.Context(), g)
 			if err != nil {
 				return err
 			}
@@ -148,9 +151,6 @@ func newIngestStatusCmd(g *globalConfig, o *ingestOptions) *cobra.Command {
 			jobs := ticks.Flatten(all)
 			var list []ticks.JobState
 			if len(args) == 1 {
-				if _, _, err := ticks.SplitJobKey(args[0]); err != nil {
-					return err
-				}
 				st := jobs[args[0]]
 				if st == nil {
 					return fmt.Errorf("no job %s in %s", args[0], o.jobsTopic)

@@ -78,3 +78,32 @@ func TestIngestTriggerAndStatus(t *testing.T) {
 		t.Errorf("status --json: %v\n%s", err, out)
 	}
 }
+
+// ingest trigger and status against an unreachable Kafka used to wait their
+// whole 30 s and say only "context deadline exceeded"; they now fail within
+// the connect timeout naming the brokers, and bad input still comes first.
+func TestIngestUnreachableKafka(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ingest", "trigger", "NQ", "2025-11-18"}, "kafka unreachable at 127.0.0.1:1"},
+		{[]string{"ingest", "status"}, "kafka unreachable at 127.0.0.1:1"},
+		{[]string{"ingest", "status", "NQ:2025-11-18"}, "kafka unreachable at 127.0.0.1:1"},
+		{[]string{"ingest", "trigger", "nq", "2025-13-01"}, `symbol "nq": want 1-16 characters`},
+		{[]string{"ingest", "trigger", "NQ", "2025-11-18", "--account", ""}, `account_id "": want 1-64 characters`},
+		{[]string{"ingest", "status", "NQ"}, `job key "NQ": want SYMBOL:YYYY-MM-DD`},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			_, err := runCLI(t, append(tc.args, "--brokers", "127.0.0.1:1")...)
+			singleLine(t, err, tc.want)
+			if d := time.Since(start); d > 12*time.Second {
+				t.Fatalf("took %v to give up", d)
+			}
+		})
+	}
+}
