@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/sluicehq/sluice/stages/dlq"
 	"github.com/sluicehq/sluice/topics"
@@ -282,7 +284,15 @@ and exits.`,
 			if err := g.needDatabase(); err != nil {
 				return err
 			}
-			opts, err := kafkaOpts(cmd.Context(), g)
+			if topic == "" {
+				return errors.New("empty --topic")
+			}
+			// Without --once the archiver waits for records forever: a
+			// missing topic (a typo) must fail now, not leave it idle.
+			if err := topicExists(cmd.Context(), g, topic); err != nil {
+				return fmt.Errorf("dlq archive: %w", err)
+			}
+			opts, err := g.Kafka.Opts()
 			if err != nil {
 				return err
 			}
@@ -307,6 +317,30 @@ and exits.`,
 	f.StringVar(&group, "group", dlq.DefaultArchiveGroup, "consumer group of the archiver")
 	f.BoolVar(&once, "once", false, "archive up to the current end and exit")
 	return cmd
+}
+
+// topicExists connects to Kafka (see kafkaAdmin) and fails when topic is
+// not on the cluster.
+func topicExists(ctx context.Context, g *globalConfig, topic string) error {
+	adm, closeFn, err := kafkaAdmin(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	cctx, cancel := context.WithTimeout(ctx, kafkaConnectTimeout)
+	defer cancel()
+	td, err := adm.ListTopics(cctx, topic)
+	if err != nil {
+		return fmt.Errorf("describe topic %s: %w", topic, err)
+	}
+	d, ok := td[topic]
+	if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("topic %q does not exist", topic)
+	}
+	if d.Err != nil {
+		return fmt.Errorf("describe topic %s: %w", topic, d.Err)
+	}
+	return nil
 }
 
 // archivePool connects to PostgreSQL within databaseConnectTimeout and checks

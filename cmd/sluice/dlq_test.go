@@ -162,3 +162,30 @@ func TestDLQArchiveCommand(t *testing.T) {
 		t.Fatalf("%d rows (%v), want 3", n, err)
 	}
 }
+
+// dlq archive without --once on a topic that does not exist (a typo) used to
+// wait for records silently until interrupted; it now fails at once.
+func TestDLQArchiveMissingTopic(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	pg := testkit.NewPostgres(t)
+	if _, err := schemas.Migrate(context.Background(), pg.URL); err != nil {
+		t.Fatal(err)
+	}
+	missing := testkit.Name(t, "missing")
+	for _, once := range []bool{false, true} {
+		args := []string{"dlq", "archive", "--brokers", strings.Join(k.Brokers, ","), "--database-url", pg.URL,
+			"--topic", missing, "--group", testkit.Name(t, "g")}
+		if once {
+			args = append(args, "--once")
+		}
+		start := time.Now()
+		_, err := runCLI(t, args...)
+		singleLine(t, err, fmt.Sprintf("dlq archive: topic %q does not exist", missing))
+		if d := time.Since(start); d > 12*time.Second {
+			t.Fatalf("once=%v: took %v to fail", once, d)
+		}
+	}
+	_, err := runCLI(t, "dlq", "archive", "--brokers", strings.Join(k.Brokers, ","), "--database-url", pg.URL, "--topic", "")
+	singleLine(t, err, "empty --topic")
+}
