@@ -135,8 +135,15 @@ func startEmbedded(ctx context.Context, g *globalConfig, o *demoOptions, out io.
 }
 
 func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer) error {
-	if o.records < 0 {
-		return fmt.Errorf("--records must be ≥ 0")
+	// The scenarios wait for their records to be processed: with none they
+	// would wait for --timeout and fail (and smap would silently use 300).
+	switch {
+	case o.records < 1:
+		return fmt.Errorf("invalid --records %d (want ≥ 1)", o.records)
+	case o.smapItems < 1:
+		return fmt.Errorf("invalid --smap-items %d (want ≥ 1)", o.smapItems)
+	case o.timeout <= 0:
+		return fmt.Errorf("invalid --timeout %v (want > 0)", o.timeout)
 	}
 	d, err := startEmbedded(ctx, g, o, out)
 	defer d.close()
