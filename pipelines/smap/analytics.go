@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -151,6 +152,13 @@ func runAnalyzer(an Analyzer, in *Input, res *Result) (err error) {
 	}()
 	if err := an.Analyze(in, res); err != nil {
 		return fmt.Errorf("analyser %s: %w", an.Name(), err)
+	}
+	// A NaN or infinite score cannot be encoded in analysis.finished: the
+	// item would never be counted and its project never complete.
+	for name, v := range map[string]float64{"sentiment": res.SentimentScore, "engagement": res.EngagementScore} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("analyser %s: %s score %v is not a finite number", an.Name(), name, v)
+		}
 	}
 	return nil
 }

@@ -245,7 +245,9 @@ func (EngagementAnalyzer) Name() string { return "engagement" }
 // Analyze implements Analyzer.
 func (EngagementAnalyzer) Analyze(in *Input, res *Result) error {
 	it := in.Item
-	inter := float64(max(it.Likes, 0) + 2*max(it.Comments, 0) + 3*max(it.Shares, 0))
+	// In float64: the weighted sum of counts near the int64 limit would
+	// overflow in integers and make the score NaN.
+	inter := float64(max(it.Likes, 0)) + 2*float64(max(it.Comments, 0)) + 3*float64(max(it.Shares, 0))
 	s := math.Log1p(inter)
 	if it.Views > 0 {
 		s += 10 * min(inter/float64(it.Views), 1)

@@ -3,6 +3,7 @@ package smap
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -78,6 +79,9 @@ func TestEngagement(t *testing.T) {
 		{Item{Likes: 10, Comments: 5, Shares: 2, Views: 260}, 4.2958}, // + 10 × 26/260
 		{Item{Likes: 100, Views: 10}, 14.6151},                        // rate capped at 1
 		{Item{Likes: -5}, 0},                                          // negative counts ignored
+		{Item{Likes: math.MaxInt64, Comments: 1}, 43.6683},            // no integer overflow (was NaN)
+		{Item{Likes: math.MaxInt64, Comments: math.MaxInt64, Shares: math.MaxInt64, Views: math.MaxInt64}, 55.46},
+		{Item{Comments: math.MinInt64, Views: -1}, 0},
 	}
 	for _, c := range cases {
 		if got := analyse(t, "", nil, c.it).EngagementScore; got != c.want {
