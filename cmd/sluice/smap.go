@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/pipelines/smap"
+	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages/progress"
 )
 
@@ -122,10 +125,18 @@ complete and its completion was never published, smap.job.completed is
 published now (same event id as the original would have had).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(args[0]) == "" {
+				return errors.New("empty PROJECT_ID")
+			}
 			ctx := cmd.Context()
 			env, closeEnv, err := g.buildEnv(ctx, needs{db: true, redis: true, objects: true})
 			defer closeEnv()
 			if err != nil {
+				return err
+			}
+			// A project the systems of record know nothing of (a typo) would
+			// be "rebuilt" as a fresh INITIALIZING state that never ends.
+			if err := smapProjectKnown(ctx, env, args[0]); err != nil {
 				return err
 			}
 			st, err := smap.RebuildProgress(ctx, env, smap.Config{KeyPrefix: prefix}, args[0])
@@ -140,4 +151,26 @@ published now (same event id as the original would have had).`,
 	}
 	cmd.Flags().StringVar(&prefix, "key-prefix", smap.DefaultKeyPrefix, "Redis key prefix of the progress state")
 	return cmd
+}
+
+// smapProjectKnown fails unless the project has its record in the object
+// store (projects/ID.json, written by the collector when it starts the
+// project) or rows in post_analytics.
+func smapProjectKnown(ctx context.Context, env pipelines.Env, id string) error {
+	key := "projects/" + url.PathEscape(id) + ".json"
+	_, err := env.Objects.Stat(ctx, key)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, objstore.ErrNotFound) {
+		return fmt.Errorf("project %s: read its record %s: %w", id, key, err)
+	}
+	var analysed bool
+	if err := env.DB.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM post_analytics WHERE project_id = $1)`, id).Scan(&analysed); err != nil {
+		return fmt.Errorf("project %s: read post_analytics: %w", id, err)
+	}
+	if !analysed {
+		return fmt.Errorf("project %s not found: no %s in the object store and no rows in post_analytics; nothing to rebuild", id, key)
+	}
+	return nil
 }

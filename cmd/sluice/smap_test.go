@@ -204,3 +204,43 @@ func TestRedisURLErrorHidesPassword(t *testing.T) {
 		}
 	}
 }
+
+// rebuild-progress of a project nothing knows of (a typo) used to report
+// "rebuilt: INITIALIZING" and write that state to Redis, where a watcher
+// would wait for it forever; it now fails and writes nothing.
+func TestSmapRebuildProgressUnknownProject(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	r := testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK())
+	pg := testkit.NewPostgres(t)
+	ctx := testkit.Context(t)
+	if _, err := schemas.Migrate(ctx, pg.URL); err != nil {
+		t.Fatal(err)
+	}
+	prefix := r.Prefix + "smap:proj:"
+	args := []string{"--brokers", strings.Join(k.Brokers, ","), "--database-url", pg.URL, "--redis-url", r.URL,
+		"--s3-endpoint", "", "--object-store-dir", t.TempDir(), "--key-prefix", prefix}
+	out, err := runCLI(t, append([]string{"smap", "rebuild-progress", "ghost"}, args...)...)
+	singleLine(t, err, "project ghost not found: no projects/ghost.json in the object store and no rows in post_analytics")
+	if strings.Contains(out, "rebuilt") {
+		t.Fatalf("output %q", out)
+	}
+	tr, err := smap.NewTracker(r.Client, smap.Config{KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tr.Get(ctx, "ghost"); err != nil || st.Status != progress.StatusNotFound {
+		t.Fatalf("state of ghost after the refused rebuild: %+v %v", st, err)
+	}
+	_, err = runCLI(t, append([]string{"smap", "rebuild-progress", ""}, args...)...)
+	singleLine(t, err, "empty PROJECT_ID")
+
+	// Rows in post_analytics alone are enough to rebuild from.
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO post_analytics (project_id, item_id) VALUES ('p7', 'i1')`); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runCLI(t, append([]string{"smap", "rebuild-progress", "p7"}, args...)...)
+	if err != nil || !strings.Contains(out, "project p7 rebuilt: ") || !strings.Contains(out, "1/1 processed") {
+		t.Fatalf("rebuild of p7: %v\n%s", err, out)
+	}
+}
