@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -53,9 +55,34 @@ func (c *collector) timed(op string, start time.Time) {
 	c.m.stateWrites.WithLabelValues(op).Observe(time.Since(start).Seconds())
 }
 
+// RuleProjectID is the dlq.rule of a project.created event whose
+// project_id the collector refuses (reason sanity_fail).
+const RuleProjectID = "smap.project_id"
+
+// maxProjectIDLen bounds a project id in bytes: escaped in the meta
+// object's name (up to 3 bytes per byte) it must stay a valid file name
+// (255 bytes) and S3 key.
+const maxProjectIDLen = 80
+
+// checkProjectID refuses a project id that some store downstream cannot
+// hold: too long for an object name, or with control characters (NUL is
+// refused by PostgreSQL and would stop the analytics partition).
+func checkProjectID(id string) error {
+	if len(id) > maxProjectIDLen {
+		return fmt.Errorf("project_id of %d bytes: want at most %d", len(id), maxProjectIDLen)
+	}
+	if strings.IndexFunc(id, unicode.IsControl) >= 0 {
+		return fmt.Errorf("project_id %q contains a control character", id)
+	}
+	return nil
+}
+
 func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated]]) ([]struct{}, error) {
 	p := m.Value.Payload
 	id := p.ProjectID
+	if err := checkProjectID(id); err != nil {
+		return nil, stages.DeadLetter(stages.ReasonSanityFail, RuleProjectID, err)
+	}
 	t0 := time.Now()
 	st, err := c.tr.Init(ctx, id)
 	c.timed("init", t0)

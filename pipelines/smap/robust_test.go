@@ -23,6 +23,7 @@ func TestRobustness(t *testing.T) {
 	pgs := testkit.NewPostgresServer(t)
 	t.Run("BadRecordsOnEveryTopic", func(t *testing.T) { t.Parallel(); testBadRecords(t, pgs) })
 	t.Run("AbsurdEngagementCounts", func(t *testing.T) { t.Parallel(); testAbsurdCounts(t, pgs) })
+	t.Run("NULAndLongIdentifiers", func(t *testing.T) { t.Parallel(); testNULAndLongIDs(t, pgs) })
 }
 
 // fixedCrawler emits the given items for every target.
@@ -219,7 +220,7 @@ func testNULAndLongIDs(t *testing.T, pgs *testkit.PostgresServer) {
 	var bad []badRecord
 	for _, id := range []string{"p\x00nul", "p\nnewline", strings.Repeat("p", 300)} {
 		b := must(t)(NewProjectCreated(ProjectCreated{ProjectID: id, Keywords: []string{"VF3"}, Targets: []Target{{Platform: "tiktok"}}}, time.Now()))
-		bad = append(bad, badRecord{pc, id, b, col, stages.ReasonSanityFail, "smap.project_id"})
+		bad = append(bad, badRecord{pc, id, b, col, stages.ReasonSanityFail, RuleProjectID})
 	}
 	h.produceBad(bad)
 	h.createProject(ProjectCreated{ProjectID: "p-nul-keyword", Keywords: []string{"VF\x003", "VF3", "\x00"}, Targets: []Target{{Platform: "tiktok"}}})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,13 +54,13 @@ func upsertRows(ctx context.Context, db *pgxpool.Pool, rows []row) error {
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		for _, r := range rows {
-			kw := r.Keywords
-			if kw == nil {
-				kw = []string{}
+			kw := make([]string, len(r.Keywords))
+			for i, k := range r.Keywords {
+				kw[i] = pgText(k)
 			}
-			ms := r.Mentions
-			if ms == nil {
-				ms = []Mention{}
+			ms := make([]Mention, len(r.Mentions))
+			for i, m := range r.Mentions {
+				ms[i] = Mention{Keyword: pgText(m.Keyword), Count: m.Count}
 			}
 			kwJSON, _ := json.Marshal(kw)
 			msJSON, _ := json.Marshal(ms)
@@ -67,14 +68,22 @@ func upsertRows(ctx context.Context, db *pgxpool.Pool, rows []row) error {
 			if r.ErrorType == "" {
 				sScore, eScore = &r.SentimentScore, &r.EngagementScore
 			}
-			b.Queue(upsertSQL, r.ProjectID, r.ItemID, r.Platform, r.Language, r.SentimentLabel, sScore,
-				string(kwJSON), string(msJSON), eScore, r.ObjectKey, r.AnalyzedAt, r.ErrorType, r.ErrorMsg)
+			b.Queue(upsertSQL, pgText(r.ProjectID), pgText(r.ItemID), pgText(r.Platform), pgText(r.Language), pgText(r.SentimentLabel), sScore,
+				string(kwJSON), string(msJSON), eScore, pgText(r.ObjectKey), r.AnalyzedAt, pgText(r.ErrorType), pgText(r.ErrorMsg))
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("upsert %d post_analytics rows: %w", len(rows), err)
 		}
 		return nil
 	})
+}
+
+// pgText removes NUL characters, which PostgreSQL refuses in text and
+// jsonb values ("invalid byte sequence for encoding UTF8: 0x00"): one such
+// character in a keyword or an error message would make every write of
+// the batch fail, and the analytics partition retry it forever.
+func pgText(s string) string {
+	return strings.ReplaceAll(s, "\x00", "")
 }
 
 // analysedItems returns every item of project in post_analytics and
