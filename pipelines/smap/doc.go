@@ -66,4 +66,8 @@
 // RebuildProgress (`sluice smap rebuild-progress ID`) restores the state
 // from post_analytics plus the project's meta object projects/{id}.json
 // (keywords, sealed total, completion time) written by the collector.
+// That meta object also tells the counter at once about a project without
+// state that is not a lost one: never collected (no meta object) is
+// dead-lettered as sanity_fail, rule smap.unknown_project; completed and
+// expired (a replay) is dropped.
 package smap

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/progress"
 )
 
 // TestRobustness feeds bad and odd records to every smap input topic: each
@@ -139,6 +140,16 @@ func testBadRecords(t *testing.T, pgs *testkit.PostgresServer) {
 		{af, "af-json", []byte(`{{`), prg, de, ""},
 		{af, "af-types", []byte(`{"payload":{"project_id":"p-good","item_id":7}}`), prg, de, ""},
 		{af, "af-missing", []byte(`{"payload":{"item_id":"x"}}`), prg, de, ""},
+		// Valid events of projects the collector never saw: dead-lettered at
+		// once, not retried for minutes as if Redis had lost their state.
+		{af, "af-unknown-project", finishedJSON(t, "p-nowhere", "af-unknown-project"), ProgressName, stages.ReasonSanityFail, RuleUnknownProject},
+		// A project completed long ago whose state expired (a replay): dropped.
+		{af, "af-expired-project", finishedJSON(t, "p-expired", "af-expired-project"), "", "", ""},
+	}
+	if err := updateMeta(testkit.Context(t), h.objects, "p-expired", func(m *projectMeta) {
+		m.Total, m.SealedAt, m.CompletedAt = 1, time.Now().Add(-8*24*time.Hour), time.Now().Add(-8*24*time.Hour)
+	}); err != nil {
+		t.Fatal(err)
 	}
 	h.produceBad(bad)
 	h.start(h.cfg)
@@ -151,6 +162,13 @@ func testBadRecords(t *testing.T, pgs *testkit.PostgresServer) {
 		t.Fatalf("%d completions, want 1", len(cs))
 	}
 	h.checkDLQ(bad)
+	testkit.WaitFor(t, 10*time.Second, "progress counter caught up", func() bool { return h.caughtUp(h.cfg.ProgressGroup, af) })
+	if st := h.state("p-expired"); st.Status != progress.StatusNotFound {
+		t.Errorf("expired project got state %+v", st)
+	}
+	if cs := h.completions("p-expired"); len(cs) != 0 {
+		t.Errorf("expired project completed again: %+v", cs)
+	}
 }
 
 // Engagement counts near the int64 limit, negative counts and an analyser
@@ -240,6 +258,16 @@ func testNULAndLongIDs(t *testing.T, pgs *testkit.PostgresServer) {
 			t.Errorf("%.20q: rejected project has progress %+v", b.key, st)
 		}
 	}
+}
+
+func finishedJSON(t *testing.T, project, item string) []byte {
+	t.Helper()
+	b, err := json.Marshal(Event[AnalysisFinished]{EventID: finishedEventID(item), Timestamp: time.Now(),
+		Payload: AnalysisFinished{ProjectID: project, ItemID: item, Status: AnalysisOK, AnalyzedAt: time.Now()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // must returns a function that encodes a project.created event.

@@ -2,6 +2,7 @@ package smap
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/progress"
 	"github.com/sluicehq/sluice/stages/run"
@@ -158,7 +160,7 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	pcomp := newCompleter(cfg, tr, pprod, env.Objects, m, log.With("service", ProgressName))
 	prc := cfg.runConfig(ProgressName, cfg.ProgressGroup, cfg.AnalysisFinishedTopic)
 	prc.Retry.MaxAttempts = max(prc.Retry.MaxAttempts, 30)
-	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, m), pcomp.sink, opts(ProgressName)...)
+	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, env.Objects, m), pcomp.sink, opts(ProgressName)...)
 	if err != nil {
 		pprod.Close()
 		return fail(fmt.Errorf("smap progress: %w", err))
@@ -185,13 +187,16 @@ func decodeFinished(_, value []byte) (Event[AnalysisFinished], error) {
 
 // counterStage counts each analysis.finished item once (errors included)
 // and outputs a completion when the count decides it.
-func counterStage(cfg Config, tr *progress.Tracker, m *metrics) stages.Func[Event[AnalysisFinished], progress.Completion] {
+func counterStage(cfg Config, tr *progress.Tracker, objects objstore.Store, m *metrics) stages.Func[Event[AnalysisFinished], progress.Completion] {
 	inner := progress.Stage(tr, func(msg stages.Msg[Event[AnalysisFinished]]) (progress.Item, error) {
 		p := msg.Value.Payload
 		return progress.Item{Job: p.ProjectID, ID: p.ItemID, Failed: p.Status == AnalysisError}, nil
 	}, cfg.MissingStateWait)
 	return func(ctx context.Context, msg stages.Msg[Event[AnalysisFinished]]) ([]progress.Completion, error) {
 		cs, err := inner(ctx, msg)
+		if errors.Is(err, progress.ErrMissing) {
+			return missingState(ctx, objects, msg.Value.Payload.ProjectID, err)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -207,6 +212,41 @@ func counterStage(cfg Config, tr *progress.Tracker, m *metrics) stages.Func[Even
 		}
 		return cs, nil
 	}
+}
+
+// RuleUnknownProject is the dlq.rule of an analysis.finished event of a
+// project the collector never saw (reason sanity_fail).
+const RuleUnknownProject = "smap.unknown_project"
+
+// missingState decides about an item whose project has no progress state
+// (missing is the counter's retryable ErrMissing). The collector writes a
+// project's meta object before it announces any item, so:
+//   - no meta object (or an id the collector refuses): the project was
+//     never collected and never will be — dead-letter at once instead of
+//     blocking the partition through every retry;
+//   - a meta object that records the completion: the project finished and
+//     its state expired (a replay) — nothing left to count, drop it;
+//   - otherwise Redis lost a live project's state: keep retrying, so that
+//     rebuild-progress can restore it meanwhile (the documented path).
+func missingState(ctx context.Context, objects objstore.Store, id string, missing error) ([]progress.Completion, error) {
+	unknown := func(why string) error {
+		return stages.DeadLetter(stages.ReasonSanityFail, RuleUnknownProject, fmt.Errorf("project %.80q has no progress state: %s", id, why))
+	}
+	if err := checkProjectID(id); err != nil {
+		return nil, unknown(err.Error())
+	}
+	b, err := objects.Get(ctx, metaKey(id))
+	switch {
+	case errors.Is(err, objstore.ErrNotFound):
+		return nil, unknown("the collector never saw it")
+	case err != nil:
+		return nil, missing // cannot tell: retry
+	}
+	var pm projectMeta
+	if json.Unmarshal(b, &pm) == nil && !pm.CompletedAt.IsZero() {
+		return nil, nil
+	}
+	return nil, missing
 }
 
 // service is a runner plus the clients it owns.
