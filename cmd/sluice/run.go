@@ -8,6 +8,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluicehq/sluice/pipelines"
@@ -15,36 +18,44 @@ import (
 	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/pipelines/ticks"
 	"github.com/sluicehq/sluice/stages/run"
+	"github.com/sluicehq/sluice/topics"
 )
 
 // pipelineSpec says how to build a named pipeline and what it connects to.
 type pipelineSpec struct {
 	needs needs
 	doc   string
-	build func(env pipelines.Env) ([]pipelines.Service, error)
+	// topics are the catalog topics the pipeline reads and writes; they
+	// must exist before it starts (sluice topics ensure creates them).
+	topics []string
+	build  func(env pipelines.Env) ([]pipelines.Service, error)
 }
 
 // pipelineSpecs lists the pipelines `sluice run` knows, built fresh per call.
 func pipelineSpecs(o *runOptions) map[string]pipelineSpec {
 	return map[string]pipelineSpec{
 		"silver": {
-			needs: needs{db: true},
-			doc:   "bronze.records → validate → ta_silver/sa_silver upsert, bronze.dlq; SCRAPE_SLOW backlog flag",
+			needs:  needs{db: true},
+			topics: []string{topics.BronzeRecords, topics.BronzeDLQ, topics.ControlFlags},
+			doc:    "bronze.records → validate → ta_silver/sa_silver upsert, bronze.dlq; SCRAPE_SLOW backlog flag",
 			build: func(env pipelines.Env) ([]pipelines.Service, error) {
 				return silver.Services(env, silver.Config{Group: o.group("silver"), BacklogThreshold: o.backlogThreshold,
 					Runtime: run.Config{Window: run.WindowConfig{MaxKeys: o.silverWindowKeys, MaxTotalKeys: o.silverWindowTotalKeys}}})
 			},
 		},
 		"ticks": {
-			needs: needs{redis: true, objects: true},
-			doc:   "ingest.tasks → rate-limited fetch → Parquet segments → object store; job state in ingest.jobs; supervisor",
+			needs:  needs{redis: true, objects: true},
+			topics: []string{topics.IngestTasks, topics.IngestJobs, topics.IngestDLQ},
+			doc:    "ingest.tasks → rate-limited fetch → Parquet segments → object store; job state in ingest.jobs; supervisor",
 			build: func(env pipelines.Env) ([]pipelines.Service, error) {
 				return ticks.Services(env, ticks.Config{Group: o.group("ticks"), Supervisor: ticks.SupervisorConfig{Enabled: true}})
 			},
 		},
 		"smap": {
 			needs: needs{db: true, redis: true, objects: true},
-			doc:   "smap.project.created → collector → analytics → progress counter → smap.job.completed",
+			topics: []string{topics.SmapProjectCreated, topics.SmapDataCollected, topics.SmapAnalysisFinished,
+				topics.SmapJobCompleted, topics.SmapAnalyticsErrors},
+			doc: "smap.project.created → collector → analytics → progress counter → smap.job.completed",
 			build: func(env pipelines.Env) ([]pipelines.Service, error) {
 				return smap.Services(env, smap.Config{
 					CollectorGroup: o.group("smap-collector"), AnalyticsGroup: o.group("smap-analytics"), ProgressGroup: o.group("smap-progress"),
@@ -139,6 +150,9 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 	if err != nil {
 		return err
 	}
+	if err := checkPipelineTopics(ctx, env, specs, names); err != nil {
+		return err
+	}
 	var services []pipelines.Service
 	for _, name := range names {
 		ss, err := specs[name].build(env)
@@ -148,6 +162,41 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 		services = append(services, ss...)
 	}
 	return serve(ctx, env, o.opsAddr, services)
+}
+
+// checkPipelineTopics fails when a topic of the named pipelines is missing:
+// a consumer group on a missing topic waits silently for ever.
+func checkPipelineTopics(ctx context.Context, env pipelines.Env, specs map[string]pipelineSpec, names []string) error {
+	cl, err := kgo.NewClient(env.Kafka...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	var all []string
+	for _, name := range names {
+		all = append(all, specs[name].topics...)
+	}
+	cctx, cancel := context.WithTimeout(ctx, kafkaConnectTimeout)
+	defer cancel()
+	td, err := kadm.NewClient(cl).ListTopics(cctx, all...)
+	if err != nil {
+		return fmt.Errorf("describe the pipelines' topics: %w", err)
+	}
+	for _, name := range names {
+		var missing []string
+		for _, t := range specs[name].topics {
+			d, ok := td[t]
+			if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+				missing = append(missing, t)
+			} else if d.Err != nil {
+				return fmt.Errorf("pipeline %s: topic %s: %w", name, t, d.Err)
+			}
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("pipeline %s: topic(s) %s do not exist (run sluice topics ensure)", name, strings.Join(missing, ", "))
+		}
+	}
+	return nil
 }
 
 // serve runs services and the ops HTTP server until ctx is done or a
