@@ -89,6 +89,9 @@ line instead). It joins no consumer group and commits nothing.`,
 			if limit < 0 {
 				return fmt.Errorf("invalid --limit %d (want ≥ 0)", limit)
 			}
+			if topic == "" {
+				return errors.New("empty --topic")
+			}
 			opts, err := kafkaOpts(cmd.Context(), g)
 			if err != nil {
 				return err
@@ -226,6 +229,9 @@ started.`,
 			}
 			if maxRedrives < 1 {
 				return fmt.Errorf("invalid --max-redrives %d (want ≥ 1)", maxRedrives)
+			}
+			if topic == "" {
+				return errors.New("empty --topic")
 			}
 			opts, err := kafkaOpts(cmd.Context(), g)
 			if err != nil {

@@ -90,6 +90,9 @@ func TestOpsCommandsBadFlags(t *testing.T) {
 		{[]string{"dlq", "inspect", "--since", "-1h", "--until", "-2h"}, "is not after --since"},
 		{[]string{"dlq", "redrive", "--max-redrives", "0"}, "invalid --max-redrives 0"},
 		{[]string{"dlq", "archive", "--database-url="}, "no database"},
+		{[]string{"dlq", "inspect", "--topic", ""}, "empty --topic"},
+		{[]string{"dlq", "redrive", "--topic", ""}, "empty --topic"},
+		{[]string{"dlq", "archive", "--topic", "", "--database-url", "postgres://u@127.0.0.1:1/db"}, "empty --topic"},
 	}
 	for _, tc := range cases {
 		_, err := runCLI(t, append(tc.args, "--brokers", "127.0.0.1:1")...)
