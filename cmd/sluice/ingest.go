@@ -32,6 +32,14 @@ func (o *ingestOptions) register(cmd *cobra.Command) {
 	f.DurationVar(&o.sessionLength, "session-length", 0, "synthetic source: session length (default 6h30m; the demo uses minutes)")
 }
 
+// validate rejects flag values the synthetic source would silently replace.
+func (o *ingestOptions) validate() error {
+	if o.sessionLength < 0 {
+		return fmt.Errorf("invalid --session-length %v (want ≥ 0; 0 means 6h30m)", o.sessionLength)
+	}
+	return nil
+}
+
 func (o *ingestOptions) config() ticks.Config {
 	return ticks.Config{
 		TasksTopic: o.tasksTopic, JobsTopic: o.jobsTopic,
@@ -62,6 +70,9 @@ zombies. With --api the request goes to a running process's
 POST /api/v1/ingest/trigger instead of straight to Kafka.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
 			req := ticks.TriggerRequest{Symbol: args[0], Date: args[1], AccountID: account}
 			var res ticks.TriggerResult
 			var err error
@@ -219,6 +230,9 @@ of the latest file, cursor at the end of the covered ranges) and one
 backfill task per hole. A running ticks worker applies them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
 			env, closeEnv, err := g.buildEnv(cmd.Context(), needs{objects: true})
 			defer closeEnv()
 			if err != nil {

@@ -94,6 +94,9 @@ func TestIngestUnreachableKafka(t *testing.T) {
 		{[]string{"ingest", "trigger", "nq", "2025-13-01"}, `symbol "nq": want 1-16 characters`},
 		{[]string{"ingest", "trigger", "NQ", "2025-11-18", "--account", ""}, `account_id "": want 1-64 characters`},
 		{[]string{"ingest", "status", "NQ"}, `job key "NQ": want SYMBOL:YYYY-MM-DD`},
+		// A negative session length used to be replaced by 6h30m silently.
+		{[]string{"ingest", "trigger", "NQ", "2025-11-18", "--session-length", "-5m"}, "invalid --session-length -5m0s (want ≥ 0"},
+		{[]string{"ingest", "bootstrap", "--session-length", "-1s"}, "invalid --session-length -1s (want ≥ 0"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
