@@ -130,6 +130,11 @@ func parseTimeArg(s string, now time.Time) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%q is neither RFC 3339 (2024-05-01T09:00:00Z) nor a duration ago (-1h)", s)
 	}
+	if d == 0 {
+		// "0" reads like the epoch or "from the start", but as a duration
+		// ago it is now: replay --to-time 0 would skip every record.
+		return time.Time{}, fmt.Errorf("%q is a zero duration, i.e. now: give RFC 3339 (2024-05-01T09:00:00Z) or a duration ago (-1h)", s)
+	}
 	if d > 0 {
 		d = -d
 	}

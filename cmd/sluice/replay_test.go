@@ -83,6 +83,8 @@ func TestOpsCommandsBadFlags(t *testing.T) {
 		{[]string{"replay", "--group", "g", "--to-earliest"}, `required flag(s) "topic" not set`},
 		{[]string{"replay", "--group", "g", "--topic", "t", "--to-time", "yesterday"}, "invalid --to-time"},
 		{[]string{"replay", "--group", "g", "--topic", "t", "--to-offset", "-4"}, "invalid --to-offset -4"},
+		{[]string{"replay", "--group", "g", "--topic", "t", "--to-time", "0"}, `invalid --to-time: "0" is a zero duration, i.e. now`},
+		{[]string{"dlq", "redrive", "--since", "0s"}, `invalid --since: "0s" is a zero duration, i.e. now`},
 		{[]string{"replay", "--group", "g", "--topic", "t", "--to-latest", "--partition", "x"}, "invalid argument"},
 		{[]string{"lag", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"dlq", "inspect", "--limit", "-1"}, "invalid --limit -1"},
@@ -180,6 +182,9 @@ func TestParseTimeArg(t *testing.T) {
 		{"90m", now.Add(-90 * time.Minute), true},
 		{"2024-05-01", time.Time{}, false},
 		{"soon", time.Time{}, false},
+		{"0", time.Time{}, false},
+		{"0s", time.Time{}, false},
+		{"-0h", time.Time{}, false},
 	}
 	for _, tc := range cases {
 		got, err := parseTimeArg(tc.in, now)
