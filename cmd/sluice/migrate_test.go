@@ -56,3 +56,32 @@ func TestMigrateNeedsDatabase(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// --help printed the environment's DATABASE_URL, REDIS_URL and S3 secret
+// key as flag defaults, passwords included; the values are now read from
+// the environment when a command runs, and a flag still overrides them.
+func TestHelpHidesSecretsFromEnvironment(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://u:pg-s3cret@127.0.0.1:1/db")
+	t.Setenv("REDIS_URL", "redis://:redis-s3cret@127.0.0.1:1/0")
+	t.Setenv("S3_SECRET_KEY", "s3-s3cret")
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"dlq", "archive", "--help"}, {"migrate", "-h"}} {
+		out, err := runCLI(t, args...)
+		if err != nil || !strings.Contains(out, "--database-url") {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		if strings.Contains(out, "s3cret") {
+			t.Errorf("%v printed a secret:\n%s", args, out)
+		}
+	}
+	// The environment is still used: migrate connects to DATABASE_URL ...
+	_, err := runCLI(t, "migrate")
+	singleLine(t, err, "failed to connect to `user=u database=db`")
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("error shows the password: %v", err)
+	}
+	// ... and a flag, even empty, overrides it.
+	_, err = runCLI(t, "migrate", "--database-url", "")
+	singleLine(t, err, "no database: set DATABASE_URL or --database-url")
+	_, err = runCLI(t, "smap", "progress", "p1", "--json", "--redis-url", "redis://127.0.0.1:1/x")
+	singleLine(t, err, `invalid database number: "x"`)
+}

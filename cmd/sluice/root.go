@@ -43,16 +43,18 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			g.secretsFromEnv(cmd)
 			return g.finish()
 		},
 	}
 	f := root.PersistentFlags()
 	f.StringVar(&g.brokers, "brokers", os.Getenv("KAFKA_BROKERS"), "Kafka seed brokers, comma separated (env KAFKA_BROKERS)")
-	f.StringVar(&g.DatabaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
-	f.StringVar(&g.RedisURL, "redis-url", os.Getenv("REDIS_URL"), "Redis URL (env REDIS_URL)")
+	// Secret-bearing flags get their environment value in secretsFromEnv.
+	f.StringVar(&g.DatabaseURL, "database-url", "", "PostgreSQL URL (env DATABASE_URL)")
+	f.StringVar(&g.RedisURL, "redis-url", "", "Redis URL (env REDIS_URL)")
 	f.StringVar(&g.S3Endpoint, "s3-endpoint", os.Getenv("S3_ENDPOINT"), "S3/MinIO endpoint host:port; empty uses OBJECT_STORE_DIR (env S3_ENDPOINT)")
 	f.StringVar(&g.S3AccessKey, "s3-access-key", os.Getenv("S3_ACCESS_KEY"), "S3 access key (env S3_ACCESS_KEY)")
-	f.StringVar(&g.S3SecretKey, "s3-secret-key", os.Getenv("S3_SECRET_KEY"), "S3 secret key (env S3_SECRET_KEY)")
+	f.StringVar(&g.S3SecretKey, "s3-secret-key", "", "S3 secret key (env S3_SECRET_KEY)")
 	f.StringVar(&g.S3Bucket, "s3-bucket", envOr("S3_BUCKET", "sluice"), "S3 bucket (env S3_BUCKET)")
 	f.BoolVar(&g.S3Secure, "s3-secure", strings.EqualFold(os.Getenv("S3_SECURE"), "true"), "use HTTPS for S3 (env S3_SECURE)")
 	f.StringVar(&g.ObjectStoreDir, "object-store-dir", envOr("OBJECT_STORE_DIR", ".sluice/objects"), "local object store directory when no S3 endpoint is set (env OBJECT_STORE_DIR)")
@@ -83,6 +85,24 @@ func rejectUnknownSubcommands(c *cobra.Command) {
 			return cmd.Help()
 		}
 		return fmt.Errorf("unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())
+	}
+}
+
+// secretsFromEnv fills the settings whose values may hold a password from
+// the environment when their flag was not given (a flag given empty still
+// means "none"). They are not flag defaults because --help prints those.
+func (g *globalConfig) secretsFromEnv(cmd *cobra.Command) {
+	for _, s := range []struct {
+		flag, env string
+		dst       *string
+	}{
+		{"database-url", "DATABASE_URL", &g.DatabaseURL},
+		{"redis-url", "REDIS_URL", &g.RedisURL},
+		{"s3-secret-key", "S3_SECRET_KEY", &g.S3SecretKey},
+	} {
+		if f := cmd.Flags().Lookup(s.flag); f == nil || !f.Changed {
+			*s.dst = os.Getenv(s.env)
+		}
 	}
 }
 
