@@ -412,3 +412,35 @@ func TestInspectTransactionalDLQ(t *testing.T) {
 		t.Fatalf("Inspect took %v: it waited for records past the commit markers", d)
 	}
 }
+
+// The stub of a record that was too large for the DLQ (dlq.value_omitted)
+// is not re-driven: it holds no value, so re-sending it would publish an
+// empty record to the source topic.
+func TestRedriveSkipsStubs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dlqTopic, src := e.dlqTopic, e.src
+	e.write(t, dlqTopic,
+		spec{key: "a", value: "1", reason: "sanity_fail", srcTopic: src, failedAt: t0},
+		spec{key: "b", value: "", reason: "sanity_fail", srcTopic: src, failedAt: t0,
+			extra: []kgo.RecordHeader{{Key: stages.HeaderValueOmitted, Value: []byte("value of 2000000 bytes")}}},
+	)
+	var stub dlq.Record
+	res, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: dlqTopic, Each: func(r dlq.Record, d dlq.Decision) {
+		if d == dlq.Omitted {
+			stub = r
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent != 1 || res.Omitted != 1 {
+		t.Fatalf("result %+v, want 1 sent (a) and 1 omitted (b)", res)
+	}
+	if string(stub.Key) != "b" || stub.ValueOmitted != "value of 2000000 bytes" {
+		t.Fatalf("omitted record %+v, want b with its dlq.value_omitted", stub)
+	}
+	if got := e.k.ReadTopic(t, src); len(got) != 1 || string(got[0].Key) != "a" {
+		t.Fatalf("source got %d records, want only a", len(got))
+	}
+}

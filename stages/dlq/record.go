@@ -52,6 +52,10 @@ type Record struct {
 	// RedriveCount is how many times the record was already re-driven
 	// (dlq.redrive_count, 0 when absent).
 	RedriveCount int
+	// ValueOmitted is set (dlq.value_omitted) on the stub of a record that
+	// was too large for the DLQ topic: Key/Value/Headers are not the
+	// original's, which stays at its source coordinates.
+	ValueOmitted string
 }
 
 // Time is when the record failed: FailedAt, or the DLQ record's timestamp
@@ -151,6 +155,8 @@ func Parse(kr *kgo.Record) (Record, error) {
 				continue
 			}
 			r.RedriveCount = n
+		case stages.HeaderValueOmitted:
+			r.ValueOmitted = v
 		}
 	}
 	if len(errs) > 0 {

@@ -31,6 +31,11 @@ const (
 	Refuse
 	// Unroutable skips a record without a dlq.source.topic header.
 	Unroutable
+	// Omitted skips the stub of a record that was too large for the DLQ
+	// (dlq.value_omitted): it does not hold the original, and re-sending it
+	// would publish an empty record. The original is at its source
+	// coordinates while the source topic retains it.
+	Omitted
 )
 
 func (d Decision) String() string {
@@ -41,6 +46,8 @@ func (d Decision) String() string {
 		return "refuse"
 	case Unroutable:
 		return "unroutable"
+	case Omitted:
+		return "omitted"
 	default:
 		return "decision(" + strconv.Itoa(int(d)) + ")"
 	}
@@ -72,6 +79,9 @@ type RedriveResult struct {
 	Refused int
 	// Unroutable is how many matched but carry no source topic.
 	Unroutable int
+	// Omitted is how many matched but are stubs without the original
+	// record (dlq.value_omitted).
+	Omitted int
 	// StartedAt is when the redrive started reading. The records stay in
 	// the DLQ (topics are append-only), so a later redrive with the same
 	// filter would send them again; pass StartedAt as Filter.Since to
@@ -86,7 +96,8 @@ type RedriveResult struct {
 // headers are dropped). A record goes back to the partition it came from
 // (dlq.source.partition) when that partition exists, so a key keeps its
 // partition and its order; otherwise the key is hashed. Records whose
-// redrive count reached req.MaxRedrives are refused. Records are produced
+// redrive count reached req.MaxRedrives are refused, and stubs of records
+// that were too large for the DLQ (dlq.value_omitted) are skipped. Records are produced
 // synchronously in batches, in DLQ partition order; on a produce error
 // Redrive stops and returns the counts so far with the error.
 //
@@ -137,6 +148,9 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 		case r.SourceTopic == "":
 			d = Unroutable
 			res.Unroutable++
+		case r.ValueOmitted != "":
+			d = Omitted
+			res.Omitted++
 		case r.RedriveCount >= limit || (perr != nil && hasBadHeader(kr, stages.HeaderRedriveCount)):
 			d = Refuse
 			res.Refused++

@@ -30,6 +30,14 @@
 // failing record. Sink errors other than [*stages.Rejections] are transient:
 // the batch is retried (never dead-lettered) and no offset moves past it.
 //
+// Dead letters are produced before the offsets behind them are marked; a
+// failed DLQ produce is retried until it succeeds. dlq.error is cut to 4 KiB.
+// A dead letter the DLQ topic refuses as too large (its max.message.bytes)
+// is produced as a stub instead: the dlq.* headers plus
+// [stages.HeaderValueOmitted], without the record's value and headers, so
+// one huge record cannot hang its partition; the original stays at its
+// source coordinates.
+//
 // # Backpressure
 //
 // A worker buffers at most Config.MaxInFlight records; beyond that the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -486,5 +487,84 @@ func TestConfigValidate(t *testing.T) {
 		if err := tc.cfg.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate() = %v", tc.name, err)
 		}
+	}
+}
+
+// A dead letter the DLQ topic refuses as too large does not hang its
+// partition: it is replaced by a stub that keeps the dlq.* headers and says
+// what was left out (dlq.value_omitted), and the partition moves on. A
+// huge error message is cut in dlq.error so that the dead letter of a small
+// record still fits.
+func TestDLQTooLargeBecomesStub(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	maxBytes := "16384"
+	cfg.DLQTopic = k.Topic(t, "dlq.small", 1, map[string]*string{"max.message.bytes": &maxBytes})
+	cl, adm := k.Client(t), k.Admin(t)
+	big := make([]byte, 64<<10)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range big {
+		big[i] = byte(rng.Uint32()) // incompressible: the broker sees its size
+	}
+	recs := []*kgo.Record{
+		{Topic: cfg.Topics[0], Key: []byte("k"), Value: append([]byte("poison-big:"), big...), Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("t1")}}},
+		{Topic: cfg.Topics[0], Key: []byte("k"), Value: []byte("poison-small")},
+		{Topic: cfg.Topics[0], Key: []byte("k"), Value: []byte("ok")},
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	stage := func(_ context.Context, m msg) ([]msg, error) {
+		if strings.HasPrefix(m.Value, "poison") {
+			return nil, stages.DeadLetter(stages.ReasonSanityFail, "test.huge", errors.New("bad input "+strings.Repeat("x", 10_000)))
+		}
+		return []msg{m}, nil
+	}
+	sink := memsink.New[msg]()
+	_, stop := start(t, k, cfg, stage, sink)
+	testkit.WaitFor(t, 30*time.Second, "commit past both dead letters", func() bool {
+		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == 3
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if sink.Len() != 1 {
+		t.Fatalf("sink has %d records, want 1", sink.Len())
+	}
+	dl := k.ReadTopic(t, cfg.DLQTopic)
+	if len(dl) != 2 {
+		t.Fatalf("DLQ has %d records, want 2", len(dl))
+	}
+	header := func(r *kgo.Record, key string) (string, bool) {
+		for _, h := range r.Headers {
+			if h.Key == key {
+				return string(h.Value), true
+			}
+		}
+		return "", false
+	}
+	for i, r := range dl {
+		if e, _ := header(r, stages.HeaderError); len(e) > 4096 || !strings.Contains(e, "more bytes cut") {
+			t.Errorf("dead letter %d: dlq.error of %d bytes (%.40q…), want it cut to at most 4096", i, len(e), e)
+		}
+		if off, _ := header(r, stages.HeaderSourceOffset); off != strconv.Itoa(i) {
+			t.Errorf("dead letter %d: dlq.source.offset %q", i, off)
+		}
+		if reason, _ := header(r, stages.HeaderReason); reason != string(stages.ReasonSanityFail) {
+			t.Errorf("dead letter %d: dlq.reason %q", i, reason)
+		}
+	}
+	stub, full := dl[0], dl[1]
+	omitted, ok := header(stub, stages.HeaderValueOmitted)
+	if !ok || len(stub.Value) != 0 || !strings.Contains(omitted, fmt.Sprintf("value of %d bytes", len(recs[0].Value))) ||
+		!strings.Contains(omitted, "1 source header") {
+		t.Errorf("stub: value %d bytes, %s = %q (present %v)", len(stub.Value), stages.HeaderValueOmitted, omitted, ok)
+	}
+	if _, ok := header(stub, "trace"); ok || string(stub.Key) != "k" {
+		t.Errorf("stub kept the source header or lost its key %q", stub.Key)
+	}
+	if _, ok := header(full, stages.HeaderValueOmitted); ok || string(full.Value) != "poison-small" {
+		t.Errorf("the small record's dead letter = %q (omitted header %v), want its value", full.Value, ok)
 	}
 }

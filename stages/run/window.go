@@ -334,16 +334,51 @@ func (r *Runner[In, Out]) readBack(ctx context.Context, p tp, offsets []int64) (
 // readBackTimeout bounds one read-back of rejected records.
 const readBackTimeout = 30 * time.Second
 
-// produceDLQ produces p's dead letters, retrying until they are acknowledged
-// or the worker stops, and counts them.
+// produceDLQ produces p's dead letters, retrying those that failed until
+// they are acknowledged or the worker stops, and counts them. A dead letter
+// the DLQ topic refuses as too large is replaced at once by its stub (see
+// stages.HeaderValueOmitted) instead of being retried forever.
 func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 	r := w.r
 	t0 := time.Now()
+	todo := p.dlq
 	for attempt := 1; ; attempt++ {
-		err := r.cl.ProduceSync(w.ctx, p.dlq...).FirstErr()
-		if err == nil {
+		var failed, large []*kgo.Record
+		var err error
+		for _, res := range r.cl.ProduceSync(w.ctx, todo...) {
+			switch {
+			case res.Err == nil:
+			case tooLarge(res.Err) && !hasHeader(res.Record, stages.HeaderValueOmitted):
+				large = append(large, res.Record)
+			default:
+				failed = append(failed, res.Record)
+				if err == nil {
+					err = res.Err
+				}
+			}
+		}
+		// The broker refuses a whole batch when it is too large: produce
+		// its records one at a time, in order, to find those that do not fit
+		// alone, and send each of those as its stub at once.
+		for _, rec := range large {
+			res := r.cl.ProduceSync(w.ctx, rec)[0]
+			if res.Err != nil && tooLarge(res.Err) {
+				r.o.log.Warn("dead letter too large for the DLQ topic, producing it without the record's value",
+					"topic", r.cfg.DLQTopic, "value_bytes", len(rec.Value), "err", res.Err)
+				rec = omitValue(rec, res.Err)
+				res = r.cl.ProduceSync(w.ctx, rec)[0]
+			}
+			if res.Err != nil {
+				failed = append(failed, rec)
+				if err == nil {
+					err = res.Err
+				}
+			}
+		}
+		if len(failed) == 0 {
 			break
 		}
+		todo = failed
 		r.m.retries.WithLabelValues("dlq").Inc()
 		r.o.log.Warn("DLQ produce failed, retrying", "topic", r.cfg.DLQTopic, "attempt", attempt, "err", err)
 		if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
@@ -355,4 +390,13 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 	}
 	r.m.batchDur.WithLabelValues("dlq").Observe(time.Since(t0).Seconds())
 	return nil
+}
+
+func hasHeader(rec *kgo.Record, key string) bool {
+	for _, h := range rec.Headers {
+		if h.Key == key {
+			return true
+		}
+	}
+	return false
 }

@@ -9,7 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/stages"
@@ -462,7 +464,7 @@ func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts i
 	}
 	msg := ""
 	if c.Err != nil {
-		msg = c.Err.Error()
+		msg = truncateError(c.Err.Error())
 	}
 	hs = append(hs,
 		kgo.RecordHeader{Key: stages.HeaderReason, Value: []byte(c.Reason)},
@@ -476,4 +478,67 @@ func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts i
 		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339))},
 	)
 	return deadLetter{rec: &kgo.Record{Topic: w.r.cfg.DLQTopic, Key: rec.Key, Value: rec.Value, Headers: hs}, reason: c.Reason, rule: c.Rule}
+}
+
+// maxDLQError bounds the dlq.error header: an error message that quotes its
+// input (a huge field, say) must not make the dead letter too large for the
+// DLQ topic.
+const maxDLQError = 4 << 10
+
+// truncateError cuts msg to at most maxDLQError bytes (see truncate).
+func truncateError(msg string) string { return truncate(msg, maxDLQError) }
+
+// truncate cuts msg to at most limit bytes (limit > 64), on a UTF-8
+// boundary, saying how much was cut.
+func truncate(msg string, limit int) string {
+	if len(msg) <= limit {
+		return msg
+	}
+	cut := limit - 64
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes cut)", msg[:cut], len(msg)-cut)
+}
+
+// omitValue returns the stub of a dead letter the DLQ topic refused as too
+// large (see stages.HeaderValueOmitted): its dlq.* headers without the
+// source record's value and headers, and without its key when that is
+// larger than maxStubKey.
+func omitValue(rec *kgo.Record, cause error) *kgo.Record {
+	stub := &kgo.Record{Topic: rec.Topic, Key: rec.Key}
+	omitted := fmt.Sprintf("value of %d bytes", len(rec.Value))
+	if len(rec.Key) > maxStubKey {
+		stub.Key = nil
+		omitted = fmt.Sprintf("key of %d bytes, %s", len(rec.Key), omitted)
+	}
+	n := 0
+	for _, h := range rec.Headers {
+		if h.Key == stages.HeaderError {
+			h.Value = []byte(truncate(string(h.Value), maxStubError))
+		}
+		if strings.HasPrefix(h.Key, "dlq.") {
+			stub.Headers = append(stub.Headers, h)
+		} else {
+			n++
+		}
+	}
+	if n > 0 {
+		omitted = fmt.Sprintf("%s, %d source header(s)", omitted, n)
+	}
+	omitted += " (the DLQ topic refused the record: " + truncate(cause.Error(), maxStubError) + ")"
+	stub.Headers = append(stub.Headers, kgo.RecordHeader{Key: stages.HeaderValueOmitted, Value: []byte(omitted)})
+	return stub
+}
+
+// maxStubKey is the largest key a stub dead letter keeps; maxStubError
+// bounds the error texts it carries.
+const (
+	maxStubKey   = 1 << 10
+	maxStubError = 512
+)
+
+// tooLarge reports whether a produce error says the record can never fit.
+func tooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
