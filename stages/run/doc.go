@@ -22,7 +22,9 @@
 //
 // # Errors
 //
-// Stage errors are interpreted with [stages.Classify]: dead-letter errors go
+// A decode error or a decoder panic dead-letters the record as decode_error;
+// a stage panic is an exception. Stage errors are interpreted with
+// [stages.Classify]: dead-letter errors go
 // to the DLQ topic at once with the DLQ headers of the design; retry errors
 // are retried with exponential backoff and jitter while the partition's
 // fetches are paused, up to Config.Retry.MaxAttempts, then dead-lettered as

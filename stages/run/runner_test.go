@@ -568,3 +568,44 @@ func TestDLQTooLargeBecomesStub(t *testing.T) {
 		t.Errorf("the small record's dead letter = %q (omitted header %v), want its value", full.Value, ok)
 	}
 }
+
+// A decoder that panics dead-letters the record as decode_error (with the
+// panic in dlq.error) and the partition goes on, as for a stage panic.
+func TestDecoderPanicDeadLetters(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	cl, adm := k.Client(t), k.Admin(t)
+	produce(t, cl, cfg.Topics[0], 3, 1, func(i int) string { return []string{"a", "boom", "c"}[i] })
+	decode := func(_, v []byte) (string, error) {
+		if string(v) == "boom" {
+			var m map[string]int
+			m["x"]++ // nil map write: a decoder bug
+		}
+		return string(v), nil
+	}
+	sink := memsink.New[msg]()
+	r, err := run.New(cfg, decode, passthrough, stages.Sink[msg](sink),
+		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := testkit.RunInBackground(t, "runner", r.Run)
+	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
+		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == 3
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if sink.Len() != 2 {
+		t.Fatalf("sink has %d records, want 2", sink.Len())
+	}
+	dl := k.ReadTopic(t, cfg.DLQTopic)
+	if len(dl) != 1 || string(dl[0].Value) != "boom" {
+		t.Fatalf("DLQ = %d records, want the panicking one", len(dl))
+	}
+	hs := testkit.Headers(dl[0])
+	if hs[stages.HeaderReason] != string(stages.ReasonDecodeError) || !strings.Contains(hs[stages.HeaderError], "decoder panic") {
+		t.Fatalf("dead letter headers %v, want decode_error and the panic", hs)
+	}
+}

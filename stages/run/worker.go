@@ -314,7 +314,7 @@ type deadLetter struct {
 // or fatal).
 func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, deadLetter, error) {
 	r := w.r
-	in, err := r.decode(rec.Key, rec.Value)
+	in, err := w.callDecode(rec)
 	if err != nil {
 		c := stages.Classify(err)
 		if c.Kind != stages.KindDeadLetter {
@@ -364,6 +364,18 @@ func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, deadLetter, error)
 
 // callStage runs the stage, turning a panic into an "exception" dead letter
 // so that one bad record cannot stop its partition.
+// callDecode runs the decoder; a panic is a decode error (the record is
+// dead-lettered as decode_error), as a stage panic is an exception.
+func (w *worker[In, Out]) callDecode(rec *kgo.Record) (in In, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var zero In
+			in, err = zero, fmt.Errorf("decoder panic: %v", p)
+		}
+	}()
+	return w.r.decode(rec.Key, rec.Value)
+}
+
 func (w *worker[In, Out]) callStage(msg stages.Msg[In]) (outs []Out, err error) {
 	defer func() {
 		if p := recover(); p != nil {
