@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -98,6 +99,10 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.envErr != nil {
 				return o.envErr
+			}
+			// silver would replace a threshold ≤ 0 by its default silently.
+			if slices.Contains(args, "silver") && o.backlogThreshold < 1 {
+				return fmt.Errorf("invalid backlog threshold %d (--backlog-threshold or BACKLOG_THRESHOLD; want ≥ 1)", o.backlogThreshold)
 			}
 			return runPipelines(cmd.Context(), g, o, args)
 		},

@@ -48,3 +48,18 @@ func TestRunMissingTopics(t *testing.T) {
 		t.Fatalf("run silver with its topics ended after %v: %v\n%s", time.Since(start), err, out.String())
 	}
 }
+
+// A backlog threshold of 0 or less used to be replaced by 10 000 silently
+// (silver's default); it is now refused before connecting.
+func TestRunBadBacklogThreshold(t *testing.T) {
+	for _, v := range []string{"0", "-1"} {
+		_, err := runCLI(t, "run", "silver", "--brokers", "127.0.0.1:1", "--backlog-threshold", v)
+		singleLine(t, err, "invalid backlog threshold "+v+" (--backlog-threshold or BACKLOG_THRESHOLD; want ≥ 1)")
+	}
+	t.Setenv("BACKLOG_THRESHOLD", "0")
+	_, err := runCLI(t, "run", "silver", "--brokers", "127.0.0.1:1")
+	singleLine(t, err, "invalid backlog threshold 0 (--backlog-threshold or BACKLOG_THRESHOLD; want ≥ 1)")
+	// Only silver uses it: other pipelines ignore it.
+	_, err = runCLI(t, "run", "ticks", "--brokers", "127.0.0.1:1")
+	singleLine(t, err, "kafka unreachable at 127.0.0.1:1")
+}
