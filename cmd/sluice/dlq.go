@@ -252,8 +252,9 @@ started.`,
 			if dryRun {
 				verb = "would send"
 			}
-			fmt.Fprintf(out, "%s: %d\nskipped by filter: %d\nrefused by loop guard (redrive count ≥ %d): %d\nunroutable (no dlq.source.topic): %d\n",
-				verb, res.Sent, res.Filtered, maxRedrives, res.Refused, res.Unroutable)
+			fmt.Fprintf(out, "%s: %d\nskipped by filter: %d\nrefused by loop guard (redrive count ≥ %d): %d\nunroutable (no dlq.source.topic): %d\n"+
+				"not re-driven, value omitted (the original is only at its dlq.source.* coordinates): %d\n",
+				verb, res.Sent, res.Filtered, maxRedrives, res.Refused, res.Unroutable, res.Omitted)
 			if err != nil {
 				return err
 			}

@@ -189,3 +189,39 @@ func TestDLQArchiveMissingTopic(t *testing.T) {
 	_, err := runCLI(t, "dlq", "archive", "--brokers", strings.Join(k.Brokers, ","), "--database-url", pg.URL, "--topic", "")
 	singleLine(t, err, "empty --topic")
 }
+
+// A stub dead letter (dlq.value_omitted: the record was too large for the
+// DLQ) is skipped by redrive, but the summary did not count it: it vanished
+// from the report. It is now counted on its own line, and nothing is sent.
+func TestDLQRedriveCountsOmittedStubs(t *testing.T) {
+	t.Parallel()
+	brokers, cl, names := opsCluster(t, 1, "dlq", "src")
+	dlqTopic, src := names[0], names[1]
+	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
+	stub := dlqTestRecord(dlqTopic, "BIG", "", "sink_rejected", "", src, "0", t0)
+	stub.Value = nil
+	stub.Headers = append(stub.Headers, kgo.RecordHeader{Key: stages.HeaderValueOmitted, Value: []byte("value of 2000000 bytes")})
+	produceOps(t, cl, stub, dlqTestRecord(dlqTopic, "FPT", `{"symbol":"fpt"}`, "sanity_fail", "ta.symbol", src, "0", t0))
+
+	for _, dry := range []bool{true, false} {
+		args := []string{"dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic}
+		verb := "sent: 1\n"
+		if dry {
+			args, verb = append(args, "--dry-run"), "would send: 1\n"
+		}
+		out, err := runCLI(t, args...)
+		if err != nil {
+			t.Fatalf("redrive (dry run %v): %v\n%s", dry, err, out)
+		}
+		if !strings.Contains(out, verb) || !strings.Contains(out, "not re-driven, value omitted (the original is only at its dlq.source.* coordinates): 1\n") {
+			t.Fatalf("redrive (dry run %v) output:\n%s", dry, out)
+		}
+	}
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup(src, 0); o.Offset != 1 {
+		t.Fatalf("source end offset %d, want 1 (only FPT re-driven)", o.Offset)
+	}
+}
