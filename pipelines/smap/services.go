@@ -41,6 +41,10 @@ func StateClient(base *redis.Client, cfg Config) (*redis.Client, func() error) {
 	}
 	oc := *o
 	oc.DB = cfg.RedisDB
+	// base's options carry the push-notification processor base registered
+	// its handlers on; a client sharing it fails to register its own (go-redis
+	// logs "cannot overwrite existing handler" on every start).
+	oc.PushNotificationProcessor = nil
 	c := redis.NewClient(&oc)
 	return c, c.Close
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 func analyse(t *testing.T, text string, keywords []string, it Item) Result {
@@ -289,5 +291,34 @@ func TestDecodeRejectsIncompleteEvents(t *testing.T) {
 		if err := c.fn([]byte(c.v)); err == nil {
 			t.Errorf("%s: accepted", c.name)
 		}
+	}
+}
+
+// The state client on another logical database works on its own database
+// and does not share base's push-notification processor (sharing it made
+// go-redis fail to register the new client's handlers and log so on every
+// start).
+func TestStateClientOwnsItsOptions(t *testing.T) {
+	t.Parallel()
+	r := testkit.NewRedis(t, testkit.WithRedisDB(0))
+	ctx := context.Background()
+	if err := r.Client.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, closeFn := StateClient(r.Client, Config{RedisDB: 1})
+	t.Cleanup(func() { _ = closeFn() })
+	key := r.Key("state")
+	if err := c.Set(ctx, key, "db1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Del(context.Background(), key) })
+	if n, err := r.Client.Exists(ctx, key).Result(); err != nil || n != 0 {
+		t.Fatalf("key written through the state client is on base's database (exists=%d, err=%v)", n, err)
+	}
+	if c.Options().DB != 1 {
+		t.Fatalf("state client on DB %d, want 1", c.Options().DB)
+	}
+	if bp := r.Client.Options().PushNotificationProcessor; bp != nil && c.Options().PushNotificationProcessor == bp {
+		t.Fatal("the state client shares base's push-notification processor")
 	}
 }
