@@ -62,7 +62,7 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&g.Kafka.SASLMechanism, "kafka-sasl-mechanism", g.Kafka.SASLMechanism, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (env KAFKA_SASL_MECHANISM)")
 	f.StringVar(&g.Kafka.SASLUser, "kafka-sasl-user", g.Kafka.SASLUser, "SASL user (env KAFKA_SASL_USER)")
 	f.BoolVar(&g.Kafka.TLS, "kafka-tls", g.Kafka.TLS, "connect to Kafka with TLS (env KAFKA_TLS)")
-	f.StringVar(&g.Kafka.TLSCAFile, "kafka-tls-ca-file", g.Kafka.TLSCAFile, "CA bundle for Kafka TLS (env KAFKA_TLS_CA_FILE)")
+	f.StringVar(&g.Kafka.TLSCAFile, "kafka-tls-ca-file", g.Kafka.TLSCAFile, "CA bundle for Kafka TLS; implies --kafka-tls (env KAFKA_TLS_CA_FILE)")
 
 	root.AddCommand(subcommands(g)...)
 	rejectUnknownSubcommands(root)

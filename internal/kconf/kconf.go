@@ -28,7 +28,8 @@ type Config struct {
 	SASLUser     string
 	SASLPassword string
 	// TLS enables TLS (env KAFKA_TLS=true); TLSCAFile adds a CA bundle
-	// (env KAFKA_TLS_CA_FILE); TLSInsecure skips verification (tests only).
+	// (env KAFKA_TLS_CA_FILE) and implies TLS; TLSInsecure skips
+	// verification (tests only).
 	TLS         bool
 	TLSCAFile   string
 	TLSInsecure bool
@@ -105,7 +106,7 @@ func (c Config) Opts() ([]kgo.Opt, error) {
 	case "SCRAM-SHA-512":
 		opts = append(opts, kgo.SASL(scram.Auth{User: c.SASLUser, Pass: c.SASLPassword}.AsSha512Mechanism()))
 	}
-	if c.TLS {
+	if c.TLS || c.TLSCAFile != "" {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.TLSInsecure} //nolint:gosec // opt-in for tests
 		if c.TLSCAFile != "" {
 			pem, err := os.ReadFile(c.TLSCAFile)

@@ -23,6 +23,8 @@ func TestValidateAndOpts(t *testing.T) {
 		{"unknown mechanism", kconf.Config{Brokers: []string{"a:9092"}, SASLMechanism: "GSSAPI", SASLUser: "u"}, "unknown SASL mechanism", 0},
 		{"tls", kconf.Config{Brokers: []string{"a:9093"}, TLS: true}, "", 3},
 		{"tls missing CA file", kconf.Config{Brokers: []string{"a:9093"}, TLS: true, TLSCAFile: "/nonexistent/ca.pem"}, "read Kafka CA file", 0},
+		// A CA file alone means TLS: it used to be ignored silently.
+		{"CA file implies tls", kconf.Config{Brokers: []string{"a:9093"}, TLSCAFile: "/nonexistent/ca.pem"}, "read Kafka CA file", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts, err := tc.cfg.Opts()
