@@ -444,3 +444,26 @@ func TestRedriveSkipsStubs(t *testing.T) {
 		t.Fatalf("source got %d records, want only a", len(got))
 	}
 }
+
+// A produce failure stops Redrive with an error, but every record the
+// broker acknowledged in the same batch is counted as sent (a rerun sends
+// them again: the count must say so).
+func TestRedriveCountsSentAfterAFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dlqTopic, src := e.dlqTopic, e.src
+	e.write(t, dlqTopic,
+		spec{key: "bad", value: "1", reason: "exception", srcTopic: "no such topic!", failedAt: t0, redrives: -1},
+		spec{key: "good", value: "2", reason: "exception", srcTopic: src, failedAt: t0, redrives: -1},
+	)
+	res, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: dlqTopic})
+	if err == nil {
+		t.Fatal("redrive to an invalid topic name succeeded")
+	}
+	if got := e.k.ReadTopic(t, src); len(got) != 1 || string(got[0].Key) != "good" {
+		t.Fatalf("source got %d records, want good", len(got))
+	}
+	if res.Sent != 1 {
+		t.Fatalf("Sent = %d after a failed batch that delivered 1 record, want 1 (err %v)", res.Sent, err)
+	}
+}

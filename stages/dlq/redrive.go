@@ -128,13 +128,17 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 		}
 		results := prod.ProduceSync(ctx, batch...)
 		batch = batch[:0]
+		var err error
 		for _, r := range results {
 			if r.Err != nil {
-				return fmt.Errorf("produce to %s: %w", r.Record.Topic, r.Err)
+				if err == nil {
+					err = fmt.Errorf("produce to %s: %w", r.Record.Topic, r.Err)
+				}
+				continue
 			}
-			res.Sent++
+			res.Sent++ // every acknowledged record counts, also after a failed one
 		}
-		return nil
+		return err
 	}
 	err := scan(ctx, opts, req.DLQTopic, func(kr *kgo.Record) error {
 		res.Scanned++
