@@ -447,18 +447,21 @@ func TestRedriveSkipsStubs(t *testing.T) {
 
 // A produce failure stops Redrive with an error, but every record the
 // broker acknowledged in the same batch is counted as sent (a rerun sends
-// them again: the count must say so).
+// them again: the count must say so). The failing record fails at once in
+// the client (larger than the producer's batch limit), so its result comes
+// first.
 func TestRedriveCountsSentAfterAFailure(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	dlqTopic, src := e.dlqTopic, e.src
 	e.write(t, dlqTopic,
-		spec{key: "bad", value: "1", reason: "exception", srcTopic: "no such topic!", failedAt: t0, redrives: -1},
+		spec{key: "big", value: strings.Repeat("x", 4000), reason: "exception", srcTopic: src, failedAt: t0, redrives: -1},
 		spec{key: "good", value: "2", reason: "exception", srcTopic: src, failedAt: t0, redrives: -1},
 	)
-	res, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: dlqTopic})
+	opts := append(e.opts[:len(e.opts):len(e.opts)], kgo.ProducerBatchMaxBytes(2000))
+	res, err := dlq.Redrive(ctxT(t), opts, dlq.RedriveRequest{DLQTopic: dlqTopic})
 	if err == nil {
-		t.Fatal("redrive to an invalid topic name succeeded")
+		t.Fatal("redrive of a record larger than the producer's limit succeeded")
 	}
 	if got := e.k.ReadTopic(t, src); len(got) != 1 || string(got[0].Key) != "good" {
 		t.Fatalf("source got %d records, want good", len(got))
