@@ -144,6 +144,9 @@ func TestMigrateCreatesTablesInSearchPathSchema(t *testing.T) {
 			schema, dbURL, admin := freshSchema(t, viaOptions)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
+			// public of a shared database may hold tables of a manual
+			// `sluice migrate` without a search_path: compare with before.
+			inPublic := tables(t, admin, "public")
 
 			applied, err := schemas.Migrate(ctx, dbURL)
 			if err != nil {
@@ -158,7 +161,7 @@ func TestMigrateCreatesTablesInSearchPathSchema(t *testing.T) {
 			}
 			// Nothing leaked into public.
 			for _, tbl := range tables(t, admin, "public") {
-				if slices.Contains(want, tbl) {
+				if slices.Contains(want, tbl) && !slices.Contains(inPublic, tbl) {
 					t.Errorf("table %s created in public", tbl)
 				}
 			}
