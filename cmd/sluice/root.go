@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/internal/kconf"
@@ -44,7 +45,11 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			g.secretsFromEnv(cmd)
-			return g.finish()
+			if err := g.finish(); err != nil {
+				return err
+			}
+			redis.SetLogger(goRedisLogger{g.logger()})
+			return nil
 		},
 	}
 	f := root.PersistentFlags()
