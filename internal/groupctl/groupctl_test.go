@@ -378,3 +378,21 @@ func TestLagFallsBackGroupByGroup(t *testing.T) {
 		t.Errorf("%d batched DescribeGroups requests seen, want one per Lag call", batched)
 	}
 }
+
+// A partition whose lag could not be computed makes the report fail (the
+// lag command exits non-zero), naming the group and the partition.
+func TestReportErrIncludesPartitions(t *testing.T) {
+	t.Parallel()
+	ok := groupctl.Report{Groups: []groupctl.GroupLag{{Group: "g", Partitions: []groupctl.PartitionLag{{Topic: "t", Partition: 0, Lag: 3}}}}}
+	if err := ok.Err(); err != nil {
+		t.Fatalf("healthy report: %v", err)
+	}
+	bad := groupctl.Report{Groups: []groupctl.GroupLag{{Group: "g", Partitions: []groupctl.PartitionLag{
+		{Topic: "t", Partition: 0, Lag: 3},
+		{Topic: "t", Partition: 1, Lag: -1, Err: kerr.UnknownTopicOrPartition},
+	}}}}
+	err := bad.Err()
+	if !errors.Is(err, kerr.UnknownTopicOrPartition) || !strings.Contains(err.Error(), `group "g": t/1`) {
+		t.Fatalf("Err() = %v, want the partition's error naming g and t/1", err)
+	}
+}

@@ -136,13 +136,18 @@ func lagEach(ctx context.Context, adm *kadm.Client, groups []string, rep *Report
 	return out, nil
 }
 
-// Err returns the errors of the report's groups joined, nil when every group
-// was described.
+// Err returns the errors of the report's groups and partitions joined, nil
+// when every group was described and every partition's lag computed.
 func (r Report) Err() error {
 	var errs []error
 	for _, g := range r.Groups {
 		if g.Err != nil {
 			errs = append(errs, g.Err)
+		}
+		for _, p := range g.Partitions {
+			if p.Err != nil {
+				errs = append(errs, fmt.Errorf("group %q: %s/%d: %w", g.Group, p.Topic, p.Partition, p.Err))
+			}
 		}
 	}
 	return errors.Join(errs...)
