@@ -52,7 +52,11 @@
 // The group uses the cooperative-sticky balancer. On revoke, workers of the
 // revoked partitions finish their current batch (or abandon it after
 // Config.RevokeTimeout), their offsets are committed synchronously, and only
-// then does the callback return and the partitions move. On partitions lost
+// then does the callback return and the partitions move. A worker that
+// does not return within 2s of being cancelled (a sink or stage that
+// ignores its context) is left behind: it never marks an offset, so its
+// batch is redelivered, and neither a rebalance nor the shutdown waits for
+// it. On partitions lost
 // (a fatal group error), workers are abandoned without committing.
 //
 // # Thread safety

@@ -18,7 +18,7 @@ type metrics struct {
 	paused     prometheus.Gauge         // paused partitions
 	assigned   prometheus.Gauge         // assigned partitions
 	committed  *prometheus.CounterVec   // topic: records marked for commit
-	errors     *prometheus.CounterVec   // kind: fetch|commit|fatal
+	errors     *prometheus.CounterVec   // kind: fetch|commit|fatal|abandoned
 	batchDur   *prometheus.HistogramVec // phase: process|write|dlq
 	merged     prometheus.Counter       // outputs merged into an earlier one in a window
 	windowKeys prometheus.Gauge         // keys held by the open windows
@@ -65,7 +65,7 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 			Name: "sluice_records_done_total", Help: "Records whose effects are durable and whose offsets are marked for commit.",
 		}, []string{"topic"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_runtime_errors_total", Help: "Runtime errors, per kind (fetch, commit, fatal).",
+			Name: "sluice_runtime_errors_total", Help: "Runtime errors, per kind (fetch, commit, fatal, abandoned).",
 		}, []string{"kind"}),
 		batchDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_batch_phase_duration_seconds", Help: "Batch time per phase (process, write, dlq).", Buckets: lat,

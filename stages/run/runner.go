@@ -368,11 +368,8 @@ func (r *Runner[In, Out]) onLost(ctx context.Context, cl *kgo.Client, lost map[s
 	ws := r.detach(lost)
 	for _, w := range ws {
 		w.lost.Store(true)
-		w.cancel()
 	}
-	for _, w := range ws {
-		<-w.done
-	}
+	r.awaitWorkers(ws, 0)
 	if r.o.onRevoked != nil && len(lost) > 0 {
 		r.o.onRevoked(ctx, lost)
 	}
@@ -380,21 +377,61 @@ func (r *Runner[In, Out]) onLost(ctx context.Context, cl *kgo.Client, lost map[s
 }
 
 // stopWorkers asks workers to finish their current batch and waits for them,
-// abandoning those still busy after RevokeTimeout.
+// cancelling those still busy after RevokeTimeout (see awaitWorkers).
 func (r *Runner[In, Out]) stopWorkers(ws []*worker[In, Out]) {
 	for _, w := range ws {
 		close(w.stopping)
 	}
-	deadline := time.NewTimer(r.cfg.RevokeTimeout)
+	r.awaitWorkers(ws, r.cfg.RevokeTimeout)
+}
+
+// awaitWorkers waits up to timeout for workers to finish, then cancels those
+// still running and waits abandonGrace more. A worker that has not returned
+// by then (blocked in a sink or stage that ignores its context) is
+// abandoned: it is left running but never marks an offset and no longer
+// pauses or resumes its partition, so a shutdown or a rebalance never hangs
+// on it; its batch is redelivered.
+func (r *Runner[In, Out]) awaitWorkers(ws []*worker[In, Out], timeout time.Duration) {
+	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	for _, w := range ws {
-		select {
-		case <-w.done:
-		case <-deadline.C:
-			for _, w := range ws {
-				w.cancel()
-			}
-			<-w.done
-		}
+	rest := waitDone(ws, deadline.C)
+	if len(rest) == 0 {
+		return
+	}
+	for _, w := range rest {
+		w.cancel()
+	}
+	grace := time.NewTimer(abandonGrace)
+	defer grace.Stop()
+	for _, w := range waitDone(rest, grace.C) {
+		w.abandon()
+		r.m.errors.WithLabelValues("abandoned").Inc()
+		r.o.log.Error("worker did not stop after its context was cancelled (sink or stage ignoring it); abandoned, its batch will be redelivered",
+			"topic", w.tp.topic, "partition", w.tp.partition)
 	}
 }
+
+// waitDone waits for the workers in order until timeout fires and returns
+// those not done by then.
+func waitDone[In, Out any](ws []*worker[In, Out], timeout <-chan time.Time) []*worker[In, Out] {
+	for i, w := range ws {
+		select {
+		case <-w.done:
+		case <-timeout:
+			var rest []*worker[In, Out]
+			for _, w := range ws[i:] {
+				select {
+				case <-w.done:
+				default:
+					rest = append(rest, w)
+				}
+			}
+			return rest
+		}
+	}
+	return nil
+}
+
+// abandonGrace is how long a cancelled worker may take to return before it
+// is abandoned.
+const abandonGrace = 2 * time.Second

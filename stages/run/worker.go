@@ -37,6 +37,9 @@ type worker[In, Out any] struct {
 	wake   chan struct{} // cap 1: records were pushed
 	paused uint8         // pause reasons, guarded by pmu
 	pmu    sync.Mutex
+	// abandoned (guarded by pmu): the runner stopped waiting for this
+	// worker; it no longer touches its partition's fetch state.
+	abandoned bool
 
 	stopping chan struct{} // closed: finish the current batch, then exit
 	ctx      context.Context
@@ -97,6 +100,9 @@ func (w *worker[In, Out]) queued() int {
 func (w *worker[In, Out]) setPause(reason uint8, on bool) {
 	w.pmu.Lock()
 	defer w.pmu.Unlock()
+	if w.abandoned {
+		return
+	}
 	old := w.paused
 	if on {
 		w.paused |= reason
@@ -110,6 +116,22 @@ func (w *worker[In, Out]) setPause(reason uint8, on bool) {
 		w.r.m.paused.Inc()
 	case old != 0 && w.paused == 0:
 		w.r.cl.ResumeFetchPartitions(parts)
+		w.r.m.paused.Dec()
+	}
+}
+
+// abandon gives up on a worker that did not return after its cancel: it
+// will never mark an offset, and its partition's fetches are resumed now
+// and never paused by it again (the partition may come back to this member
+// with a new worker).
+func (w *worker[In, Out]) abandon() {
+	w.lost.Store(true)
+	w.pmu.Lock()
+	defer w.pmu.Unlock()
+	w.abandoned = true
+	if w.paused != 0 {
+		w.paused = 0
+		w.r.cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
 		w.r.m.paused.Dec()
 	}
 }
