@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -175,21 +176,32 @@ func (m *BacklogMonitor) Lag(ctx context.Context, adm *kadm.Client) (int64, erro
 	return total, nil
 }
 
-// Publish writes the flag to the flags topic and to control_flags.
+// Publish writes the flag to the flags topic and to control_flags. The two
+// writes are independent, each with its own time budget: a missing flags
+// topic or an unreachable broker must not keep the flag from PostgreSQL
+// readers, nor PostgreSQL being down keep it from the topic's. The error
+// joins the failures of both.
 func (m *BacklogMonitor) Publish(ctx context.Context, cl *kgo.Client, v FlagValue) error {
 	body, err := json.Marshal(v)
 	if err != nil {
-		return err
+		return fmt.Errorf("encode %s: %w", FlagScrapeSlow, err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	var kafkaErr, dbErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := cl.ProduceSync(pctx, &kgo.Record{Topic: m.cfg.FlagsTopic, Key: []byte(FlagScrapeSlow), Value: body}).FirstErr(); err != nil {
+			kafkaErr = fmt.Errorf("publish %s to %s: %w", FlagScrapeSlow, m.cfg.FlagsTopic, err)
+		}
+	})
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := cl.ProduceSync(pctx, &kgo.Record{Topic: m.cfg.FlagsTopic, Key: []byte(FlagScrapeSlow), Value: body}).FirstErr(); err != nil {
-		return fmt.Errorf("publish %s: %w", FlagScrapeSlow, err)
-	}
-	if _, err := m.db.Exec(pctx, `INSERT INTO control_flags (name, value, updated_at) VALUES ($1, $2, $3)
+	if _, err := m.db.Exec(dctx, `INSERT INTO control_flags (name, value, updated_at) VALUES ($1, $2, $3)
 		ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`,
 		FlagScrapeSlow, v.Value, v.UpdatedAt); err != nil {
-		return fmt.Errorf("mirror %s into control_flags: %w", FlagScrapeSlow, err)
+		dbErr = fmt.Errorf("mirror %s into control_flags: %w", FlagScrapeSlow, err)
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(kafkaErr, dbErr)
 }
