@@ -43,7 +43,7 @@ func IsTransient(err error) bool {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return transientState(pe.Code)
+		return transientState(pe.Code) && !copyAborted(pe)
 	}
 	if errors.Is(err, context.Canceled) {
 		return false
@@ -85,14 +85,30 @@ func transientState(code string) bool {
 // string too long 22001, …), class 23 (integrity constraint violation: not
 // null, check, unique, foreign key, exclusion), 42804 datatype mismatch and
 // 54000 program limit exceeded (for example an index row larger than a
-// B-tree page allows). The sink bisects a batch that fails with such an
+// B-tree page allows), and a COPY that the client aborted because it could
+// not encode a row's value for its column (see [copyAborted]). The sink bisects a batch that fails with such an
 // error to find and reject the culprit rows.
 func IsPermanent(err error) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		return false
 	}
-	return permanentState(pe.Code)
+	return permanentState(pe.Code) || copyAborted(pe)
+}
+
+// copyFailedPrefix starts the message of the error PostgreSQL answers a
+// COPY FROM STDIN with when the client aborts it (CopyFail): "COPY from
+// stdin failed: " and the client's reason.
+const copyFailedPrefix = "COPY from stdin failed: "
+
+// copyAborted reports whether pe is PostgreSQL's answer to a COPY the
+// client aborted. pgx aborts a COPY when it cannot encode a value for its
+// column (an int64 beyond the range of an int4 column, a string that is no
+// uuid, …), which no retry changes; the server reports it with SQLSTATE
+// 57014 (query_canceled), which otherwise means a statement timeout or a
+// cancel request (their messages start with "canceling statement").
+func copyAborted(pe *pgconn.PgError) bool {
+	return pe.Code == "57014" && strings.HasPrefix(pe.Message, copyFailedPrefix)
 }
 
 func permanentState(code string) bool {

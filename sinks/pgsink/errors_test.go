@@ -36,6 +36,7 @@ func TestIsTransientAndIsPermanent(t *testing.T) {
 		{"disk full", pgErr("53100"), true, false},
 		{"lock not available", pgErr("55P03"), true, false},
 		{"statement timeout", pgErr("57014"), true, false},
+		{"copy aborted by the client", &pgconn.PgError{Code: "57014", Message: "COPY from stdin failed: unable to encode 1099511627776 into binary format for int4 (OID 23)"}, false, true},
 		{"io error", pgErr("58030"), true, false},
 		{"wrapped deadlock", fmt.Errorf("upsert: %w", pgErr("40P01")), true, false},
 		{"numeric out of range", pgErr("22003"), false, true},

@@ -326,7 +326,10 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 	rej := &stages.Rejections{}
 	for _, r := range w.rejected {
 		rule := "pg." + r.err.Code
-		if r.err.ConstraintName != "" {
+		switch {
+		case copyAborted(r.err):
+			rule = "pg.encode"
+		case r.err.ConstraintName != "":
 			rule += "." + r.err.ConstraintName
 		}
 		e := fmt.Errorf("pgsink: %s refused the row of key %q: %w", s.table.Name, r.g.key, r.err)
@@ -417,7 +420,7 @@ func (w *writer[T]) bisect(ctx context.Context, gs []*group[T], knownBad bool) e
 // mismatch that no row can fix, so it is not a row error.
 func (s *Sink[T]) rowError(err error) (*pgconn.PgError, bool) {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || !permanentState(pe.Code) {
+	if !errors.As(err, &pe) || !(permanentState(pe.Code) || copyAborted(pe)) {
 		return nil, false
 	}
 	if pe.Code == "23502" && pe.ColumnName != "" && !s.columns[pe.ColumnName] {
@@ -515,6 +518,9 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 		}
 		_, n, err := s.lookup(ctx, tx, probe, sample)
 		if err != nil {
+			if s.unsent(ctx, err) {
+				return s.upsert(ctx, tx, gs)
+			}
 			return err
 		}
 		if !mostlyNew(len(sample), n) {
@@ -523,6 +529,9 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 	}
 	exists, n, err := s.lookup(ctx, tx, probe, gs)
 	if err != nil {
+		if s.unsent(ctx, err) {
+			return s.upsert(ctx, tx, gs)
+		}
 		return err
 	}
 	if !mostlyNew(len(gs), n) {
@@ -550,6 +559,17 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 		return fmt.Errorf("copy new rows: %w", err)
 	}
 	return nil
+}
+
+// unsent reports whether the lookup of existing keys failed before
+// PostgreSQL saw it: pgx could not encode a key for the array of its
+// column's type (an int64 beyond an int4 key's range, say). The transaction
+// is intact, and the upsert then decides: its COPY fails on that row, which
+// the bisection isolates and rejects, instead of the write failing, and
+// being retried, for ever. (A server error aborts the transaction; a
+// network error or a cancelled context fails the upsert as well.)
+func (s *Sink[T]) unsent(ctx context.Context, err error) bool {
+	return SQLState(err) == "" && !IsTransient(err) && ctx.Err() == nil
 }
 
 // copyConflict is a unique violation on the direct COPY of new keys.

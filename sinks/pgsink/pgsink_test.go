@@ -551,6 +551,59 @@ func TestSink(t *testing.T) {
 		}
 	})
 
+	// pgx encodes COPY values on the client; a value it cannot encode for
+	// its column aborts the COPY (the server answers 57014, which also
+	// means a statement timeout). No retry can change that: the row is
+	// rejected and the rest lands, also when the value is a key (the lookup
+	// of existing keys cannot encode it either).
+	t.Run("values the client cannot encode are rejected, not retried", func(t *testing.T) {
+		t.Parallel()
+		pg := srv.Postgres(t)
+		ctx := testkit.Context(t)
+		if _, err := pg.Pool.Exec(ctx, "CREATE TABLE nums (k int PRIMARY KEY, v int NOT NULL)"); err != nil {
+			t.Fatal(err)
+		}
+		type num struct{ K, V int64 }
+		s, err := pgsink.New(pg.Pool, pgsink.Table[num]{Name: "nums", Columns: []string{"k", "v"}, Key: []string{"k"},
+			Update: []pgsink.Set{{Column: "v", Expr: "EXCLUDED.v"}},
+			KeyOf:  func(r num) string { return fmt.Sprint(r.K) }, Values: func(r num) []any { return []any{r.K, r.V} }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Write(ctx, []num{{K: 1, V: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name  string
+			batch []num
+			want  map[int]string
+		}{
+			{"a value", []num{{K: 1, V: 10}, {K: 2, V: 1 << 40}, {K: 3, V: 30}, {K: 4, V: 40}}, map[int]string{1: "pg.encode"}},
+			{"a key", []num{{K: 5, V: 50}, {K: 1 << 40, V: 1}, {K: 6, V: 60}, {K: 7, V: 70}}, map[int]string{1: "pg.encode"}},
+			{"an existing key's value", []num{{K: 3, V: -1 << 40}, {K: 8, V: 80}}, map[int]string{0: "pg.encode"}},
+		} {
+			err := s.Write(ctx, tc.batch)
+			wantRejections(t, err, tc.want)
+			for _, it := range err.(*stages.Rejections).Items {
+				if !pgsink.IsPermanent(it.Err) || pgsink.IsTransient(it.Err) {
+					t.Errorf("%s: IsPermanent %v, IsTransient %v (%v)", tc.name, pgsink.IsPermanent(it.Err), pgsink.IsTransient(it.Err), it.Err)
+				}
+			}
+		}
+		got := map[int64]int64{}
+		rows, err := pg.Pool.Query(ctx, "SELECT k, v FROM nums")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k, v int64
+		if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { got[k] = v; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[int64]int64{1: 10, 3: 30, 4: 40, 5: 50, 6: 60, 7: 70, 8: 80}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("rows = %v, want %v", got, want)
+		}
+	})
+
 	t.Run("empty batch touches nothing", func(t *testing.T) {
 		t.Parallel()
 		s, err := pgsink.New(noDB{}, itemsTable("items"))
