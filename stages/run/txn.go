@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,8 +24,13 @@ import (
 // retry error is retried in place (bounded by Config.Retry, the poll's
 // transaction stays open), then dead-lettered as retries_exhausted. A fatal
 // error aborts the transaction, so none of the poll's outputs become visible
-// and its offsets are not committed; Run returns the error. Config's batch
-// and sink settings do not apply.
+// and its offsets are not committed; Run returns the error. A failed
+// produce also aborts the transaction (never commits the inputs without
+// their outputs) and the poll is retried after Config.SinkRetry's backoff.
+// An output too large for its topic dead-letters its source record as
+// sink_rejected (rule kafka.too_large); a dead letter too large for the DLQ
+// topic is produced as a stub (see the package documentation). Config's
+// batch settings do not apply.
 type TxRunner[In any] struct {
 	cfg    Config
 	txnID  string
@@ -95,6 +101,15 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 	r.ready.Store(true)
 	defer r.ready.Store(false)
 
+	// After a produce batch refused as too large, the poll is produced
+	// again one record at a time (oneByOne); a source record with an output
+	// that does not fit alone is remembered in rejected and dead-lettered
+	// as sink_rejected when it comes again, so that it cannot block its
+	// partition (each step aborts the transaction and re-polls).
+	var oneByOne bool
+	rejected := map[srcCoord]error{}
+	failures := 0 // consecutive transactions aborted by a transient produce failure
+
 	for ctx.Err() == nil {
 		fetches := sess.PollRecords(ctx, r.cfg.BatchMaxRecords)
 		if fetches.IsClientClosed() || ctx.Err() != nil {
@@ -112,28 +127,40 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 			return fmt.Errorf("pipeline %s: begin transaction: %w", r.cfg.Name, err)
 		}
 		var fatal error
-		var out []*kgo.Record
-		for _, rec := range recs {
+		var out []txOut
+		var dropped []srcCoord // rejected records dead-lettered in this transaction
+		for i, rec := range recs {
 			r.m.in.WithLabelValues(rec.Topic).Inc()
 			w.tp = tp{rec.Topic, rec.Partition}
+			if rerr, ok := rejected[coordOf(rec)]; ok {
+				c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: ruleTooLarge, Err: rerr}
+				out = append(out, txOut{rec: w.dlqRecord(rec, c, 1, r.cfg.Name+"/sink").rec, src: i, dlq: true})
+				dropped = append(dropped, coordOf(rec))
+				continue
+			}
 			outs, dl, err := w.processOne(rec)
 			if err != nil {
 				fatal = err
 				break
 			}
 			if dl.rec != nil {
-				out = append(out, dl.rec)
+				out = append(out, txOut{rec: dl.rec, src: i, dlq: true})
 				continue
 			}
-			out = append(out, outs...)
+			for _, o := range outs {
+				out = append(out, txOut{rec: o, src: i})
+			}
 		}
+		var perr error
 		if fatal == nil {
-			for _, o := range out {
-				sess.Produce(ctx, o, nil) // errors surface in End, which then aborts
+			if oneByOne {
+				perr = r.produceOneByOne(ctx, sess, recs, out, rejected)
+			} else {
+				perr = produceAll(ctx, sess, out)
 			}
 		}
 		t0 := time.Now()
-		committed, err := sess.End(context.WithoutCancel(ctx), kgo.TransactionEndTry(fatal == nil))
+		committed, err := sess.End(context.WithoutCancel(ctx), kgo.TransactionEndTry(fatal == nil && perr == nil))
 		r.m.sinkDur.Observe(time.Since(t0).Seconds())
 		if err != nil {
 			return fmt.Errorf("pipeline %s: end transaction: %w", r.cfg.Name, err)
@@ -144,11 +171,118 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("pipeline %s: %w (transaction aborted)", r.cfg.Name, fatal)
 		}
-		if committed {
+		switch {
+		case committed:
 			r.m.committed.WithLabelValues(recs[0].Topic).Add(float64(len(recs)))
-		} else {
+			for _, c := range dropped {
+				delete(rejected, c)
+			}
+			oneByOne, failures = false, 0
+		case perr == nil:
 			r.m.errors.WithLabelValues("commit").Inc()
-			r.o.log.Warn("transaction aborted (rebalance or produce failure); records will be re-polled")
+			r.o.log.Warn("transaction aborted (rebalance); records will be re-polled")
+		case errors.Is(perr, errTooLarge):
+			// Not a failure to back off from: the retry makes progress.
+			r.o.log.Warn("transaction aborted: a record was refused as too large; producing the poll again one record at a time", "err", perr)
+			oneByOne = true
+		default:
+			failures++
+			r.m.retries.WithLabelValues("sink").Inc()
+			r.o.log.Warn("transaction aborted: produce failed; records will be re-polled", "attempt", failures, "err", perr)
+			t := time.NewTimer(r.cfg.SinkRetry.Backoff(failures))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+	}
+	return nil
+}
+
+// txOut is a record produced by a transaction: an output of recs[src], or
+// its dead letter.
+type txOut struct {
+	rec *kgo.Record
+	src int
+	dlq bool
+}
+
+// srcCoord locates a source record.
+type srcCoord struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+func coordOf(rec *kgo.Record) srcCoord { return srcCoord{rec.Topic, rec.Partition, rec.Offset} }
+
+// ruleTooLarge is the dlq.rule of a source record whose output the output
+// topic refused as too large.
+const ruleTooLarge = "kafka.too_large"
+
+// errTooLarge reports a produce refused as too large (see tooLarge).
+var errTooLarge = errors.New("record refused as too large")
+
+// produceAll produces the transaction's records and waits for them. Any
+// failure must abort the transaction: kgo commits a transaction whose
+// records failed with a per-record error (too large, unknown topic, delivery
+// timeout), which would skip their source records. A too-large refusal is
+// reported as errTooLarge.
+func produceAll(ctx context.Context, sess *kgo.GroupTransactSession, out []txOut) error {
+	var mu sync.Mutex
+	var first, large error
+	for _, o := range out {
+		sess.Produce(ctx, o.rec, func(_ *kgo.Record, err error) {
+			if err == nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if tooLarge(err) {
+				if large == nil {
+					large = err
+				}
+			} else if first == nil {
+				first = err
+			}
+		})
+	}
+	if err := sess.Client().Flush(ctx); err != nil {
+		return fmt.Errorf("flush transaction: %w", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case first != nil:
+		return fmt.Errorf("produce: %w", first)
+	case large != nil:
+		return fmt.Errorf("%w: %w", errTooLarge, large)
+	}
+	return nil
+}
+
+// produceOneByOne produces the transaction's records one at a time, in
+// order. A dead letter that does not fit alone is replaced by its stub (see
+// omitValue); a source record with an output that does not fit alone is
+// added to rejected and errTooLarge is returned (the transaction must
+// abort: earlier outputs of that record may be in it).
+func (r *TxRunner[In]) produceOneByOne(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record, out []txOut, rejected map[srcCoord]error) error {
+	for _, o := range out {
+		err := sess.ProduceSync(ctx, o.rec).FirstErr()
+		if err != nil && tooLarge(err) && o.dlq && !hasHeader(o.rec, stages.HeaderValueOmitted) {
+			r.o.log.Warn("dead letter too large for the DLQ topic, producing it without the record's value",
+				"topic", r.cfg.DLQTopic, "value_bytes", len(o.rec.Value), "err", err)
+			err = sess.ProduceSync(ctx, omitValue(o.rec, err)).FirstErr()
+		}
+		switch {
+		case err == nil:
+		case tooLarge(err) && !o.dlq:
+			src := recs[o.src]
+			rejected[coordOf(src)] = fmt.Errorf("output record of %d bytes to %s: %w", len(o.rec.Key)+len(o.rec.Value), o.rec.Topic, err)
+			return fmt.Errorf("%w: output of %s/%d@%d: %w", errTooLarge, src.Topic, src.Partition, src.Offset, err)
+		default:
+			return fmt.Errorf("produce: %w", err)
 		}
 	}
 	return nil

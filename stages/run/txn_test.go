@@ -3,6 +3,7 @@ package run_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -99,3 +100,106 @@ func TestTransactionalExactlyOnceAcrossAbort(t *testing.T) {
 
 func itoa(i int32) string   { return strconv.Itoa(int(i)) }
 func itoa64(i int64) string { return strconv.FormatInt(i, 10) }
+
+// An output the output topic refuses as too large (larger than its
+// max.message.bytes) is not lost by a committed transaction: its source
+// record is dead-lettered as sink_rejected and every other output is
+// visible exactly once, in order, although the produce batch they were in
+// together was refused as a whole.
+func TestTransactionalOutputTooLargeDeadLettersItsSource(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	maxBytes := "16384"
+	outTopic := k.Topic(t, "out", 1, map[string]*string{"max.message.bytes": &maxBytes})
+	cl, adm := k.Client(t), k.Admin(t)
+	const n, huge = 6, 2
+	produce(t, cl, cfg.Topics[0], n, 1, nil)
+	rng := rand.New(rand.NewPCG(5, 6))
+	stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
+		size := 3000
+		if m.Source.Offset == huge {
+			size = 64 << 10
+		}
+		v := make([]byte, size)
+		for i := range v {
+			v[i] = byte(rng.Uint32()) // incompressible
+		}
+		return []*kgo.Record{{Topic: outTopic, Key: []byte(m.Key), Value: append([]byte(itoa64(m.Source.Offset)+":"), v...)}}, nil
+	}
+	r, err := run.NewTransactional(cfg, testkit.Name(t, "txn"), decodeString, stage, run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := testkit.RunInBackground(t, "txn runner", r.Run)
+	testkit.WaitFor(t, 30*time.Second, "commit of every input", func() bool {
+		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rec := range k.ReadTopic(t, outTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted())) {
+		got = append(got, strings.SplitN(string(rec.Value), ":", 2)[0])
+	}
+	if want := []string{"0", "1", "3", "4", "5"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("committed outputs of offsets %v, want %v", got, want)
+	}
+	dlq := k.ReadTopic(t, cfg.DLQTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if len(dlq) != 1 {
+		t.Fatalf("DLQ has %d committed records, want 1", len(dlq))
+	}
+	hs := testkit.Headers(dlq[0])
+	if hs[stages.HeaderReason] != string(stages.ReasonSinkRejected) || hs[stages.HeaderSourceOffset] != itoa64(huge) ||
+		!strings.Contains(hs[stages.HeaderError], "too large") && !strings.Contains(hs[stages.HeaderError], "TOO_LARGE") {
+		t.Fatalf("dead letter headers %v, want sink_rejected of offset %d", hs, huge)
+	}
+}
+
+// A produce the broker fails (here: the output topic does not exist yet)
+// aborts the transaction instead of committing the inputs without their
+// outputs; once the topic exists every output is visible exactly once.
+func TestTransactionalProduceFailureDoesNotCommit(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	outTopic := testkit.Name(t, "late")
+	cl, adm := k.Client(t), k.Admin(t)
+	const n = 10
+	produce(t, cl, cfg.Topics[0], n, 3, nil)
+	var calls atomic.Int32
+	stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
+		calls.Add(1)
+		return []*kgo.Record{{Topic: outTopic, Key: []byte(m.Key), Value: []byte(itoa64(m.Source.Offset))}}, nil
+	}
+	r, err := run.NewTransactional(cfg, testkit.Name(t, "txn"), decodeString, stage,
+		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.UnknownTopicRetries(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := testkit.RunInBackground(t, "txn runner", r.Run)
+	testkit.WaitFor(t, 30*time.Second, "a second attempt or a commit", func() bool {
+		return calls.Load() >= 2*n || len(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) > 0
+	})
+	if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
+		t.Fatalf("committed %v while the outputs could not be produced", c)
+	}
+	if _, err := adm.CreateTopic(context.Background(), 1, -1, nil, outTopic); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 60*time.Second, "commit of every input", func() bool {
+		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, rec := range k.ReadTopic(t, outTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted())) {
+		seen[string(rec.Value)]++
+	}
+	for i := range n {
+		if seen[itoa64(int64(i))] != 1 {
+			t.Errorf("output of offset %d visible %d times, want once", i, seen[itoa64(int64(i))])
+		}
+	}
+}
