@@ -33,8 +33,8 @@ func MergeTA(old, next TARow) TARow {
 // ingest_time is the database's business; the result carries next's.
 func MergeSA(old, next SARow) SARow {
 	out := old
-	out.PublisherTime = least(old.PublisherTime, next.PublisherTime)
-	out.FirstSeenTime = least(old.FirstSeenTime, next.FirstSeenTime)
+	out.PublisherTime = earliest(old.PublisherTime, next.PublisherTime)
+	out.FirstSeenTime = earliest(old.FirstSeenTime, next.FirstSeenTime)
 	switch {
 	case next.Language == nil:
 	case *next.Language == LanguageUnknown && old.Language != nil:
@@ -67,6 +67,16 @@ func least(a, b time.Time) time.Time {
 	case b.IsZero():
 		return a
 	case b.Before(a):
+		return b
+	}
+	return a
+}
+
+// earliest is SQL LEAST over times that are never NULL (sa_silver's NOT
+// NULL columns): the zero time is 0001-01-01 00:00 UTC, a time a record may
+// carry and the upsert compares like any other, not NULL.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
 		return b
 	}
 	return a

@@ -336,6 +336,42 @@ func TestSinkPostgres(t *testing.T) {
 		}
 	})
 
+	// 0001-01-01T00:00:00Z is Go's zero time but a valid RFC 3339 time that
+	// passes the rules; in sa_silver's NOT NULL columns the upsert's LEAST
+	// keeps it like any other time, so the in-memory merge must too.
+	t.Run("sa times at the zero time merge like the upsert", func(t *testing.T) {
+		t.Parallel()
+		ctx, pg := migrated(t, srv)
+		sink := newSink(t, pg.Pool)
+		article := func(u, pub, fs string) []byte {
+			return envelope(t, TaskSA, saBase(), map[string]any{"url_canonical": u, "publisher_time": pub, "first_seen_time": fs}, nil)
+		}
+		const inBatch, across = "https://a.vn/in-batch", "https://a.vn/across"
+		const zero, pub, fs = "0001-01-01T00:00:00Z", "2025-05-30T10:00:00Z", "2025-05-30T10:05:00Z"
+		if err := sink.Write(ctx, rowsOf(t, article(inBatch, zero, zero), article(inBatch, pub, fs), article(across, zero, zero))); err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Write(ctx, rowsOf(t, article(across, pub, fs))); err != nil {
+			t.Fatal(err)
+		}
+		// The coalescing window merges with the router's Merge.
+		rows := rowsOf(t, article("https://a.vn/window", zero, zero), article("https://a.vn/window", pub, fs))
+		m := newSink(t, pg.Pool).(*router).Merge(rows[0], rows[1])
+		got := readSA(t, ctx, pg.Pool)
+		for _, c := range []struct {
+			name    string
+			pub, fs time.Time
+		}{
+			{"merged in one batch", got[inBatch].PublisherTime, got[inBatch].FirstSeenTime},
+			{"upserted across batches", got[across].PublisherTime, got[across].FirstSeenTime},
+			{"merged in a window", m.SA.PublisherTime, m.SA.FirstSeenTime},
+		} {
+			if !c.pub.IsZero() || !c.fs.IsZero() {
+				t.Errorf("%s: publisher_time %v, first_seen_time %v; want both %s", c.name, c.pub, c.fs, zero)
+			}
+		}
+	})
+
 	t.Run("a refused row is rejected by its batch index and the rest lands", func(t *testing.T) {
 		t.Parallel()
 		ctx, pg := migrated(t, srv)
