@@ -3,8 +3,12 @@ package run_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/sinks/memsink"
@@ -84,5 +88,65 @@ func TestShutdownAbandonsSinkThatIgnoresContext(t *testing.T) {
 	}
 	if sink.Len() != n {
 		t.Fatalf("restarted runner wrote %d records, want %d", sink.Len(), n)
+	}
+}
+
+// The coordinator refuses every OffsetCommit (COORDINATOR_NOT_AVAILABLE)
+// during the shutdown: Run still returns, nothing is committed, and a
+// restarted runner re-delivers every record.
+func TestShutdownCommitRefusedRedelivers(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	cfg.CommitInterval = time.Hour // only the shutdown commits
+	cfg.RevokeTimeout = time.Second
+	cl, adm := k.Client(t), k.Admin(t)
+	const n = 10
+	produce(t, cl, cfg.Topics[0], n, 3, nil)
+	var refuse atomic.Bool
+	var refused atomic.Int32
+	k.Fake().ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		if !refuse.Load() {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		rq := req.(*kmsg.OffsetCommitRequest)
+		resp := rq.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range rq.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, p := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = p.Partition
+				sp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	sink := memsink.New[msg]()
+	_, stop := start(t, k, cfg, passthrough, sink)
+	testkit.WaitFor(t, 30*time.Second, "every record written", func() bool { return sink.Len() == n })
+	refuse.Store(true)
+	if err := stop(); err != nil {
+		t.Fatalf("Run with commits refused: %v", err)
+	}
+	if refused.Load() == 0 {
+		t.Fatal("no commit was attempted on shutdown")
+	}
+	if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
+		t.Fatalf("committed %v although every commit was refused", c)
+	}
+	refuse.Store(false)
+	again := memsink.New[msg]()
+	_, stop2 := start(t, k, cfg, passthrough, again)
+	testkit.WaitFor(t, 30*time.Second, "the re-delivery", func() bool { return again.Len() == n })
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != n {
+		t.Fatalf("committed %d after the restart, want %d", got, n)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -201,5 +202,60 @@ func TestTransactionalProduceFailureDoesNotCommit(t *testing.T) {
 		if seen[itoa64(int64(i))] != 1 {
 			t.Errorf("output of offset %d visible %d times, want once", i, seen[itoa64(int64(i))])
 		}
+	}
+}
+
+// Another producer with the same transactional id (a zombie's replacement)
+// fences the runner: Run returns the fence error instead of hanging, and the
+// poll in flight is neither committed nor visible.
+func TestTransactionalFencedStops(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	outTopic := k.Topic(t, "out", 1)
+	cl, adm := k.Client(t), k.Admin(t)
+	produce(t, cl, cfg.Topics[0], 10, 3, nil)
+	txnID := testkit.Name(t, "txn")
+	gate := make(chan struct{})
+	var calls atomic.Int32
+	stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
+		if calls.Add(1) == 11 {
+			<-gate // the first record after the first commit waits for the fence
+		}
+		return []*kgo.Record{{Topic: outTopic, Value: []byte(itoa64(m.Source.Offset))}}, nil
+	}
+	r, err := run.NewTransactional(cfg, txnID, decodeString, stage, run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(context.Background()) }()
+	testkit.WaitFor(t, 30*time.Second, "first commit", func() bool { return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == 10 })
+	produce(t, cl, cfg.Topics[0], 5, 3, nil)
+	testkit.WaitFor(t, 30*time.Second, "the stage to block", func() bool { return calls.Load() >= 11 })
+	fencer := k.Client(t, kgo.TransactionalID(txnID))
+	if err := fencer.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fencer.ProduceSync(context.Background(), &kgo.Record{Topic: outTopic, Value: []byte("fencer")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fencer.EndTransaction(context.Background(), kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, kerr.ProducerFenced) && !errors.Is(err, kerr.InvalidProducerEpoch) {
+			t.Fatalf("Run = %v, want the fence error", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return after the fence")
+	}
+	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != 10 {
+		t.Fatalf("committed %d, want 10 (the fenced poll uncommitted)", got)
+	}
+	if out := k.ReadTopic(t, outTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted())); len(out) != 11 {
+		t.Fatalf("%d committed outputs, want the first 10 and the fencer's", len(out))
 	}
 }
