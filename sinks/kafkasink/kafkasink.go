@@ -6,8 +6,9 @@
 // in the same partition in that order (the client's default partitioner
 // hashes the key). A record too large for its topic is rejected (the
 // runtime dead-letters its source record); other produce failures are
-// returned as transient errors and the runtime retries the batch, so a downstream topic may see a record twice
-// after a failure (at-least-once); consumers de-duplicate by key or event id.
+// returned as transient errors and the runtime retries the batch, so a
+// downstream topic may see a record twice after a failure (at-least-once);
+// consumers de-duplicate by key or event id.
 // For exactly-once Kafka→Kafka stages, use the runtime's transactional mode.
 //
 // A Sink is safe for concurrent use by the runtime's partition workers.
