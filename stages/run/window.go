@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/stages"
@@ -277,7 +278,7 @@ func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt int
 		}
 	}
 	slices.Sort(offsets)
-	recs, err := r.readBack(w.ctx, w.tp, offsets)
+	recs, gone, err := r.readBack(w.ctx, w.tp, offsets)
 	if err != nil {
 		return fmt.Errorf("read back rejected records: %w", err)
 	}
@@ -287,40 +288,68 @@ func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt int
 		c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: y.rule, Err: y.err}
 		p.addDLQ(i, w.dlqRecord(rec, c, attempt, r.cfg.Name+"/sink"))
 	}
+	// A record no longer in the partition (retention, DeleteRecords or
+	// compaction removed it while the window was open) is dead-lettered as
+	// a stub with its coordinates, so the rejection is not retried for ever.
+	for i, off := range gone {
+		y := why[off]
+		c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: y.rule, Err: y.err}
+		src := &kgo.Record{Topic: w.tp.topic, Partition: w.tp.partition, Offset: off}
+		d := w.dlqRecord(src, c, attempt, r.cfg.Name+"/sink")
+		d.rec.Headers = append(d.rec.Headers, kgo.RecordHeader{Key: stages.HeaderValueOmitted,
+			Value: []byte("the record was no longer in its partition (retention, DeleteRecords or compaction) when the sink rejected its merged output")})
+		p.addDLQ(len(recs)+i, d)
+	}
 	return w.produceDLQ(&p)
 }
 
 // readBack fetches the records at offsets (ascending) of one partition with
-// a short-lived client outside the group.
-func (r *Runner[In, Out]) readBack(ctx context.Context, p tp, offsets []int64) ([]*kgo.Record, error) {
+// a short-lived client outside the group. gone lists the offsets the
+// partition no longer holds (the first record it returns is past them).
+func (r *Runner[In, Out]) readBack(ctx context.Context, p tp, offsets []int64) (recs []*kgo.Record, gone []int64, err error) {
 	if len(offsets) == 0 {
-		return nil, nil
+		return nil, nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, readBackTimeout)
+	defer cancel()
+	// Offsets below the partition's start were deleted (retention,
+	// DeleteRecords); reading from them would reset to the start and, when
+	// nothing follows, wait for records that never come.
+	start, err := r.startOffset(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	want := offsets
+	for len(want) > 0 && want[0] < start {
+		gone = append(gone, want[0])
+		want = want[1:]
+	}
+	if len(want) == 0 {
+		return nil, gone, nil
 	}
 	opts := append(slices.Clone(r.o.kopts), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
-		p.topic: {p.partition: kgo.NewOffset().At(offsets[0])},
+		p.topic: {p.partition: kgo.NewOffset().At(want[0])},
 	}))
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+		return nil, nil, fmt.Errorf("client: %w", err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, readBackTimeout)
-	defer cancel()
-	want := offsets
-	out := make([]*kgo.Record, 0, len(offsets))
+	out := make([]*kgo.Record, 0, len(want))
 	for len(want) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%s/%d: %d record(s) from offset %d not read: %w", p.topic, p.partition, len(want), want[0], err)
+			return nil, nil, fmt.Errorf("%s/%d: %d record(s) from offset %d not read: %w", p.topic, p.partition, len(want), want[0], err)
 		}
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
 		if ferr != nil {
-			return nil, fmt.Errorf("%s/%d: %w", p.topic, p.partition, ferr)
+			return nil, nil, fmt.Errorf("%s/%d: %w", p.topic, p.partition, ferr)
 		}
 		for _, rec := range fs.Records() {
-			if len(want) > 0 && want[0] < rec.Offset {
-				return nil, fmt.Errorf("%s/%d: record at offset %d is no longer in the topic", p.topic, p.partition, want[0])
+			for len(want) > 0 && want[0] < rec.Offset {
+				gone = append(gone, want[0])
+				want = want[1:]
 			}
 			if len(want) > 0 && want[0] == rec.Offset {
 				out = append(out, rec)
@@ -328,7 +357,28 @@ func (r *Runner[In, Out]) readBack(ctx context.Context, p tp, offsets []int64) (
 			}
 		}
 	}
-	return out, nil
+	return out, gone, nil
+}
+
+// startOffset returns the first offset partition p still holds.
+func (r *Runner[In, Out]) startOffset(ctx context.Context, p tp) (int64, error) {
+	cl, err := kgo.NewClient(r.o.kopts...)
+	if err != nil {
+		return 0, fmt.Errorf("client: %w", err)
+	}
+	defer cl.Close()
+	starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, p.topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s/%d: start offset: %w", p.topic, p.partition, err)
+	}
+	o, ok := starts.Lookup(p.topic, p.partition)
+	if !ok {
+		return 0, fmt.Errorf("%s/%d: no start offset listed", p.topic, p.partition)
+	}
+	return o.Offset, nil
 }
 
 // readBackTimeout bounds one read-back of rejected records.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -396,4 +397,70 @@ func TestWindowRebalanceLosesNothing(t *testing.T) {
 		dups += got.Count - w.Count
 	}
 	t.Logf("%d duplicate writes after the rebalance", dups)
+}
+
+// gateSink blocks its first Write until release is closed.
+type gateSink struct {
+	*tallySink
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+func (s *gateSink) Write(ctx context.Context, batch []tally) error {
+	s.once.Do(func() { close(s.entered); <-s.release })
+	return s.tallySink.Write(ctx, batch)
+}
+
+// When the records behind a rejected merged output were deleted while the
+// window was open (retention, DeleteRecords), they are dead-lettered as
+// stubs with their coordinates instead of the read-back failing for ever.
+func TestWindowRejectionOfDeletedRecordsDeadLettersStubs(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	cfg.Window = run.WindowConfig{MaxKeys: 1000, MaxAge: time.Minute}
+	cl, adm := k.Client(t), k.Admin(t)
+	const n, keys = 20, 4
+	produce(t, cl, cfg.Topics[0], n, keys, nil) // key k-(i%4): k-1 at offsets 1, 5, 9, 13, 17
+	sink := &gateSink{tallySink: &tallySink{state: map[string]tally{}, reject: "k-1"},
+		entered: make(chan struct{}), release: make(chan struct{})}
+	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink))
+	select {
+	case <-sink.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the window was never written")
+	}
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: cfg.Topics[0], Partition: 0, At: n})
+	resp, err := adm.DeleteRecords(context.Background(), del)
+	if err == nil {
+		err = resp.Error()
+	}
+	close(sink.release)
+	if err != nil {
+		t.Fatalf("delete records: %v", err)
+	}
+	testkit.WaitFor(t, 60*time.Second, "commit of every record", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.total(); got != n-n/keys {
+		t.Errorf("sink holds %d records, want %d", got, n-n/keys)
+	}
+	dlq := k.ReadTopic(t, cfg.DLQTopic)
+	var offsets []string
+	for _, d := range dlq {
+		off, _ := testkit.Header(d, stages.HeaderSourceOffset)
+		offsets = append(offsets, off)
+		omitted, ok := testkit.Header(d, stages.HeaderValueOmitted)
+		reason, _ := testkit.Header(d, stages.HeaderReason)
+		if !ok || !strings.Contains(omitted, "no longer in its partition") || len(d.Value) != 0 || reason != "sink_rejected" {
+			t.Errorf("dead letter of offset %s: reason %q, value %q, %s = %q", off, reason, d.Value, stages.HeaderValueOmitted, omitted)
+		}
+	}
+	if fmt.Sprint(offsets) != "[1 5 9 13 17]" {
+		t.Errorf("dead letters for offsets %v, want the 5 records of k-1", offsets)
+	}
 }
