@@ -36,10 +36,10 @@ func TestName(t *testing.T) {
 			}
 			head, suffix, ok := cut(n)
 			if !ok || head != c.wantHead {
-				t.Fatalf("Name = %q, want %q + _ + 8 hex digits", n, c.wantHead)
+				t.Fatalf("Name = %q, want %q + _ + 12 hex digits", n, c.wantHead)
 			}
-			if !regexp.MustCompile(`^[0-9a-f]{8}$`).MatchString(suffix) {
-				t.Fatalf("suffix of %q = %q, want 8 hex digits", n, suffix)
+			if !regexp.MustCompile(`^[0-9a-f]{12}$`).MatchString(suffix) {
+				t.Fatalf("suffix of %q = %q, want 12 hex digits", n, suffix)
 			}
 		})
 	}
