@@ -315,7 +315,11 @@ def code_env_vars():
     for p in list((ROOT / "cmd").rglob("*.go")) + list((ROOT / "internal" / "kconf").rglob("*.go")):
         if p.name.endswith("_test.go"):
             continue
-        names |= set(re.findall(r'(?:(?:Getenv|LookupEnv|envOr)\(|envFlag\(cmd,\s*)"([A-Z0-9_]+)"', p.read_text()))
+        text = p.read_text()
+        names |= set(re.findall(r'(?:(?:Getenv|LookupEnv|envOr)\(|envFlag\(cmd,\s*)"([A-Z0-9_]+)"', text))
+        # secret-bearing settings read after flag parsing (root.go's
+        # secretsFromEnv table: {"flag-name", "ENV_NAME", &dst})
+        names |= set(re.findall(r'\{"[a-z0-9-]+",\s*"([A-Z0-9_]+)",\s*&', text))
     return names
 
 
