@@ -111,8 +111,7 @@ type Table[T any] struct {
 	// Values returns a row's column values in Columns order (nil = NULL),
 	// as pgx encodes them for COPY; the values of the Key columns are also
 	// sent as elements of arrays of the columns' types (the lookup of
-	// existing keys). It is called when a merged row is
-	// sent (again when a write is retried) and must not modify the row.
+	// existing keys). It is called once per merged row.
 	Values func(T) []any
 }
 
@@ -290,7 +289,7 @@ type group[T any] struct {
 	key   string
 	row   T
 	items []int
-	keys  []any // the Key columns of Values(row), for the lookup
+	vals  []any // Values(row), computed once the group is complete
 }
 
 // rejected is a group the database refused.
@@ -366,11 +365,7 @@ func (s *Sink[T]) merge(batch []T) []*group[T] {
 	}
 	slices.SortFunc(groups, func(a, b *group[T]) int { return strings.Compare(a.key, b.key) })
 	for _, g := range groups {
-		vals := s.table.Values(g.row)
-		g.keys = make([]any, len(s.keyPos))
-		for i, p := range s.keyPos {
-			g.keys[i] = vals[p]
-		}
+		g.vals = s.table.Values(g.row)
 	}
 	return groups
 }
@@ -468,11 +463,8 @@ func (s *Sink[T]) inTx(ctx context.Context, fn func(pgx.Tx) error) (err error) {
 	return nil
 }
 
-// copySource encodes gs for COPY. The values of a row are built when the
-// row is sent, not kept for the whole write: boxed values cost more memory
-// than the rows (measured in bench-silver: a write of 311 000 rows).
-func (s *Sink[T]) copySource(gs []*group[T]) pgx.CopyFromSource {
-	return pgx.CopyFromSlice(len(gs), func(i int) ([]any, error) { return s.table.Values(gs[i].row), nil })
+func copySource[T any](gs []*group[T]) pgx.CopyFromSource {
+	return pgx.CopyFromSlice(len(gs), func(i int) ([]any, error) { return gs[i].vals, nil })
 }
 
 // upsert COPYs gs into a fresh staging table and upserts them from there.
@@ -480,7 +472,7 @@ func (s *Sink[T]) upsert(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 	if _, err := tx.Exec(ctx, s.createSQL); err != nil {
 		return fmt.Errorf("create staging table: %w", err)
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{stagingTable}, s.table.Columns, s.copySource(gs)); err != nil {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{stagingTable}, s.table.Columns, copySource(gs)); err != nil {
 		return fmt.Errorf("copy into staging table: %w", err)
 	}
 	if _, err := tx.Exec(ctx, s.upsertSQL); err != nil {
@@ -552,7 +544,7 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 			return err
 		}
 	}
-	if _, err := tx.CopyFrom(ctx, s.target, s.table.Columns, s.copySource(fresh)); err != nil {
+	if _, err := tx.CopyFrom(ctx, s.target, s.table.Columns, copySource(fresh)); err != nil {
 		if SQLState(err) == "23505" {
 			return copyConflict{err}
 		}
@@ -597,10 +589,10 @@ func (s *Sink[T]) lookup(ctx context.Context, tx pgx.Tx, probe string, gs []*gro
 	default:
 		args = append(args, pgx.QueryExecModeDescribeExec)
 	}
-	for k := range s.keyPos {
+	for _, p := range s.keyPos {
 		col := make([]any, len(gs))
 		for i, g := range gs {
-			col[i] = g.keys[k]
+			col[i] = g.vals[p]
 		}
 		args = append(args, col)
 	}
