@@ -1,6 +1,8 @@
 package run
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -21,7 +23,7 @@ type metrics struct {
 	errors     *prometheus.CounterVec   // kind: fetch|commit|fatal|abandoned
 	batchDur   *prometheus.HistogramVec // phase: process|write|dlq
 	merged     prometheus.Counter       // outputs merged into an earlier one in a window
-	windowKeys prometheus.Gauge         // keys held by the open windows
+	windowKeys atomic.Int64             // keys held by the open windows (gauge sluice_window_keys)
 }
 
 func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
@@ -73,11 +75,11 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 		merged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_window_merged_total", Help: "Outputs merged into an earlier output of the same key in a coalescing window (writes saved).",
 		}),
-		windowKeys: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_window_keys", Help: "Keys held by the open coalescing windows of all assigned partitions (memory under a backlog).",
-		}),
 	}
-	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.retries, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.batchDur, m.merged, m.windowKeys} {
+	windowKeys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_window_keys", Help: "Keys held by the open coalescing windows of all assigned partitions (memory under a backlog).",
+	}, func() float64 { return float64(m.windowKeys.Load()) })
+	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.retries, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.batchDur, m.merged, windowKeys} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

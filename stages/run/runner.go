@@ -69,7 +69,6 @@ type Runner[In, Out any] struct {
 	stage  stages.Func[In, Out]
 	sink   stages.Sink[Out]
 	merger Merger[Out] // the sink, when coalescing windows are on
-	held   heldKeys    // keys in the open windows of all partitions
 	o      options
 	m      *metrics
 
@@ -113,7 +112,6 @@ func New[In, Out any](cfg Config, decode stages.Decoder[In], stage stages.Func[I
 		return nil, err
 	}
 	return &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, merger: merger, o: o, m: m,
-		held:    heldKeys{gauge: m.windowKeys},
 		workers: map[tp]*worker[In, Out]{}, drained: make(chan struct{}, 1)}, nil
 }
 

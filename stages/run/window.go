@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -80,22 +79,10 @@ type window[Out any] struct {
 	lastOf  []int32          // lastOf[i]: tail of that list
 	links   []offsetLink
 	opened  time.Time
-	records int         // records processed into the window
-	last    *kgo.Record // last record processed (for the commit mark)
-	merger  Merger[Out] // the runner's sink
-	held    *heldKeys   // keys held by all the runner's windows
-}
-
-// heldKeys counts the keys held by the open windows of one runner (see
-// WindowConfig.MaxTotalKeys) and exports the count as a gauge.
-type heldKeys struct {
-	n     atomic.Int64
-	gauge prometheus.Gauge
-}
-
-func (h *heldKeys) add(d int) int64 {
-	h.gauge.Add(float64(d))
-	return h.n.Add(int64(d))
+	records int           // records processed into the window
+	last    *kgo.Record   // last record processed (for the commit mark)
+	merger  Merger[Out]   // the runner's sink
+	held    *atomic.Int64 // keys held by all the runner's windows (WindowConfig.MaxTotalKeys)
 }
 
 // offsetLink is one record offset behind an output; next is the index of
@@ -105,7 +92,7 @@ type offsetLink struct {
 	next int32
 }
 
-func newWindow[Out any](m Merger[Out], held *heldKeys) *window[Out] {
+func newWindow[Out any](m Merger[Out], held *atomic.Int64) *window[Out] {
 	return &window[Out]{byKey: map[string]int32{}, merger: m, held: held}
 }
 
@@ -151,13 +138,13 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (merged int, h
 	}
 	win.records += len(batch)
 	win.last = batch[len(batch)-1]
-	return merged, win.held.add(len(p.outs) - merged)
+	return merged, win.held.Add(int64(len(p.outs) - merged))
 }
 
 // reset empties the window (after its write, or to drop it when the
 // partition is lost: its records are then redelivered to the new owner).
 func (win *window[Out]) reset() {
-	win.held.add(-len(win.outs))
+	win.held.Add(-int64(len(win.outs)))
 	clear(win.outs)
 	win.outs = win.outs[:0]
 	clear(win.byKey)
@@ -178,7 +165,7 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 			return err
 		}
 	}
-	held := w.win.held.n.Load()
+	held := w.win.held.Load()
 	if done > 0 {
 		var merged int
 		merged, held = w.win.add(batch[:done], p)

@@ -61,7 +61,7 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 		done: make(chan struct{}),
 	}
 	if r.merger != nil {
-		w.win = newWindow(r.merger, &r.held)
+		w.win = newWindow(r.merger, &r.m.windowKeys)
 	}
 	return w
 }
