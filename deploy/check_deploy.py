@@ -7,7 +7,7 @@ It checks that:
   1. every YAML file under deploy/{compose,k8s,prometheus,grafana} parses;
   2. the Grafana dashboard JSON parses and matches gen_dashboard.py's output;
   3. every metric used in alerts.yml and the dashboard is defined in the Go
-     code (prometheus.New*Opts{Name: "..."} outside tests), `_bucket`/`_sum`/
+     code (prometheus.New*[Vec|Func](…Opts{Name: "..."}) outside tests), `_bucket`/`_sum`/
      `_count` only on histograms, and every label an expression groups,
      matches or prints ({{label}}) is one that some metric of the expression
      carries (vector labels, the runtime's and pgsink's constant labels, and
@@ -101,7 +101,7 @@ def check_dashboard():
 # ---- 3. metrics -------------------------------------------------------------
 
 DEF_RE = re.compile(
-    r'New(Counter|Gauge|Histogram|Summary)(Vec)?\(\s*prometheus\.\w+Opts\{\s*Name:\s*"([a-zA-Z_:][a-zA-Z0-9_:]*)"'
+    r'New(Counter|Gauge|Histogram|Summary)(Vec|Func)?\(\s*prometheus\.\w+Opts\{\s*Name:\s*"([a-zA-Z_:][a-zA-Z0-9_:]*)"'
     r'.*?\}(?:,\s*\[\]string\{([^}]*)\})?\)',
     re.S)
 
