@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -230,33 +229,23 @@ var errTooLarge = errors.New("record refused as too large")
 // timeout), which would skip their source records. A too-large refusal is
 // reported as errTooLarge.
 func produceAll(ctx context.Context, sess *kgo.GroupTransactSession, out []txOut) error {
-	var mu sync.Mutex
-	var first, large error
-	for _, o := range out {
-		sess.Produce(ctx, o.rec, func(_ *kgo.Record, err error) {
-			if err == nil {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if tooLarge(err) {
-				if large == nil {
-					large = err
-				}
-			} else if first == nil {
-				first = err
-			}
-		})
+	recs := make([]*kgo.Record, len(out))
+	for i, o := range out {
+		recs[i] = o.rec
 	}
-	if err := sess.Client().Flush(ctx); err != nil {
-		return fmt.Errorf("flush transaction: %w", err)
+	var large error
+	for _, res := range sess.ProduceSync(ctx, recs...) {
+		switch {
+		case res.Err == nil:
+		case tooLarge(res.Err):
+			if large == nil {
+				large = res.Err
+			}
+		default:
+			return fmt.Errorf("produce: %w", res.Err)
+		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	switch {
-	case first != nil:
-		return fmt.Errorf("produce: %w", first)
-	case large != nil:
+	if large != nil {
 		return fmt.Errorf("%w: %w", errTooLarge, large)
 	}
 	return nil
