@@ -536,35 +536,27 @@ func TestDLQTooLargeBecomesStub(t *testing.T) {
 	if len(dl) != 2 {
 		t.Fatalf("DLQ has %d records, want 2", len(dl))
 	}
-	header := func(r *kgo.Record, key string) (string, bool) {
-		for _, h := range r.Headers {
-			if h.Key == key {
-				return string(h.Value), true
-			}
-		}
-		return "", false
-	}
 	for i, r := range dl {
-		if e, _ := header(r, stages.HeaderError); len(e) > 4096 || !strings.Contains(e, "more bytes cut") {
+		if e, _ := testkit.Header(r, stages.HeaderError); len(e) > 4096 || !strings.Contains(e, "more bytes cut") {
 			t.Errorf("dead letter %d: dlq.error of %d bytes (%.40q…), want it cut to at most 4096", i, len(e), e)
 		}
-		if off, _ := header(r, stages.HeaderSourceOffset); off != strconv.Itoa(i) {
+		if off, _ := testkit.Header(r, stages.HeaderSourceOffset); off != strconv.Itoa(i) {
 			t.Errorf("dead letter %d: dlq.source.offset %q", i, off)
 		}
-		if reason, _ := header(r, stages.HeaderReason); reason != string(stages.ReasonSanityFail) {
+		if reason, _ := testkit.Header(r, stages.HeaderReason); reason != string(stages.ReasonSanityFail) {
 			t.Errorf("dead letter %d: dlq.reason %q", i, reason)
 		}
 	}
 	stub, full := dl[0], dl[1]
-	omitted, ok := header(stub, stages.HeaderValueOmitted)
+	omitted, ok := testkit.Header(stub, stages.HeaderValueOmitted)
 	if !ok || len(stub.Value) != 0 || !strings.Contains(omitted, fmt.Sprintf("value of %d bytes", len(recs[0].Value))) ||
 		!strings.Contains(omitted, "1 source header") {
 		t.Errorf("stub: value %d bytes, %s = %q (present %v)", len(stub.Value), stages.HeaderValueOmitted, omitted, ok)
 	}
-	if _, ok := header(stub, "trace"); ok || string(stub.Key) != "k" {
+	if _, ok := testkit.Header(stub, "trace"); ok || string(stub.Key) != "k" {
 		t.Errorf("stub kept the source header or lost its key %q", stub.Key)
 	}
-	if _, ok := header(full, stages.HeaderValueOmitted); ok || string(full.Value) != "poison-small" {
+	if _, ok := testkit.Header(full, stages.HeaderValueOmitted); ok || string(full.Value) != "poison-small" {
 		t.Errorf("the small record's dead letter = %q (omitted header %v), want its value", full.Value, ok)
 	}
 }
