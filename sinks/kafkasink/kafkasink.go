@@ -4,11 +4,12 @@
 //
 // Records of one batch are produced in order; records with the same key land
 // in the same partition in that order (the client's default partitioner
-// hashes the key). A record too large for its topic is rejected (the
-// runtime dead-letters its source record); other produce failures are
-// returned as transient errors and the runtime retries the batch, so a
-// downstream topic may see a record twice after a failure (at-least-once);
-// consumers de-duplicate by key or event id.
+// hashes the key). A record too large for its topic, or an item the mapping
+// function fails on, is rejected (the runtime dead-letters its source
+// record); an item mapped to no topic is a fatal configuration error; other
+// produce failures are returned as transient errors and the runtime retries
+// the batch, so a downstream topic may see a record twice after a failure
+// (at-least-once); consumers de-duplicate by key or event id.
 // For exactly-once Kafka→Kafka stages, use the runtime's transactional mode.
 //
 // A Sink is safe for concurrent use by the runtime's partition workers.
@@ -31,9 +32,18 @@ type Sink[T any] struct {
 	toRec func(T) (*kgo.Record, error)
 }
 
-// New returns a sink producing with cl. toRec maps one output to one record
-// (its Topic must be set); an error from toRec is returned as a failure of
-// the whole batch (a programming error: it would fail again on retry).
+// New returns a sink producing with cl. toRec maps one output to one
+// non-nil record.
+//
+// An error from toRec concerns that item alone: Write rejects the item
+// (rule [RuleMapping], so the runtime dead-letters its source record with
+// reason sink_rejected) and produces the rest of the batch. An error toRec
+// classified with [stages.Retry] or [stages.Fatal] keeps that
+// classification and fails the whole Write instead.
+//
+// A record without a Topic, when cl has no [kgo.DefaultProduceTopic], and a
+// nil record with a nil error are configuration errors that would fail for
+// every item: Write returns them as [stages.Fatal], which stops the runner.
 func New[T any](cl *kgo.Client, toRec func(T) (*kgo.Record, error)) *Sink[T] {
 	return &Sink[T]{cl: cl, toRec: toRec}
 }
@@ -46,30 +56,45 @@ func Records(cl *kgo.Client) *Sink[*kgo.Record] {
 // Write implements stages.Sink: it produces the batch and waits for every
 // acknowledgement.
 //
-// A record the topic can never take (larger than its max.message.bytes, or
-// than the client's ProducerBatchMaxBytes) is returned as a
-// [*stages.Rejections] item, so that the runtime dead-letters its source
-// record instead of retrying the batch for ever. The broker refuses a whole
+// An item the mapping function fails on (rule [RuleMapping]) and a record
+// the topic can never take (larger than its max.message.bytes, or than the
+// client's ProducerBatchMaxBytes; rule [RuleTooLarge]) are returned as
+// [*stages.Rejections] items, so that the runtime dead-letters their source
+// records instead of retrying the batch for ever; the other items are
+// produced. An item mapped to no topic fails the Write with a
+// [stages.Fatal] error before anything is produced. The broker refuses a whole
 // produce batch that is too large, records that would fit alone included,
 // so after such a refusal the records from the first refused one on are
 // produced again one at a time, in batch order (records of one partition
 // stay in order; some may be written twice). Any other failure is
 // transient and fails the whole Write.
 func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
+	var rej stages.Rejections
 	recs := make([]*kgo.Record, 0, len(batch))
+	pos := make([]int, 0, len(batch)) // pos[j]: index in batch of recs[j]
 	for i, it := range batch {
 		r, err := s.toRec(it)
 		if err != nil {
-			return fmt.Errorf("kafkasink: item %d: %w", i, err)
+			var c *stages.Error
+			if errors.As(err, &c) && c.Kind != stages.KindDeadLetter {
+				return fmt.Errorf("kafkasink: map item %d: %w", i, err)
+			}
+			rej.Items = append(rej.Items, stages.Rejection{Index: i, Rule: RuleMapping,
+				Err: fmt.Errorf("kafkasink: map item %d: %w", i, err)})
+			continue
+		}
+		if r == nil {
+			return stages.Fatal(fmt.Errorf("kafkasink: item %d: the mapping function returned neither a record nor an error", i))
 		}
 		if r.Topic == "" && s.cl.OptValue(kgo.DefaultProduceTopic) == "" {
-			return fmt.Errorf("kafkasink: item %d has no topic", i)
+			return stages.Fatal(fmt.Errorf("kafkasink: item %d maps to a record without a topic and the client has no default produce topic (kgo.DefaultProduceTopic): fix the mapping function or the client configuration", i))
 		}
 		recs = append(recs, r)
+		pos = append(pos, i)
 	}
 	index := make(map[*kgo.Record]int, len(recs))
-	for i, r := range recs {
-		index[r] = i
+	for j, r := range recs {
+		index[r] = j
 	}
 	first := -1 // the first record refused as too large
 	var other error
@@ -87,19 +112,15 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 	if other != nil {
 		return fmt.Errorf("kafkasink: produce %d records: %w", len(recs), other)
 	}
-	if first < 0 {
-		return nil
-	}
-	var rej stages.Rejections
-	for i := first; i < len(recs); i++ {
-		err := s.cl.ProduceSync(ctx, recs[i]).FirstErr()
+	for j := first; first >= 0 && j < len(recs); j++ {
+		err := s.cl.ProduceSync(ctx, recs[j]).FirstErr()
 		switch {
 		case err == nil:
 		case tooLarge(err):
-			rej.Items = append(rej.Items, stages.Rejection{Index: i, Rule: RuleTooLarge,
-				Err: fmt.Errorf("kafkasink: record of %d bytes to %s: %w", len(recs[i].Key)+len(recs[i].Value), recs[i].Topic, err)})
+			rej.Items = append(rej.Items, stages.Rejection{Index: pos[j], Rule: RuleTooLarge,
+				Err: fmt.Errorf("kafkasink: record of %d bytes to %s: %w", len(recs[j].Key)+len(recs[j].Value), recs[j].Topic, err)})
 		default:
-			return fmt.Errorf("kafkasink: produce record %d of %d: %w", i, len(recs), err)
+			return fmt.Errorf("kafkasink: produce record %d of %d: %w", j, len(recs), err)
 		}
 	}
 	if len(rej.Items) == 0 {
@@ -108,9 +129,13 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 	return &rej
 }
 
-// RuleTooLarge is the rule of a rejection for a record too large for its
-// topic.
-const RuleTooLarge = "kafka.too_large"
+// Rules of the rejections Write returns.
+const (
+	// RuleTooLarge: the record is too large for its topic.
+	RuleTooLarge = "kafka.too_large"
+	// RuleMapping: the mapping function failed on the item.
+	RuleMapping = "kafka.mapping"
+)
 
 // tooLarge reports whether a produce error says the record (or its batch)
 // is larger than the broker or the client accepts.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -63,5 +64,113 @@ func TestWriteRejectsRecordTooLargeForTheTopic(t *testing.T) {
 	want := []string{"r0:", "r1:", "r2:", "r3:", "r5:", "r6:", "r7:", "r8:", "r9:"}
 	if !slices.Equal(last, want) {
 		t.Fatalf("topic holds %v (by last copy, %d records), want %v", last, len(got), want)
+	}
+}
+
+// An error the mapping function returns for one item concerns that item
+// alone: Write rejects it with rule kafka.mapping (the runtime dead-letters
+// its source record) and lands every other record, in batch order. A
+// rejection names the item's index in the batch, also for a record refused
+// as too large after a mapping failure.
+func TestWriteRejectsItemTheMappingFailsOn(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	maxBytes := "16384"
+	topic := k.Topic(t, "out", 1, map[string]*string{"max.message.bytes": &maxBytes})
+	cl := k.Client(t)
+	errBad := errors.New("cannot encode item")
+	rng := rand.New(rand.NewPCG(5, 6))
+	const bad, huge = 1, 3
+	sink := kafkasink.New(cl, func(i int) (*kgo.Record, error) {
+		switch i {
+		case bad:
+			return nil, errBad
+		case huge:
+			return &kgo.Record{Topic: topic, Value: randomBytes(rng, 64<<10)}, nil
+		}
+		return &kgo.Record{Topic: topic, Key: []byte("k"), Value: fmt.Appendf(nil, "r%d", i)}, nil
+	})
+	err := sink.Write(context.Background(), []int{0, 1, 2, 3, 4})
+	var rej *stages.Rejections
+	if !errors.As(err, &rej) {
+		t.Fatalf("Write = %v, want *stages.Rejections naming the item the mapping failed on", err)
+	}
+	got := map[int]string{}
+	for _, it := range rej.Items {
+		got[it.Index] = it.Rule
+	}
+	want := map[int]string{bad: kafkasink.RuleMapping, huge: kafkasink.RuleTooLarge}
+	if len(rej.Items) != 2 || got[bad] != want[bad] || got[huge] != want[huge] {
+		t.Fatalf("rejections = %+v, want index %d rule %s and index %d rule %s", rej.Items, bad, kafkasink.RuleMapping, huge, kafkasink.RuleTooLarge)
+	}
+	for _, it := range rej.Items {
+		if it.Index == bad && !errors.Is(it.Err, errBad) {
+			t.Errorf("mapping rejection error = %v, want it to wrap the mapping error", it.Err)
+		}
+	}
+	var vals []string
+	for _, r := range k.ReadTopic(t, topic) {
+		vals = append(vals, string(r.Value))
+	}
+	if !slices.Equal(vals, []string{"r0", "r2", "r4"}) {
+		t.Fatalf("topic holds %q, want [r0 r2 r4]", vals)
+	}
+}
+
+// A mapping error the mapping function classified as retryable or fatal
+// keeps that classification and fails the whole Write.
+func TestWriteKeepsClassifiedMappingErrors(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	topic := k.Topic(t, "out", 1)
+	cl := k.Client(t)
+	for _, tc := range []struct {
+		name string
+		err  error
+		kind stages.Kind
+	}{
+		{"retry", stages.Retry(errors.New("lookup unavailable")), stages.KindRetry},
+		{"fatal", stages.Fatal(errors.New("broken")), stages.KindFatal},
+	} {
+		sink := kafkasink.New(cl, func(i int) (*kgo.Record, error) {
+			if i == 1 {
+				return nil, tc.err
+			}
+			return &kgo.Record{Topic: topic, Value: []byte("v")}, nil
+		})
+		err := sink.Write(context.Background(), []int{0, 1})
+		var rej *stages.Rejections
+		if errors.As(err, &rej) || stages.Classify(err) == nil || stages.Classify(err).Kind != tc.kind {
+			t.Errorf("%s: Write = %v, want a %s error that is not a rejection", tc.name, err, tc.name)
+		}
+	}
+	if n := len(k.ReadTopic(t, topic)); n != 0 {
+		t.Fatalf("topic holds %d records, want none", n)
+	}
+}
+
+// An item mapped to a record without a topic (and no default produce topic)
+// would fail for every record: Write returns a fatal error saying so and
+// produces nothing, instead of a transient error retried for ever.
+func TestWriteWithoutTopicIsFatal(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	topic := k.Topic(t, "out", 1)
+	cl := k.Client(t)
+	sink := kafkasink.New(cl, func(i int) (*kgo.Record, error) {
+		if i == 1 {
+			return &kgo.Record{Value: []byte("no topic")}, nil
+		}
+		return &kgo.Record{Topic: topic, Value: []byte("v")}, nil
+	})
+	err := sink.Write(context.Background(), []int{0, 1, 2})
+	if c := stages.Classify(err); c == nil || c.Kind != stages.KindFatal {
+		t.Fatalf("Write = %v, want a fatal error", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "item 1") || !strings.Contains(msg, "without a topic") {
+		t.Fatalf("error %q does not name the item and the missing topic", msg)
+	}
+	if n := len(k.ReadTopic(t, topic)); n != 0 {
+		t.Fatalf("topic holds %d records, want none", n)
 	}
 }
