@@ -27,7 +27,10 @@ type PostgresOptions struct {
 	// Dir is the base directory: the cluster lives in Dir/data and the Unix
 	// socket in Dir. Empty: a fresh temporary directory, removed by Stop.
 	// Set: the caller's, created if missing and kept by Stop; a cluster
-	// already in Dir/data is reused. When running as root the server runs
+	// already in Dir/data is reused. Stop followed by StartPostgres with the
+	// same Dir and Port restarts the server: its data and URL stay the same
+	// (a fault-injection test can take the server away from its clients
+	// this way). When running as root the server runs
 	// as the "postgres" OS user, so Dir is chowned to it and its parents
 	// must be searchable by others (a directory under /tmp is); see the
 	// package doc.

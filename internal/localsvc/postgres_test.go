@@ -52,8 +52,9 @@ func execSQL(t *testing.T, url, q string) {
 }
 
 // TestPostgresDirReused starts a server on a given Dir, writes a row, stops
-// it, and starts it again on the same Dir and a given port: the cluster
-// (database, table, row) is reused, not initialized again.
+// it, and starts it again on the same Dir and the same port (a restart, as
+// clients holding the URL see it): the cluster (database, table, row) is
+// reused, not initialized again, and the old URL reaches it.
 func TestPostgresDirReused(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(reachableDir(t), "pg") // does not exist yet
@@ -92,10 +93,7 @@ func TestPostgresDirReused(t *testing.T) {
 		t.Fatalf("the caller's Dir lost its cluster on Stop: %v", err)
 	}
 
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := firstPort
 	log2 := &syncBuffer{}
 	pg2 := startPostgres(t, PostgresOptions{Dir: dir, Port: port, Log: log2})
 	if pg2.Port != port || pg2.URL != postgresURL(port, "postgres") {
@@ -108,7 +106,10 @@ func TestPostgresDirReused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := queryString(t, url2, "SELECT v FROM kept"); got != "first run" {
+	if url2 != url {
+		t.Fatalf("URL after the restart = %q, want the first run's %q", url2, url)
+	}
+	if got := queryString(t, url, "SELECT v FROM kept"); got != "first run" {
 		t.Fatalf("row after restart = %q, want %q", got, "first run")
 	}
 	if err := pg2.Stop(); err != nil {
