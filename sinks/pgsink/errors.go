@@ -43,7 +43,7 @@ func IsTransient(err error) bool {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		return transientState(pe.Code) && !copyAborted(pe)
+		return transientState(pe.Code) && !copyAborted(err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return false
@@ -93,22 +93,30 @@ func IsPermanent(err error) bool {
 	if !errors.As(err, &pe) {
 		return false
 	}
-	return permanentState(pe.Code) || copyAborted(pe)
+	return permanentState(pe.Code) || copyAborted(err)
 }
 
 // copyFailedPrefix starts the message of the error PostgreSQL answers a
 // COPY FROM STDIN with when the client aborts it (CopyFail): "COPY from
-// stdin failed: " and the client's reason.
+// stdin failed: " and the client's reason — in English only: the server
+// translates it to the session's lc_messages.
 const copyFailedPrefix = "COPY from stdin failed: "
 
-// copyAborted reports whether pe is PostgreSQL's answer to a COPY the
+// copyAborted reports whether err is PostgreSQL's answer to a COPY the
 // client aborted. pgx aborts a COPY when it cannot encode a value for its
 // column (an int64 beyond the range of an int4 column, a string that is no
 // uuid, …), which no retry changes; the server reports it with SQLSTATE
 // 57014 (query_canceled), which otherwise means a statement timeout or a
-// cancel request (their messages start with "canceling statement").
-func copyAborted(pe *pgconn.PgError) bool {
-	return pe.Code == "57014" && strings.HasPrefix(pe.Message, copyFailedPrefix)
+// cancel request. The sink's COPY recognises the abort on the client side
+// and returns an [*encodeFailed], whatever the language of the server's
+// message; a bare server error is recognised by its English message.
+func copyAborted(err error) bool {
+	var ef *encodeFailed
+	if errors.As(err, &ef) {
+		return true
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "57014" && strings.HasPrefix(pe.Message, copyFailedPrefix)
 }
 
 func permanentState(code string) bool {

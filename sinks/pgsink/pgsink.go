@@ -292,10 +292,13 @@ type group[T any] struct {
 	vals  []any // Values(row), computed once the group is complete
 }
 
-// rejected is a group the database refused.
+// rejected is a group the database refused: pe is the server's error,
+// cause the error the rejection reports (pe, or an [*encodeFailed]
+// wrapping it).
 type rejected[T any] struct {
-	g   *group[T]
-	err *pgconn.PgError
+	g     *group[T]
+	pe    *pgconn.PgError
+	cause error
 }
 
 // Write upserts batch (items in partition order: later items are newer).
@@ -324,16 +327,16 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 	s.m.duration.WithLabelValues("rejected").Observe(time.Since(start).Seconds())
 	rej := &stages.Rejections{}
 	for _, r := range w.rejected {
-		rule := "pg." + r.err.Code
+		rule := "pg." + r.pe.Code
 		switch {
-		case copyAborted(r.err):
+		case copyAborted(r.cause):
 			rule = "pg.encode"
-		case r.err.ConstraintName != "":
-			rule += "." + r.err.ConstraintName
+		case r.pe.ConstraintName != "":
+			rule += "." + r.pe.ConstraintName
 		}
-		e := fmt.Errorf("pgsink: %s refused the row of key %q: %w", s.table.Name, r.g.key, r.err)
+		e := fmt.Errorf("pgsink: %s refused the row of key %q: %w", s.table.Name, r.g.key, r.cause)
 		s.m.rejected.WithLabelValues(rule).Add(float64(len(r.g.items)))
-		s.log.Warn("row rejected", "rule", rule, "items", len(r.g.items), "err", r.err.Message)
+		s.log.Warn("row rejected", "rule", rule, "items", len(r.g.items), "err", r.pe.Message)
 		for _, i := range r.g.items {
 			rej.Items = append(rej.Items, stages.Rejection{Index: i, Rule: rule, Err: e})
 		}
@@ -390,14 +393,14 @@ func (w *writer[T]) bisect(ctx context.Context, gs []*group[T], knownBad bool) e
 			}
 			return nil
 		}
-		pe, ok := w.s.rowError(err)
+		pe, cause, ok := w.s.rowError(err)
 		if !ok {
 			w.s.m.txs.WithLabelValues("error").Inc()
 			return err
 		}
 		w.s.m.txs.WithLabelValues("row_error").Inc()
 		if len(gs) == 1 {
-			w.rejected = append(w.rejected, rejected[T]{g: gs[0], err: pe})
+			w.rejected = append(w.rejected, rejected[T]{g: gs[0], pe: pe, cause: cause})
 			return nil
 		}
 		w.s.log.Debug("bisecting batch", "rows", len(gs), "sqlstate", pe.Code)
@@ -410,18 +413,23 @@ func (w *writer[T]) bisect(ctx context.Context, gs []*group[T], knownBad bool) e
 	return w.bisect(ctx, gs[mid:], len(w.rejected) == before)
 }
 
-// rowError returns the server error when err is caused by the rows' values.
-// A NOT NULL violation on a column the sink does not write is a schema
-// mismatch that no row can fix, so it is not a row error.
-func (s *Sink[T]) rowError(err error) (*pgconn.PgError, bool) {
+// rowError returns the server error, and the error to report (the server
+// error, or the [*encodeFailed] wrapping it), when err is caused by the
+// rows' values. A NOT NULL violation on a column the sink does not write is
+// a schema mismatch that no row can fix, so it is not a row error.
+func (s *Sink[T]) rowError(err error) (*pgconn.PgError, error, bool) {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || !(permanentState(pe.Code) || copyAborted(pe)) {
-		return nil, false
+	if !errors.As(err, &pe) || !(permanentState(pe.Code) || copyAborted(err)) {
+		return nil, nil, false
 	}
 	if pe.Code == "23502" && pe.ColumnName != "" && !s.columns[pe.ColumnName] {
-		return nil, false
+		return nil, nil, false
 	}
-	return pe, true
+	var ef *encodeFailed
+	if errors.As(err, &ef) {
+		return pe, ef, true
+	}
+	return pe, pe, true
 }
 
 // attempt applies gs in one transaction (see direct). If the direct COPY
@@ -463,16 +471,74 @@ func (s *Sink[T]) inTx(ctx context.Context, fn func(pgx.Tx) error) (err error) {
 	return nil
 }
 
-func copySource[T any](gs []*group[T]) pgx.CopyFromSource {
-	return pgx.CopyFromSlice(len(gs), func(i int) ([]any, error) { return gs[i].vals, nil })
+// copyRows COPYs the values of gs into table. When pgx cannot encode a
+// row's values for its columns (an int64 beyond an int4 column's range, a
+// string that is no uuid, …), it aborts the COPY and PostgreSQL answers
+// with SQLSTATE 57014, the code of a statement timeout too, in a message
+// translated to the session's lc_messages; copyRows then returns an
+// [*encodeFailed] naming the row, recognised on the client side, so
+// whatever the server's language.
+func (s *Sink[T]) copyRows(ctx context.Context, tx pgx.Tx, table pgx.Identifier, gs []*group[T]) error {
+	src := &rowSource[T]{gs: gs}
+	_, err := tx.CopyFrom(ctx, table, s.table.Columns, src)
+	if err != nil && src.taken && SQLState(err) == "57014" {
+		return &encodeFailed{key: gs[src.next-1].key, err: err}
+	}
+	return err
 }
+
+// rowSource is the pgx.CopyFromSource of copyRows. pgx reads it in its own
+// goroutine and has finished with it when CopyFrom returns. For each chunk
+// of rows pgx calls Next and Values, encoding each row's values, then Err;
+// it stops without calling Next or Err again only when it cannot encode the
+// values just taken (or their number is not that of the columns), and
+// then aborts the COPY. So taken, still set when CopyFrom returns, means
+// that pgx aborted the COPY on row next-1.
+type rowSource[T any] struct {
+	gs    []*group[T]
+	next  int  // rows handed to pgx by Next
+	taken bool // Values was called since the last Next or Err
+}
+
+func (r *rowSource[T]) Next() bool {
+	r.taken = false
+	if r.next == len(r.gs) {
+		return false
+	}
+	r.next++
+	return true
+}
+
+func (r *rowSource[T]) Values() ([]any, error) {
+	r.taken = true
+	return r.gs[r.next-1].vals, nil
+}
+
+func (r *rowSource[T]) Err() error {
+	r.taken = false
+	return nil
+}
+
+// encodeFailed is a COPY that pgx aborted because it could not encode the
+// values of the row of key for their columns; err is the server's answer
+// (SQLSTATE 57014). No retry changes that: see [IsPermanent].
+type encodeFailed struct {
+	key string
+	err error
+}
+
+func (e *encodeFailed) Error() string {
+	return fmt.Sprintf("the client could not encode the row of key %q for COPY: %v", e.key, e.err)
+}
+
+func (e *encodeFailed) Unwrap() error { return e.err }
 
 // upsert COPYs gs into a fresh staging table and upserts them from there.
 func (s *Sink[T]) upsert(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 	if _, err := tx.Exec(ctx, s.createSQL); err != nil {
 		return fmt.Errorf("create staging table: %w", err)
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{stagingTable}, s.table.Columns, copySource(gs)); err != nil {
+	if err := s.copyRows(ctx, tx, pgx.Identifier{stagingTable}, gs); err != nil {
 		return fmt.Errorf("copy into staging table: %w", err)
 	}
 	if _, err := tx.Exec(ctx, s.upsertSQL); err != nil {
@@ -544,7 +610,7 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 			return err
 		}
 	}
-	if _, err := tx.CopyFrom(ctx, s.target, s.table.Columns, copySource(fresh)); err != nil {
+	if err := s.copyRows(ctx, tx, s.target, fresh); err != nil {
 		if SQLState(err) == "23505" {
 			return copyConflict{err}
 		}

@@ -809,3 +809,78 @@ func TestSinkQueryExecModes(t *testing.T) {
 		})
 	}
 }
+
+// The server translates its answer to a COPY the client aborted into the
+// session's lc_messages. A value pgx cannot encode is still rejected as
+// pg.encode (not retried as a statement timeout) when that answer is not
+// in English. Needs a server on which the session may set lc_messages to
+// de_DE.UTF-8 (a superuser, the locale installed); skipped otherwise.
+func TestSinkEncodeRejectionUnderAnotherLocale(t *testing.T) {
+	t.Parallel()
+	pg := testkit.NewPostgresServer(t).Postgres(t)
+	ctx := testkit.Context(t)
+	const lcMessages = "SET lc_messages = 'de_DE.UTF-8'"
+	if _, err := pg.Pool.Exec(ctx, lcMessages); err != nil {
+		t.Skipf("cannot set lc_messages to de_DE.UTF-8 on this server: %v", err)
+	}
+	cfg, err := pgxpool.ParseConfig(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, lcMessages)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "CREATE TABLE nums (k int PRIMARY KEY, v int NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	type num struct{ K, V int64 }
+	s, err := pgsink.New(pool, pgsink.Table[num]{Name: "nums", Columns: []string{"k", "v"}, Key: []string{"k"},
+		Update: []pgsink.Set{{Column: "v", Expr: "EXCLUDED.v"}},
+		KeyOf:  func(r num) string { return fmt.Sprint(r.K) }, Values: func(r num) []any { return []any{r.K, r.V} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, []num{{K: 1, V: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		batch []num
+		want  map[int]string
+	}{
+		{"a new key's value (direct COPY)", []num{{K: 2, V: 20}, {K: 3, V: 1 << 40}, {K: 4, V: 40}, {K: 5, V: 50}}, map[int]string{1: "pg.encode"}},
+		{"a key (staging COPY)", []num{{K: 6, V: 60}, {K: 1 << 40, V: 1}, {K: 7, V: 70}}, map[int]string{1: "pg.encode"}},
+		{"an existing key's value (staging COPY)", []num{{K: 1, V: -1 << 40}, {K: 8, V: 80}}, map[int]string{0: "pg.encode"}},
+	} {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := s.Write(wctx, tc.batch)
+		cancel()
+		wantRejections(t, err, tc.want)
+		for _, it := range err.(*stages.Rejections).Items {
+			if strings.Contains(it.Err.Error(), "COPY from stdin failed") {
+				t.Fatalf("%s: the server answered in English (%v): lc_messages did not take", tc.name, it.Err)
+			}
+			if !pgsink.IsPermanent(it.Err) || pgsink.IsTransient(it.Err) {
+				t.Errorf("%s: IsPermanent %v, IsTransient %v (%v)", tc.name, pgsink.IsPermanent(it.Err), pgsink.IsTransient(it.Err), it.Err)
+			}
+		}
+	}
+	got := map[int64]int64{}
+	rows, err := pool.Query(ctx, "SELECT k, v FROM nums")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k, v int64
+	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { got[k] = v; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[int64]int64{1: 1, 2: 20, 4: 40, 5: 50, 6: 60, 7: 70, 8: 80}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("rows = %v, want %v", got, want)
+	}
+}
