@@ -109,6 +109,9 @@ prefix is prepended to catalog and named topics alike.`,
 			case all:
 			case len(args) > 0:
 				for _, a := range args {
+					if strings.TrimSpace(a) == "" {
+						return errors.New("empty topic name")
+					}
 					names = append(names, prefix+a)
 				}
 			default:

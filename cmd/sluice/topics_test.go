@@ -125,3 +125,16 @@ func TestTopicsBadOverride(t *testing.T) {
 		}
 	}
 }
+
+// An empty topic name is a usage error, found before Kafka is contacted:
+// list used to print a "missing" row for it and exit 0.
+func TestTopicsListEmptyName(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{""}, {"bronze.records", " "}, {"", "--prefix", "p."}} {
+		out, err := runCLI(t, append([]string{"topics", "list", "--brokers", "127.0.0.1:1"}, args...)...)
+		singleLine(t, err, "empty topic name")
+		if out != "" {
+			t.Errorf("list %q printed %q, want nothing", args, out)
+		}
+	}
+}
