@@ -138,3 +138,31 @@ func TestTopicsListEmptyName(t *testing.T) {
 		}
 	}
 }
+
+// Two --partitions-override that give one topic different counts, directly
+// or through its co-partitioned group, are refused before Kafka is
+// contacted, naming the topic and both values; ensure used to apply the
+// last one silently. Overrides that agree are accepted.
+func TestTopicsEnsureContradictoryOverrides(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		overrides []string
+		want      string
+	}{
+		{[]string{"ingest.tasks=4", "ingest.tasks=8"}, "contradictory --partitions-override for topic ingest.tasks: 4 (ingest.tasks=4) and 8 (ingest.tasks=8)"},
+		{[]string{"ingest.tasks=4", "ingest.jobs=8"}, "contradictory --partitions-override for topic ingest.jobs: 4 (ingest.tasks=4) and 8 (ingest.jobs=8)"},
+		{[]string{"ingest.jobs=3", "bronze.records=2", "ingest.tasks=5"}, "for topic ingest.tasks: 3 (ingest.jobs=3) and 5 (ingest.tasks=5)"},
+		{[]string{"ingest.tasks=4", "ingest.jobs=4", "ingest.tasks=4"}, "kafka unreachable"},
+	}
+	for _, tc := range cases {
+		args := []string{"topics", "ensure", "--brokers", "127.0.0.1:1"}
+		for _, o := range tc.overrides {
+			args = append(args, "--partitions-override", o)
+		}
+		out, err := runCLI(t, args...)
+		singleLine(t, err, tc.want)
+		if out != "" {
+			t.Errorf("%v printed %q, want nothing", tc.overrides, out)
+		}
+	}
+}
