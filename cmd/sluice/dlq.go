@@ -92,6 +92,9 @@ line instead). It joins no consumer group and commits nothing.`,
 			if topic == "" {
 				return errors.New("empty --topic")
 			}
+			if err := checkTimeout(timeout); err != nil {
+				return err
+			}
 			opts, err := kafkaOpts(cmd.Context(), g)
 			if err != nil {
 				return err
@@ -232,6 +235,9 @@ started.`,
 			}
 			if topic == "" {
 				return errors.New("empty --topic")
+			}
+			if err := checkTimeout(timeout); err != nil {
+				return err
 			}
 			opts, err := kafkaOpts(cmd.Context(), g)
 			if err != nil {

@@ -28,6 +28,9 @@ log start. A named group that does not exist makes the command exit
 non-zero after printing the others.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkTimeout(timeout); err != nil {
+				return err
+			}
 			adm, closeFn, err := kafkaAdmin(cmd.Context(), g)
 			if err != nil {
 				return err

@@ -40,6 +40,9 @@ their next commit would undo the replay. --dry-run prints the plan and
 commits nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkTimeout(timeout); err != nil {
+				return err
+			}
 			to, err := replayTarget(cmd, earliest, latest, toOffset, toTime, time.Now())
 			if err != nil {
 				return err

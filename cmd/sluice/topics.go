@@ -48,6 +48,9 @@ different partition counts, are printed as warnings and make the command exit
 non-zero. Running it twice prints only "ok".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkTimeout(timeout); err != nil {
+				return err
+			}
 			catalog := topics.Catalog()
 			po, err := partitionOverrides(catalog, overrides)
 			if err != nil {
@@ -100,6 +103,9 @@ currently retained (end offset minus start offset, summed over partitions;
 an upper bound on compacted topics). -v adds per-partition offsets. The
 prefix is prepended to catalog and named topics alike.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkTimeout(timeout); err != nil {
+				return err
+			}
 			var names []string
 			switch {
 			case all && len(args) > 0:

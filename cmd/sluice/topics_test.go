@@ -166,3 +166,34 @@ func TestTopicsEnsureContradictoryOverrides(t *testing.T) {
 		}
 	}
 }
+
+// A --timeout of zero or less would fail every command with a bare
+// "context deadline exceeded" once connected; it is refused up front, before
+// Kafka is contacted, naming the flag.
+func TestTimeoutMustBePositive(t *testing.T) {
+	t.Parallel()
+	cmds := [][]string{
+		{"topics", "ensure"},
+		{"topics", "list"},
+		{"lag"},
+		{"replay", "--group", "g", "--topic", "t", "--to-earliest"},
+		{"dlq", "inspect"},
+		{"dlq", "redrive", "--dry-run"},
+	}
+	for _, args := range cmds {
+		for _, d := range []string{"0", "-1s"} {
+			start := time.Now()
+			out, err := runCLI(t, append(args, "--brokers", "127.0.0.1:1", "--timeout", d)...)
+			if d == "0" {
+				d = "0s"
+			}
+			singleLine(t, err, "invalid --timeout "+d+" (want > 0)")
+			if out != "" {
+				t.Errorf("%v --timeout %s printed %q, want nothing", args, d, out)
+			}
+			if el := time.Since(start); el > 2*time.Second {
+				t.Errorf("%v --timeout %s took %v to fail: validated after connecting", args, d, el)
+			}
+		}
+	}
+}
