@@ -14,6 +14,7 @@ type progressBar struct {
 	label string
 	width int
 	start time.Time
+	drawn bool // update was called: the line needs ending
 }
 
 func newProgressBar(w io.Writer, label string) *progressBar {
@@ -28,9 +29,15 @@ func (p *progressBar) update(done, total int64, note string) {
 	}
 	pct = min(max(pct, 0), 1)
 	filled := int(pct * float64(p.width))
+	p.drawn = true
 	fmt.Fprintf(p.w, "\r%-8s [%s%s] %5.1f%% %d/%d %s %s\x1b[K", p.label, strings.Repeat("█", filled), strings.Repeat("·", p.width-filled),
 		100*pct, done, total, time.Since(p.start).Truncate(100*time.Millisecond), note)
 }
 
-// finish ends the bar's line.
-func (p *progressBar) finish() { fmt.Fprintln(p.w) }
+// finish ends the bar's line. A bar never drawn prints nothing, so that a
+// command that fails before its first update leaves stdout empty.
+func (p *progressBar) finish() {
+	if p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}

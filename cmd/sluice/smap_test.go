@@ -130,9 +130,10 @@ func TestSmapRebuildProgressCommand(t *testing.T) {
 	}
 }
 
-// Bad input to smap progress fails in one line: a zero or negative
-// --interval used to panic (time.NewTicker), an empty ID and an unknown
-// project used to be watched until Ctrl-C.
+// Bad input to smap progress fails in one line and prints nothing: a zero
+// or negative --interval used to panic (time.NewTicker), an empty ID and an
+// unknown project used to be watched until Ctrl-C, and an unknown project
+// printed an empty line (the end of a bar never drawn).
 func TestSmapProgressBadInput(t *testing.T) {
 	t.Parallel()
 	r := testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK())
@@ -150,8 +151,11 @@ func TestSmapProgressBadInput(t *testing.T) {
 	for _, tc := range cases {
 		start := time.Now()
 		args := append([]string{"smap", "progress", "--redis-url", r.URL, "--key-prefix", prefix}, tc.args...)
-		_, err := runCLI(t, args...)
+		out, err := runCLI(t, args...)
 		singleLine(t, err, tc.want)
+		if out != "" {
+			t.Errorf("%v printed %q, want nothing on stdout", tc.args, out)
+		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("%v: took %v to fail", tc.args, d)
 		}
