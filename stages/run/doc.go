@@ -38,7 +38,11 @@
 // is produced as a stub instead: the dlq.* headers plus
 // [stages.HeaderValueOmitted], without the record's value and headers, so
 // one huge record cannot hang its partition; the original stays at its
-// source coordinates.
+// source coordinates. A stub the DLQ topic still refuses as too large (a
+// max.message.bytes below the size of the dlq.* headers alone) is a fatal
+// error naming the DLQ topic and its limit: Run returns it and the
+// record's offset is not committed, since no dead letter of it can ever be
+// produced and skipping it would lose it.
 //
 // # Backpressure
 //

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -245,5 +246,64 @@ func TestDLQProduceFollowsLeaderMove(t *testing.T) {
 	}
 	if len(count) != n-len(good) {
 		t.Errorf("DLQ holds %d distinct records, want %d", len(count), n-len(good))
+	}
+}
+
+// A dead letter that does not fit the DLQ topic even as a stub (its
+// max.message.bytes is below the size of the dlq.* headers alone) can never
+// be produced: Run returns a fatal error naming the DLQ topic and its limit
+// instead of retrying it for ever, and the record's offset is not committed
+// (the records before it are).
+func TestDLQStubTooLargeIsFatal(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	cfg.BatchMaxRecords = 1
+	// The stub alone (dlq.* headers, dlq.error cut to 512 bytes, and
+	// dlq.value_omitted) is well above 256 bytes.
+	limit := "256"
+	cfg.DLQTopic = k.Topic(t, "dlq.tiny", 1, map[string]*string{"max.message.bytes": &limit})
+	cl, adm := k.Client(t), k.Admin(t)
+	produce(t, cl, cfg.Topics[0], 5, 1, func(i int) string {
+		if i == 2 {
+			return "poison:" + strings.Repeat("p", 4<<10)
+		}
+		return "v-" + strconv.Itoa(i)
+	})
+	stage := func(_ context.Context, m msg) ([]msg, error) {
+		if strings.HasPrefix(m.Value, "poison") {
+			return nil, stages.DeadLetter(stages.ReasonSanityFail, "test.poison", errors.New("bad input "+strings.Repeat("x", 1000)))
+		}
+		return []msg{m}, nil
+	}
+	sink := memsink.New[msg]()
+	reg := prometheus.NewRegistry()
+	r, err := run.New(cfg, decodeString, stage, stages.Sink[msg](sink), run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...)), run.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("Run = %v only after the deadline: the stub was retried instead of failing", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), cfg.DLQTopic) || !strings.Contains(err.Error(), "max.message.bytes "+limit) {
+		t.Fatalf("Run = %v, want a fatal error naming the DLQ topic %s and its max.message.bytes %s", err, cfg.DLQTopic, limit)
+	}
+	if c := stages.Classify(err); c.Kind != stages.KindFatal || !errors.Is(err, kerr.MessageTooLarge) {
+		t.Errorf("Run's error is not a fatal MESSAGE_TOO_LARGE: kind %v, %v", c.Kind, err)
+	}
+	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != 2 {
+		t.Errorf("committed %d, want 2 (the records before the poison one, not it)", got)
+	}
+	if sink.Len() != 2 {
+		t.Errorf("sink has %d records, want 2", sink.Len())
+	}
+	if got := len(k.ReadTopic(t, cfg.DLQTopic)); got != 0 {
+		t.Errorf("DLQ has %d records, want none", got)
+	}
+	if got := testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "fatal"); got != 1 {
+		t.Errorf("fatal errors = %v, want 1", got)
 	}
 }

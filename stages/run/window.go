@@ -374,7 +374,10 @@ const readBackTimeout = 30 * time.Second
 // produceDLQ produces p's dead letters, retrying those that failed until
 // they are acknowledged or the worker stops, and counts them. A dead letter
 // the DLQ topic refuses as too large is replaced at once by its stub (see
-// stages.HeaderValueOmitted) instead of being retried forever.
+// stages.HeaderValueOmitted) instead of being retried forever. A stub the
+// DLQ topic still refuses as too large (its max.message.bytes is below the
+// dlq.* headers alone) can never be produced: that is a fatal error (see
+// stubTooLarge), and the offsets behind it are not marked.
 func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 	r := w.r
 	t0 := time.Now()
@@ -385,7 +388,9 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 		for _, res := range r.cl.ProduceSync(w.ctx, todo...) {
 			switch {
 			case res.Err == nil:
-			case tooLarge(res.Err) && !hasHeader(res.Record, stages.HeaderValueOmitted):
+			case tooLarge(res.Err) && hasHeader(res.Record, stages.HeaderValueOmitted):
+				return r.stubTooLarge(w.ctx, res.Record, res.Err)
+			case tooLarge(res.Err):
 				large = append(large, res.Record)
 			default:
 				failed = append(failed, res.Record)
@@ -404,6 +409,9 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 					"topic", r.cfg.DLQTopic, "value_bytes", len(rec.Value), "err", res.Err)
 				rec = omitValue(rec, res.Err)
 				res = r.cl.ProduceSync(w.ctx, rec)[0]
+				if res.Err != nil && tooLarge(res.Err) {
+					return r.stubTooLarge(w.ctx, rec, res.Err)
+				}
 			}
 			if res.Err != nil {
 				failed = append(failed, rec)
@@ -430,10 +438,58 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 }
 
 func hasHeader(rec *kgo.Record, key string) bool {
+	_, ok := headerValue(rec, key)
+	return ok
+}
+
+// headerValue returns the value of rec's first header named key.
+func headerValue(rec *kgo.Record, key string) (string, bool) {
 	for _, h := range rec.Headers {
 		if h.Key == key {
-			return true
+			return string(h.Value), true
 		}
 	}
-	return false
+	return "", false
+}
+
+// stubTooLarge returns the fatal error for a dead-letter stub that the DLQ
+// topic refused as too large (cause): no dead letter of that record fits
+// the topic, so retrying would hang the partition and skipping it would
+// lose the record. The error names the source record, the DLQ topic and its
+// max.message.bytes (looked up for the message; "unknown" when the lookup
+// fails).
+func (r *Runner[In, Out]) stubTooLarge(ctx context.Context, stub *kgo.Record, cause error) error {
+	topic, _ := headerValue(stub, stages.HeaderSourceTopic)
+	part, _ := headerValue(stub, stages.HeaderSourcePartition)
+	off, _ := headerValue(stub, stages.HeaderSourceOffset)
+	return stages.Fatal(fmt.Errorf("dead letter of %s/%s@%s does not fit the DLQ topic %s even as a stub with only its dlq.* headers "+
+		"(the topic's max.message.bytes %s); raise it: %w", topic, part, off, r.cfg.DLQTopic, r.dlqMaxBytes(ctx), cause))
+}
+
+// dlqMaxBytes returns the DLQ topic's max.message.bytes, for error messages.
+func (r *Runner[In, Out]) dlqMaxBytes(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, readBackTimeout)
+	defer cancel()
+	cl, err := kgo.NewClient(r.o.kopts...)
+	if err != nil {
+		return fmt.Sprintf("unknown: client: %v", err)
+	}
+	defer cl.Close()
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, r.cfg.DLQTopic)
+	if err != nil {
+		return fmt.Sprintf("unknown: %v", err)
+	}
+	rc, err := rcs.On(r.cfg.DLQTopic, nil)
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return fmt.Sprintf("unknown: %v", err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "max.message.bytes" {
+			return c.MaybeValue()
+		}
+	}
+	return "unknown: not described"
 }
