@@ -20,6 +20,12 @@
 // periodically, when partitions are revoked and on shutdown. A crash therefore re-delivers at most the records
 // after the last commit; sinks and stages must be idempotent.
 //
+// Records that retention or DeleteRecords removed before the group consumed
+// them (its committed offset, or a paused partition's position, fell below
+// the log start) are gone: the partition resumes at the log start, and the
+// runner logs a WARN with the deleted offset range and counts it in
+// sluice_offsets_skipped_total. See Config.StartOffset.
+//
 // # Errors
 //
 // A decode error or a decoder panic dead-letters the record as decode_error;

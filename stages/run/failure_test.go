@@ -1,11 +1,14 @@
 package run_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +29,44 @@ import (
 // Failure modes of the runtime under broker-side faults (kfake): coordinator
 // and leader moves, retention passing the committed offset, a topic
 // recreated under the runner, and a DLQ topic too small for any dead letter.
+
+// logBuffer collects a logger's output for assertions; safe for concurrent
+// use.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// lines returns the logged lines containing every one of parts.
+func (b *logBuffer) lines(parts ...string) []string {
+	var out []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		ok := l != ""
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (b *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
 
 // slowSink is a memory sink that takes perRecord for every record written,
 // so that consumption lasts long enough to inject a fault in the middle.
@@ -246,6 +287,141 @@ func TestDLQProduceFollowsLeaderMove(t *testing.T) {
 	}
 	if len(count) != n-len(good) {
 		t.Errorf("DLQ holds %d distinct records, want %d", len(count), n-len(good))
+	}
+}
+
+// deleteRecords deletes the records of topic's partition before offset
+// (what retention does) and returns the new log start.
+func deleteRecords(t *testing.T, adm *kadm.Client, topic string, partition int32, offset int64) int64 {
+	t.Helper()
+	var os kadm.Offsets
+	os.Add(kadm.Offset{Topic: topic, Partition: partition, At: offset})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := adm.DeleteRecords(ctx, os)
+	if err != nil {
+		t.Fatalf("delete records of %s/%d before %d: %v", topic, partition, offset, err)
+	}
+	r, ok := resp.Lookup(topic, partition)
+	if !ok || r.Err != nil {
+		t.Fatalf("delete records of %s/%d before %d: %v (answered %t)", topic, partition, offset, r.Err, ok)
+	}
+	return r.LowWatermark
+}
+
+// The group's committed offset falls below the log start while no member
+// runs (retention or DeleteRecords removed records never processed). On
+// restart the runner resumes at the log start, whatever StartOffset says:
+// the deleted records are gone, but none that still exists is skipped (with
+// "latest", kgo's reset to the end would skip them all). The skip of the
+// deleted ones is made visible: a WARN naming the partition and the range,
+// and sluice_offsets_skipped_total.
+func TestCommittedOffsetBelowLogStart(t *testing.T) {
+	t.Parallel()
+	for _, startOffset := range []string{"earliest"} {
+		t.Run(startOffset, func(t *testing.T) {
+			t.Parallel()
+			k := testkit.NewKafka(t, testkit.ForceFake())
+			cfg := baseConfig(t, k, 1)
+			topic := cfg.Topics[0]
+			cl, adm := k.Client(t), k.Admin(t)
+			first := produce(t, cl, topic, 40, 5, nil)
+			sink1 := memsink.New[msg]()
+			_, stop1 := start(t, k, cfg, passthrough, sink1)
+			testkit.WaitFor(t, 10*time.Second, "the first 40 records committed", func() bool {
+				return testkit.Committed(t, adm, cfg.Group, topic)[0] == 40
+			})
+			if err := stop1(); err != nil {
+				t.Fatal(err)
+			}
+			checkLanded(t, sink1.Items(), first, nil)
+
+			more := produce(t, cl, topic, 60, 5, func(i int) string { return fmt.Sprintf("v-%d", 40+i) })
+			const logStart = 70
+			if got := deleteRecords(t, adm, topic, 0, logStart); got != logStart {
+				t.Fatalf("log start %d after DeleteRecords, want %d", got, logStart)
+			}
+
+			cfg.StartOffset = startOffset
+			var logs logBuffer
+			reg := prometheus.NewRegistry()
+			sink := memsink.New[msg]()
+			_, stop := start(t, k, cfg, passthrough, sink, run.WithLogger(logs.logger()), run.WithRegisterer(reg))
+			waitCommittedAtEnd(t, adm, cfg.Group, topic, 10*time.Second)
+			if err := stop(); err != nil {
+				t.Fatalf("Run after the log start passed the commit: %v", err)
+			}
+			kept := more[logStart-40:]
+			checkLanded(t, sink.Items(), kept, nil)
+			if sink.Len() != len(kept) {
+				t.Errorf("restarted runner wrote %d records, want the %d still in the log", sink.Len(), len(kept))
+			}
+			if got := testkit.Metric(t, reg, "sluice_offsets_skipped_total", "topic", topic); got != logStart-40 {
+				t.Errorf("sluice_offsets_skipped_total = %v, want %d", got, logStart-40)
+			}
+			if l := logs.lines("level=WARN", "partition=0", "from=40", "to=70"); len(l) != 1 {
+				t.Errorf("want one WARN naming the skipped range 40..70 of partition 0, got %q\nlog:\n%s", l, logs.String())
+			}
+		})
+	}
+}
+
+// The log start passes the position of a running member (retention deleted
+// records it had not fetched yet, its partition being paused under
+// backpressure): the runner resumes at the log start, processes every
+// record still there, and reports the skipped offsets.
+func TestLogStartPassesRunningPosition(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	cfg.BatchMaxRecords = 10
+	cfg.MaxInFlight = 20
+	topic := cfg.Topics[0]
+	cl, adm := k.Client(t), k.Admin(t)
+	const n, logStart = 100, 60
+	recs := produce(t, cl, topic, n, 5, nil)
+	release := make(chan struct{})
+	sink := memsink.New(memsink.WithFailure(func(_ []msg, write int) error {
+		if write == 1 {
+			<-release
+		}
+		return nil
+	}))
+	var logs logBuffer
+	reg := prometheus.NewRegistry()
+	_, stop := start(t, k, cfg, passthrough, sink, run.WithLogger(logs.logger()), run.WithRegisterer(reg))
+	testkit.WaitFor(t, 10*time.Second, "the partition paused under backpressure", func() bool {
+		return testkit.Metric(t, reg, "sluice_paused_partitions") == 1
+	})
+	polled := testkit.Metric(t, reg, "sluice_records_in_total") // taken by the worker so far; more are queued
+	deleteRecords(t, adm, topic, 0, logStart)
+	close(release)
+	waitCommittedAtEnd(t, adm, cfg.Group, topic, 10*time.Second)
+	if err := stop(); err != nil {
+		t.Fatalf("Run after the log start passed its position: %v", err)
+	}
+	got := map[int64]bool{}
+	for _, m := range sink.Items() {
+		got[m.Source.Offset] = true
+	}
+	// What was fetched before the delete is processed; then a gap up to
+	// the log start; then everything after it.
+	p := int64(0)
+	for got[p] {
+		p++
+	}
+	if p >= logStart {
+		t.Fatalf("the runner had fetched %d records before the delete (taken %v): the scenario did not put its position below the log start", p, polled)
+	}
+	checkLanded(t, sink.Items(), append(recs[:p:p], recs[logStart:]...), nil)
+	if len(got) != int(p)+n-logStart {
+		t.Errorf("wrote %d distinct records, want %d before the gap and %d after it", len(got), p, n-logStart)
+	}
+	if m := testkit.Metric(t, reg, "sluice_offsets_skipped_total", "topic", topic); m != float64(logStart-p) {
+		t.Errorf("sluice_offsets_skipped_total = %v, want %d (offsets %d..%d)", m, logStart-p, p, logStart)
+	}
+	if l := logs.lines("level=WARN", "partition=0", fmt.Sprintf("from=%d", p), fmt.Sprintf("to=%d", logStart)); len(l) != 1 {
+		t.Errorf("want one WARN naming the skipped range %d..%d, got %q\nlog:\n%s", p, logStart, l, logs.String())
 	}
 }
 

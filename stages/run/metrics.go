@@ -21,6 +21,7 @@ type metrics struct {
 	assigned   prometheus.Gauge         // assigned partitions
 	committed  *prometheus.CounterVec   // topic: records marked for commit
 	errors     *prometheus.CounterVec   // kind: fetch|commit|fatal|abandoned
+	skipped    *prometheus.CounterVec   // topic: offsets deleted before they were consumed
 	batchDur   *prometheus.HistogramVec // phase: process|write|dlq
 	merged     prometheus.Counter       // outputs merged into an earlier one in a window
 	windowKeys atomic.Int64             // keys held by the open windows (gauge sluice_window_keys)
@@ -69,6 +70,9 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_runtime_errors_total", Help: "Runtime errors, per kind (fetch, commit, fatal, abandoned).",
 		}, []string{"kind"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_offsets_skipped_total", Help: "Offsets deleted from the log (retention, DeleteRecords) before the group consumed them, per topic: their records never reached the pipeline.",
+		}, []string{"topic"}),
 		batchDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_batch_phase_duration_seconds", Help: "Batch time per phase (process, write, dlq).", Buckets: lat,
 		}, []string{"phase"}),
@@ -79,7 +83,7 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 	windowKeys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_window_keys", Help: "Keys held by the open coalescing windows of all assigned partitions (memory under a backlog).",
 	}, func() float64 { return float64(m.windowKeys.Load()) })
-	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.retries, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.batchDur, m.merged, windowKeys} {
+	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.retries, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.skipped, m.batchDur, m.merged, windowKeys} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -214,6 +214,7 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 			if w == nil {
 				return // revoked meanwhile: the new owner re-reads from the committed offset
 			}
+			r.noteSkipped(w, p)
 			w.push(p.Records, p.HighWatermark)
 		})
 	}
@@ -283,6 +284,33 @@ func (r *Runner[In, Out]) waitForCapacity(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// noteSkipped makes visible the offsets of w's partition that were deleted
+// from the log before this member consumed them: the group's committed
+// offset fell below the log start while no member ran, or the log start
+// passed the fetch position (of a paused partition, say). Retention or
+// DeleteRecords removed those records; kgo resumes at the log start, and
+// this logs a WARN with the offset range and counts it in
+// sluice_offsets_skipped_total. Gaps above the log start (compaction,
+// transaction markers) are not skips. Called by the poll loop only, before
+// w.push, with records in p.
+func (r *Runner[In, Out]) noteSkipped(w *worker[In, Out], p kgo.FetchTopicPartition) {
+	first, last := p.Records[0].Offset, p.Records[len(p.Records)-1].Offset
+	from := w.next
+	if from < 0 {
+		if c, ok := r.cl.CommittedOffsets()[p.Topic][p.Partition]; ok {
+			from = c.Offset
+		}
+	}
+	w.next = last + 1
+	if from < 0 || first <= from || from >= p.LogStartOffset {
+		return
+	}
+	to := min(first, p.LogStartOffset)
+	r.m.skipped.WithLabelValues(p.Topic).Add(float64(to - from))
+	r.o.log.Warn("records deleted before they were consumed (retention or DeleteRecords passed the group's position); resuming at the log start",
+		"topic", p.Topic, "partition", p.Partition, "from", from, "to", to, "skipped", to-from)
 }
 
 // backpressureWait is how long the poll loop waits for a full partition queue

@@ -47,6 +47,9 @@ type worker[In, Out any] struct {
 	done     chan struct{}
 	lost     atomic.Bool
 	hwm      atomic.Int64 // the partition's high watermark at the last fetch
+	// next is the offset after the last record pushed, -1 before the first
+	// push; used by the poll loop only (see Runner.noteSkipped).
+	next int64
 
 	win *window[Out] // open coalescing window; nil when windows are off
 }
@@ -59,6 +62,7 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 		stopping: make(chan struct{}),
 		ctx:      ctx, cancel: cancel,
 		done: make(chan struct{}),
+		next: -1,
 	}
 	if r.merger != nil {
 		w.win = newWindow(r.merger, &r.m.windowKeys)
