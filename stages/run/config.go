@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Config holds the runtime settings of one pipeline. Zero fields take the
@@ -44,8 +46,21 @@ type Config struct {
 	// RevokeTimeout bounds how long a revoked or stopping worker may take to
 	// finish its batch before it is abandoned (default 20s).
 	RevokeTimeout time.Duration
-	// StartOffset is where a group without committed offsets starts:
-	// "earliest" (default) or "latest".
+	// StartOffset is where a partition starts when the group has no
+	// committed offset for it: "earliest" (default: the log start) or
+	// "latest" (the log end; records produced before the group first
+	// consumed the partition are never processed).
+	//
+	// It never moves a partition that has a commit. A committed offset
+	// below the log start (retention or DeleteRecords removed records the
+	// group had not consumed) resumes at the log start with either value:
+	// the deleted records are gone and reported (a WARN and
+	// sluice_offsets_skipped_total), but no record still in the log is
+	// skipped. A committed offset past the log end (the log was truncated)
+	// also resumes at the log start. When the broker lost data at a point
+	// the client cannot locate (kgo reports kgo.ErrDataLoss, logged as a
+	// fetch error), the partition is re-read from the log start: nothing
+	// is skipped, at the cost of duplicates the idempotent sinks absorb.
 	StartOffset string
 	// Window turns on coalescing windows across batches (off by default;
 	// the sink must implement [Merger]). See [WindowConfig].
@@ -91,6 +106,21 @@ func (p RetryPolicy) Backoff(attempt int) time.Duration {
 	}
 	j := (rand.Float64()*2 - 1) * p.Jitter
 	return time.Duration(float64(d) * (1 + j))
+}
+
+// offsetOpts returns the client options implementing StartOffset. kgo
+// splits where a partition without a commit starts (ConsumeStartOffset)
+// from where it resumes after OFFSET_OUT_OF_RANGE (ConsumeResetOffset); the
+// reset offset also decides where a commit below the log start resumes, so
+// it is the log start for both StartOffset values: with AtEnd (what a single
+// ConsumeResetOffset(AtEnd) gave "latest") kgo jumps to the log end and
+// silently skips every record still between the log start and the end.
+func (c Config) offsetOpts() []kgo.Opt {
+	start := kgo.NewOffset().AtStart()
+	if c.StartOffset == "latest" {
+		start = kgo.NewOffset().AtEnd()
+	}
+	return []kgo.Opt{kgo.ConsumeStartOffset(start), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 }
 
 // withDefaults returns c with zero fields set to their defaults.

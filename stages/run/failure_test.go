@@ -318,7 +318,7 @@ func deleteRecords(t *testing.T, adm *kadm.Client, topic string, partition int32
 // and sluice_offsets_skipped_total.
 func TestCommittedOffsetBelowLogStart(t *testing.T) {
 	t.Parallel()
-	for _, startOffset := range []string{"earliest"} {
+	for _, startOffset := range []string{"earliest", "latest"} {
 		t.Run(startOffset, func(t *testing.T) {
 			t.Parallel()
 			k := testkit.NewKafka(t, testkit.ForceFake())
@@ -363,6 +363,89 @@ func TestCommittedOffsetBelowLogStart(t *testing.T) {
 				t.Errorf("want one WARN naming the skipped range 40..70 of partition 0, got %q\nlog:\n%s", l, logs.String())
 			}
 		})
+	}
+}
+
+// "latest" still starts a partition without a commit at its end: records
+// produced before the group first consumed it are never processed, and
+// every record from the first one processed on is.
+func TestStartOffsetLatestWithoutCommit(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	cfg.StartOffset = "latest"
+	topic := cfg.Topics[0]
+	cl, adm := k.Client(t), k.Admin(t)
+	const old = 20
+	produce(t, cl, topic, old, 5, func(i int) string { return fmt.Sprintf("old-%d", i) })
+	sink := memsink.New[msg]()
+	r, stop := start(t, k, cfg, passthrough, sink)
+	testkit.WaitFor(t, 10*time.Second, "the runner to join", r.Ready)
+	// The start position is listed after the join: keep producing until
+	// the runner processes a record.
+	var recs []*kgo.Record
+	testkit.WaitFor(t, 10*time.Second, "a record produced after the start to be processed", func() bool {
+		recs = append(recs, produce(t, cl, topic, 1, 5, func(int) string { return fmt.Sprintf("new-%d", len(recs)) })...)
+		time.Sleep(50 * time.Millisecond)
+		return sink.Len() > 0
+	})
+	waitCommittedAtEnd(t, adm, cfg.Group, topic, 10*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	items := sink.Items()
+	first := items[0].Source.Offset
+	if first < old {
+		t.Fatalf("first record processed at offset %d (%s): a record produced before the start was processed", first, items[0].Value)
+	}
+	checkLanded(t, items, recs[first-old:], nil)
+}
+
+// The transactional runner with StartOffset "latest" resumes a committed
+// offset below the log start at the log start too, instead of skipping the
+// records still in the log.
+func TestTransactionalCommittedOffsetBelowLogStartLatest(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	topic := cfg.Topics[0]
+	outTopic := k.Topic(t, "out", 1)
+	cl, adm := k.Client(t), k.Admin(t)
+	stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: outTopic, Key: []byte(m.Key), Value: []byte(itoa64(m.Source.Offset))}}, nil
+	}
+	runUntil := func(cfg run.Config, end int64) {
+		t.Helper()
+		r, err := run.NewTransactional(cfg, testkit.Name(t, "txn"), decodeString, stage, run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := testkit.RunInBackground(t, "txn runner", r.Run)
+		testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("commit at %d", end), func() bool {
+			return testkit.Committed(t, adm, cfg.Group, topic)[0] == end
+		})
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(t, cl, topic, 40, 5, nil)
+	runUntil(cfg, 40)
+	produce(t, cl, topic, 60, 5, nil)
+	deleteRecords(t, adm, topic, 0, 70)
+	cfg.StartOffset = "latest"
+	runUntil(cfg, 100)
+	var got []string
+	for _, r := range k.ReadTopic(t, outTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted())) {
+		got = append(got, string(r.Value))
+	}
+	var want []string
+	for off := range int64(100) {
+		if off < 40 || off >= 70 {
+			want = append(want, itoa64(off))
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("outputs for source offsets %v, want %v", got, want)
 	}
 }
 

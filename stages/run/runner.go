@@ -164,10 +164,6 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	defer stop(nil)
 	r.stopRun = stop
 
-	reset := kgo.NewOffset().AtStart()
-	if r.cfg.StartOffset == "latest" {
-		reset = kgo.NewOffset().AtEnd()
-	}
 	// A short fetch wait bounds how long a resumed partition waits for the
 	// next fetch round; callers may override it.
 	opts := append([]kgo.Opt{kgo.FetchMaxWait(time.Second)}, r.o.kopts...)
@@ -177,11 +173,11 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(r.cfg.CommitInterval),
-		kgo.ConsumeResetOffset(reset),
 		kgo.OnPartitionsAssigned(r.onAssigned),
 		kgo.OnPartitionsRevoked(r.onRevoked),
 		kgo.OnPartitionsLost(r.onLost),
 	)
+	opts = append(opts, r.cfg.offsetOpts()...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("pipeline %s: kafka client: %w", r.cfg.Name, err)

@@ -70,10 +70,6 @@ func (r *TxRunner[In]) Ready() bool { return r.ready.Load() }
 
 // Run consumes until ctx is cancelled (returning nil) or a fatal error.
 func (r *TxRunner[In]) Run(ctx context.Context) error {
-	reset := kgo.NewOffset().AtStart()
-	if r.cfg.StartOffset == "latest" {
-		reset = kgo.NewOffset().AtEnd()
-	}
 	opts := append([]kgo.Opt{}, r.o.kopts...)
 	opts = append(opts,
 		kgo.TransactionalID(r.txnID),
@@ -81,9 +77,9 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 		kgo.ConsumerGroup(r.cfg.Group),
 		kgo.ConsumeTopics(r.cfg.Topics...),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
-		kgo.ConsumeResetOffset(reset),
 		kgo.RequireStableFetchOffsets(),
 	)
+	opts = append(opts, r.cfg.offsetOpts()...)
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return fmt.Errorf("pipeline %s: transactional client: %w", r.cfg.Name, err)
