@@ -35,7 +35,8 @@
 // are retried with exponential backoff and jitter while the partition's
 // fetches are paused, up to Config.Retry.MaxAttempts, then dead-lettered as
 // retries_exhausted; a fatal error stops the runner without committing the
-// failing record. Sink errors other than [*stages.Rejections] are transient:
+// failing record. An input topic deleted or recreated under the runner is
+// fatal too (see [Runner.Run]). Sink errors other than [*stages.Rejections] are transient:
 // the batch is retried (never dead-lettered) and no offset moves past it.
 //
 // Dead letters are produced before the offsets behind them are marked; a

@@ -508,6 +508,242 @@ func TestLogStartPassesRunningPosition(t *testing.T) {
 	}
 }
 
+// runAsync starts run in the background. The returned wait, called on the
+// test's goroutine, returns run's error, or fails the test when run has not
+// returned within timeout (a runner that hangs or idles instead of
+// failing).
+func runAsync(t *testing.T, run func(context.Context) error) (wait func(timeout time.Duration) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		runErr = run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return func(timeout time.Duration) error {
+		t.Helper()
+		select {
+		case <-done:
+			return runErr
+		case <-time.After(timeout):
+			cancel()
+			<-done
+			t.Fatalf("the runner neither failed nor stopped within %s (then returned %v)", timeout, runErr)
+			return nil
+		}
+	}
+}
+
+// recreate deletes topic and creates it again with the same name and
+// partitions (a new topic ID).
+func recreate(t *testing.T, adm *kadm.Client, topic string, partitions int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := adm.DeleteTopics(ctx, topic); err != nil {
+		t.Fatalf("delete %s: %v", topic, err)
+	}
+	if _, err := adm.CreateTopic(ctx, partitions, -1, nil, topic); err != nil {
+		t.Fatalf("recreate %s: %v", topic, err)
+	}
+}
+
+// The input topic is deleted and recreated (same name, new topic ID) while
+// the runner consumes it. kgo never consumes the new instance in the same
+// client; depending on when its metadata notices, it answers
+// UNKNOWN_TOPIC_ID poll after poll (the runner spun on them, logging
+// hundreds a second) or idles without a word. Either way the runner now
+// stops with a fatal error saying the topic was recreated, without
+// spinning, and a restarted runner processes every record of the new
+// instance (from its start: the group's commits went with the old one) and
+// commits to its high watermarks.
+func TestTopicRecreatedWhileRunning(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		metadata time.Duration // kgo.MetadataMinAge
+	}{
+		{"kgo default metadata age", 5 * time.Second}, // kgo would answer UNKNOWN_TOPIC_ID poll after poll
+		{"kgo fast metadata", 100 * time.Millisecond}, // kgo would see the delete first and idle
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			k := testkit.NewKafka(t, testkit.ForceFake())
+			cfg := baseConfig(t, k, 2)
+			topic := cfg.Topics[0]
+			cl, adm := k.Client(t), k.Admin(t)
+			first := produce(t, cl, topic, 50, 5, nil)
+			reg := prometheus.NewRegistry()
+			sink := memsink.New[msg]()
+			r, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink), run.WithRegisterer(reg), run.WithTopicCheckInterval(500*time.Millisecond),
+				run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond), kgo.MetadataMinAge(tc.metadata)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait := runAsync(t, r.Run)
+			waitCommittedAtEnd(t, adm, cfg.Group, topic, 5*time.Second)
+			checkLanded(t, sink.Items(), first, nil)
+			recreate(t, adm, topic, 2)
+			second := produce(t, k.Client(t), topic, 30, 5, func(i int) string { return fmt.Sprintf("new-%d", i) })
+			runErr := wait(10 * time.Second)
+			// "was deleted" alone when the watch looked twice between the
+			// delete and the create.
+			if runErr == nil || !strings.Contains(runErr.Error(), "input topic "+topic+" was deleted") || stages.Classify(runErr).Kind != stages.KindFatal {
+				t.Fatalf("Run = %v, want a fatal error saying %s was deleted and recreated", runErr, topic)
+			}
+			if n := testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "fetch"); n > 100 {
+				t.Errorf("%v fetch errors before failing: the poll loop spun on them", n)
+			}
+			if sink.Len() != len(first) {
+				t.Errorf("sink has %d records, want the %d of the first instance", sink.Len(), len(first))
+			}
+
+			again := memsink.New[msg]()
+			_, stop := start(t, k, cfg, passthrough, again)
+			waitCommittedAtEnd(t, adm, cfg.Group, topic, 5*time.Second)
+			if err := stop(); err != nil {
+				t.Fatalf("restarted runner: %v", err)
+			}
+			checkLanded(t, again.Items(), second, nil)
+			if again.Len() != len(second) {
+				t.Errorf("restarted runner wrote %d records, want the %d of the new instance", again.Len(), len(second))
+			}
+		})
+	}
+}
+
+// The input topic is deleted (not recreated) while the runner consumes it:
+// Run returns a fatal error saying so instead of idling for ever.
+func TestTopicDeletedWhileRunning(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	topic := cfg.Topics[0]
+	cl, adm := k.Client(t), k.Admin(t)
+	produce(t, cl, topic, 10, 5, nil)
+	r, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](memsink.New[msg]()), run.WithTopicCheckInterval(500*time.Millisecond),
+		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAsync(t, r.Run)
+	waitCommittedAtEnd(t, adm, cfg.Group, topic, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := adm.DeleteTopics(ctx, topic); err != nil {
+		t.Fatalf("delete %s: %v", topic, err)
+	}
+	runErr := wait(10 * time.Second)
+	if runErr == nil || !strings.Contains(runErr.Error(), "input topic "+topic) || !strings.Contains(runErr.Error(), "was deleted") ||
+		stages.Classify(runErr).Kind != stages.KindFatal {
+		t.Fatalf("Run = %v, want a fatal error saying %s was deleted", runErr, topic)
+	}
+}
+
+// kgo hands UNKNOWN_TOPIC_ID (a broker that does not know a new topic yet,
+// or a recreated topic) back poll after poll, at once. The poll loop backs
+// off after a poll that brought only errors instead of spinning on them
+// (it logged and counted hundreds a second), and once the broker knows the
+// topic again every record is processed; the topic kept its ID, so this is
+// no fatal error.
+func TestTransientUnknownTopicIDDoesNotSpin(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	topic := cfg.Topics[0]
+	cl, adm := k.Client(t), k.Admin(t)
+	recs := produce(t, cl, topic, 20, 5, nil)
+	faults := k.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: topic, Err: kerr.UnknownTopicID, Count: -1})
+	reg := prometheus.NewRegistry()
+	sink := memsink.New[msg]()
+	_, stop := start(t, k, cfg, passthrough, sink, run.WithRegisterer(reg), run.WithTopicCheckInterval(200*time.Millisecond),
+		run.WithKafkaOpts(kgo.KeepRetryableFetchErrors())) // hand UNKNOWN_TOPIC_ID over at once, not after several metadata refreshes
+	fetchErrors := func() float64 { return testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "fetch") }
+	testkit.WaitFor(t, 10*time.Second, "UNKNOWN_TOPIC_ID handed to the poll loop", func() bool { return fetchErrors() > 0 })
+	before := fetchErrors()
+	const window = time.Second
+	time.Sleep(window) // a rate: count the errors over a fixed window
+	if n := fetchErrors() - before; n > 10 {
+		t.Errorf("%v fetch errors in %s: the poll loop spins on them", n, window)
+	}
+	faults.Remove()
+	waitCommittedAtEnd(t, adm, cfg.Group, topic, 10*time.Second)
+	if err := stop(); err != nil {
+		t.Fatalf("Run after a transient UNKNOWN_TOPIC_ID: %v", err)
+	}
+	checkLanded(t, sink.Items(), recs, nil)
+}
+
+// The transactional runner backs off after a poll of errors only too.
+func TestTransactionalTransientUnknownTopicIDDoesNotSpin(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	topic := cfg.Topics[0]
+	outTopic := k.Topic(t, "out", 1)
+	cl, adm := k.Client(t), k.Admin(t)
+	produce(t, cl, topic, 20, 5, nil)
+	faults := k.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: topic, Err: kerr.UnknownTopicID, Count: -1})
+	stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: outTopic, Key: []byte(m.Key), Value: []byte(m.Value)}}, nil
+	}
+	reg := prometheus.NewRegistry()
+	r, err := run.NewTransactional(cfg, testkit.Name(t, "txn"), decodeString, stage, run.WithRegisterer(reg), run.WithTopicCheckInterval(200*time.Millisecond),
+		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond), kgo.KeepRetryableFetchErrors()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := testkit.RunInBackground(t, "txn runner", r.Run)
+	fetchErrors := func() float64 { return testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "fetch") }
+	testkit.WaitFor(t, 10*time.Second, "UNKNOWN_TOPIC_ID handed to the poll loop", func() bool { return fetchErrors() > 0 })
+	before := fetchErrors()
+	const window = time.Second
+	time.Sleep(window) // a rate: count the errors over a fixed window
+	if n := fetchErrors() - before; n > 10 {
+		t.Errorf("%v fetch errors in %s: the poll loop spins on them", n, window)
+	}
+	faults.Remove()
+	waitCommittedAtEnd(t, adm, cfg.Group, topic, 10*time.Second)
+	if err := stop(); err != nil {
+		t.Fatalf("Run after a transient UNKNOWN_TOPIC_ID: %v", err)
+	}
+	if got := len(k.ReadTopic(t, outTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted()))); got != 20 {
+		t.Errorf("%d committed outputs, want 20", got)
+	}
+}
+
+// The transactional runner also stops with a fatal error when its input
+// topic is recreated, instead of idling or spinning.
+func TestTransactionalTopicRecreated(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	topic := cfg.Topics[0]
+	outTopic := k.Topic(t, "out", 1)
+	cl, adm := k.Client(t), k.Admin(t)
+	produce(t, cl, topic, 20, 5, nil)
+	stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: outTopic, Key: []byte(m.Key), Value: []byte(m.Value)}}, nil
+	}
+	r, err := run.NewTransactional(cfg, testkit.Name(t, "txn"), decodeString, stage, run.WithTopicCheckInterval(500*time.Millisecond),
+		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := runAsync(t, r.Run)
+	waitCommittedAtEnd(t, adm, cfg.Group, topic, 5*time.Second)
+	recreate(t, adm, topic, 1)
+	runErr := wait(10 * time.Second)
+	if runErr == nil || !strings.Contains(runErr.Error(), "input topic "+topic+" was deleted") || stages.Classify(runErr).Kind != stages.KindFatal {
+		t.Fatalf("Run = %v, want a fatal error saying %s was deleted and recreated", runErr, topic)
+	}
+}
+
 // A dead letter that does not fit the DLQ topic even as a stub (its
 // max.message.bytes is below the size of the dlq.* headers alone) can never
 // be produced: Run returns a fatal error naming the DLQ topic and its limit

@@ -26,6 +26,7 @@ type options struct {
 	onAssigned func(ctx context.Context, assigned map[string][]int32) error
 	onRevoked  func(ctx context.Context, revoked map[string][]int32)
 	stageName  string
+	topicCheck time.Duration // period of watchTopics (default topicCheckInterval); set by tests
 }
 
 // WithRegisterer registers the runner's metrics on reg (default: a private
@@ -129,6 +130,9 @@ func setup(cfg Config, opts []Option) (options, *metrics, error) {
 	if o.stageName == "" {
 		o.stageName = cfg.Name
 	}
+	if o.topicCheck <= 0 {
+		o.topicCheck = topicCheckInterval
+	}
 	m, err := newMetrics(o.reg, cfg.Name)
 	if err != nil {
 		return o, nil, fmt.Errorf("register metrics of pipeline %s: %w", cfg.Name, err)
@@ -153,6 +157,13 @@ func (r *Runner[In, Out]) Ready() bool {
 // marked offsets were committed and the member left the group. It returns
 // nil after a cancel of ctx and the fatal error otherwise. Run may be called
 // once.
+//
+// An input topic deleted, or deleted and recreated under the same name,
+// while Run consumes it is a fatal error saying so (within seconds: its
+// metadata is checked every 5s): the Kafka client cannot consume the new
+// instance, and idling would hide it. Run it again (a restarted process) to
+// consume the new instance, from Config.StartOffset since the group's
+// commits went with the old one.
 func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return errors.New("runner already started")
@@ -184,6 +195,13 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	}
 	r.cl = cl
 	r.o.log.Info("pipeline starting", "group", r.cfg.Group, "topics", r.cfg.Topics)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if err := watchTopics(runCtx, r.o.kopts, r.cfg.Topics, r.o.topicCheck); err != nil {
+			r.fail(err)
+		}
+	}()
 
 	for runCtx.Err() == nil {
 		r.waitForCapacity(runCtx)
@@ -191,13 +209,18 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 		if fetches.IsClientClosed() {
 			break
 		}
+		failed := false
 		fetches.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return
 			}
+			failed = true
 			r.m.errors.WithLabelValues("fetch").Inc()
 			r.o.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 		})
+		if failed && fetches.NumRecords() == 0 {
+			pause(runCtx, fetchErrorBackoff)
+		}
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) == 0 {
 				return
@@ -214,6 +237,9 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 			w.push(p.Records, p.HighWatermark)
 		})
 	}
+
+	stop(nil)
+	<-watched
 
 	// Shutdown: finish or abandon in-flight batches, commit, leave.
 	r.mu.Lock()
@@ -308,6 +334,21 @@ func (r *Runner[In, Out]) noteSkipped(w *worker[In, Out], p kgo.FetchTopicPartit
 	r.o.log.Warn("records deleted before they were consumed (retention or DeleteRecords passed the group's position); resuming at the log start",
 		"topic", p.Topic, "partition", p.Partition, "from", from, "to", to, "skipped", to-from)
 }
+
+// pause waits d or until ctx is done.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// fetchErrorBackoff is how long a poll loop waits after a poll that
+// brought only errors: kgo hands some errors (UNKNOWN_TOPIC_ID of a
+// recreated topic) back at once, poll after poll.
+const fetchErrorBackoff = 250 * time.Millisecond
 
 // backpressureWait is how long the poll loop waits for a full partition queue
 // to drain before pausing that partition.

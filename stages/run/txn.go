@@ -68,7 +68,8 @@ func (r *TxRunner[In]) Name() string { return r.cfg.Name }
 // partition state to restore.
 func (r *TxRunner[In]) Ready() bool { return r.ready.Load() }
 
-// Run consumes until ctx is cancelled (returning nil) or a fatal error.
+// Run consumes until ctx is cancelled (returning nil) or a fatal error,
+// a deleted or recreated input topic included (see [Runner.Run]).
 func (r *TxRunner[In]) Run(ctx context.Context) error {
 	opts := append([]kgo.Opt{}, r.o.kopts...)
 	opts = append(opts,
@@ -85,6 +86,19 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 		return fmt.Errorf("pipeline %s: transactional client: %w", r.cfg.Name, err)
 	}
 	defer sess.Close()
+	// A deleted or recreated input topic stops the runner (see
+	// watchTopics): watchErr is set before ctx is cancelled.
+	ctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var watchErr error
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if watchErr = watchTopics(ctx, r.o.kopts, r.cfg.Topics, r.o.topicCheck); watchErr != nil {
+			stopWatch()
+		}
+	}()
+	defer func() { stopWatch(); <-watched }()
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel) // a shutdown abandons an in-place retry
@@ -110,12 +124,17 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			break
 		}
+		failed := false
 		fetches.EachError(func(topic string, p int32, err error) {
+			failed = true
 			r.m.errors.WithLabelValues("fetch").Inc()
 			r.o.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 		})
 		recs := fetches.Records()
 		if len(recs) == 0 {
+			if failed {
+				pause(ctx, fetchErrorBackoff)
+			}
 			continue
 		}
 		if err := sess.Begin(); err != nil {
@@ -191,6 +210,11 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 			}
 			t.Stop()
 		}
+	}
+	stopWatch()
+	<-watched
+	if watchErr != nil {
+		return fmt.Errorf("pipeline %s: %w", r.cfg.Name, watchErr)
 	}
 	return nil
 }
