@@ -111,6 +111,9 @@ SECTIONS = [
              targets=[(rate("sluice_retries_total", "pipeline, kind"), "{{pipeline}} {{kind}}")]),
         dict(title="Runtime errors by kind", unit="ops",
              targets=[(rate("sluice_runtime_errors_total", "pipeline, kind"), "{{pipeline}} {{kind}}")]),
+        dict(title="Records deleted before they were consumed", unit="short",
+             targets=[(f"sum by (pipeline, topic) (increase(sluice_offsets_skipped_total{{{P}}}[$__rate_interval]))",
+                       "{{pipeline}} {{topic}}")]),
     ]),
     ("Postgres sink", [
         dict(title="Rows written / merged / rejected", unit="ops",
