@@ -125,13 +125,24 @@ func redactURLPassword(raw string) (string, bool) {
 	return raw[:from] + "xxxxx" + raw[at:], true
 }
 
-// connectPostgres opens a pool and checks it answers.
-func connectPostgres(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// postgresPoolConfig parses url and sets sluice's connection settings:
+// connectTimeout and the dialer of postgresDialer.
+func postgresPoolConfig(url string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("invalid DATABASE_URL: %w", err) // pgx redacts the password in its errors
 	}
 	cfg.ConnConfig.ConnectTimeout = connectTimeout
+	cfg.ConnConfig.DialFunc = postgresDialer().DialContext
+	return cfg, nil
+}
+
+// connectPostgres opens a pool and checks it answers.
+func connectPostgres(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := postgresPoolConfig(url)
+	if err != nil {
+		return nil, err
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
