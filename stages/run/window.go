@@ -388,8 +388,6 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 		for _, res := range r.cl.ProduceSync(w.ctx, todo...) {
 			switch {
 			case res.Err == nil:
-			case tooLarge(res.Err) && hasHeader(res.Record, stages.HeaderValueOmitted):
-				return r.stubTooLarge(w.ctx, res.Record, res.Err)
 			case tooLarge(res.Err):
 				large = append(large, res.Record)
 			default:
@@ -401,9 +399,14 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 		}
 		// The broker refuses a whole batch when it is too large: produce
 		// its records one at a time, in order, to find those that do not fit
-		// alone, and send each of those as its stub at once.
+		// alone, and send each of those as its stub at once. A stub refused
+		// in a batch (with a large dead letter) says nothing until it is
+		// refused alone.
 		for _, rec := range large {
 			res := r.cl.ProduceSync(w.ctx, rec)[0]
+			if res.Err != nil && tooLarge(res.Err) && hasHeader(rec, stages.HeaderValueOmitted) {
+				return r.stubTooLarge(w.ctx, rec, res.Err)
+			}
 			if res.Err != nil && tooLarge(res.Err) {
 				r.o.log.Warn("dead letter too large for the DLQ topic, producing it without the record's value",
 					"topic", r.cfg.DLQTopic, "value_bytes", len(rec.Value), "err", res.Err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -460,6 +462,74 @@ func TestWindowRejectionOfDeletedRecordsDeadLettersStubs(t *testing.T) {
 			t.Errorf("dead letter of offset %s: reason %q, value %q, %s = %q", off, reason, d.Value, stages.HeaderValueOmitted, omitted)
 		}
 	}
+	if fmt.Sprint(offsets) != "[1 5 9 13 17]" {
+		t.Errorf("dead letters for offsets %v, want the 5 records of k-1", offsets)
+	}
+}
+
+// A stub dead letter produced in the same DLQ batch as a dead letter too
+// large for the DLQ topic is refused with it (the broker refuses the whole
+// batch): that says nothing about the stub alone, so it is produced alone
+// like the others instead of being taken for a stub that fits nowhere.
+// Here the sink rejects key k-1, whose first records were deleted while the
+// window was open (stubs) and whose last ones are too large for the DLQ
+// topic: every record of k-1 is dead-lettered as a stub and everything is
+// committed; the runner does not stop.
+func TestWindowStubInRefusedDLQBatchIsProducedAlone(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	cfg.Window = run.WindowConfig{MaxKeys: 1000, MaxAge: time.Minute}
+	limit := "2048" // a stub fits; a dead letter with a 4 KiB value does not
+	cfg.DLQTopic = k.Topic(t, "dlq.small", 1, map[string]*string{"max.message.bytes": &limit})
+	cl, adm := k.Client(t), k.Admin(t)
+	const n, keys = 20, 4
+	// k-1 at offsets 1, 5, 9 (deleted below) and 13, 17 (too large).
+	rnd := rand.New(rand.NewPCG(1, 2))
+	produce(t, cl, cfg.Topics[0], n, keys, func(i int) string {
+		if i == 13 || i == 17 { // incompressible: the producer compresses batches
+			b := make([]byte, 4<<10)
+			for j := range b {
+				b[j] = byte('a' + rnd.IntN(26))
+			}
+			return "big-" + string(b)
+		}
+		return "v-" + strconv.Itoa(i)
+	})
+	sink := &gateSink{tallySink: &tallySink{state: map[string]tally{}, reject: "k-1"},
+		entered: make(chan struct{}), release: make(chan struct{})}
+	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink))
+	select {
+	case <-sink.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the window was never written")
+	}
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: cfg.Topics[0], Partition: 0, At: 10})
+	resp, err := adm.DeleteRecords(context.Background(), del)
+	if err == nil {
+		err = resp.Error()
+	}
+	close(sink.release)
+	if err != nil {
+		t.Fatalf("delete records: %v", err)
+	}
+	testkit.WaitFor(t, 60*time.Second, "commit of every record", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run = %v, want nil: every dead letter fits the DLQ topic as a stub", err)
+	}
+	var offsets []int
+	for _, d := range k.ReadTopic(t, cfg.DLQTopic) {
+		off, _ := testkit.Header(d, stages.HeaderSourceOffset)
+		o, _ := strconv.Atoi(off)
+		offsets = append(offsets, o)
+		if _, ok := testkit.Header(d, stages.HeaderValueOmitted); !ok || len(d.Value) != 0 {
+			t.Errorf("dead letter of offset %s is not a stub: value %d bytes", off, len(d.Value))
+		}
+	}
+	slices.Sort(offsets)
 	if fmt.Sprint(offsets) != "[1 5 9 13 17]" {
 		t.Errorf("dead letters for offsets %v, want the 5 records of k-1", offsets)
 	}
