@@ -534,3 +534,41 @@ func TestWindowStubInRefusedDLQBatchIsProducedAlone(t *testing.T) {
 		t.Errorf("dead letters for offsets %v, want the 5 records of k-1", offsets)
 	}
 }
+
+// A rejected merged output whose records cannot be dead-lettered even as
+// stubs (the DLQ topic's max.message.bytes is below the dlq.* headers
+// alone) stops the runner with a fatal error, as without a window, instead
+// of retrying the window's write for ever; nothing of the window is
+// committed.
+func TestWindowDLQStubTooLargeIsFatal(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	cfg.Window = run.WindowConfig{MaxKeys: 1000, MaxAge: time.Minute}
+	limit := "256"
+	cfg.DLQTopic = k.Topic(t, "dlq.tiny", 1, map[string]*string{"max.message.bytes": &limit})
+	cl, adm := k.Client(t), k.Admin(t)
+	produce(t, cl, cfg.Topics[0], 20, 4, nil)
+	sink := &tallySink{state: map[string]tally{}, reject: "k-1"}
+	reg := prometheus.NewRegistry()
+	r, err := run.New(cfg, decodeString, toTally, stages.Sink[tally](sink),
+		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...)), run.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("Run = %v only after the deadline: the window's write was retried instead of failing", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), cfg.DLQTopic) || stages.Classify(err).Kind != stages.KindFatal {
+		t.Fatalf("Run = %v, want a fatal error naming the DLQ topic %s", err, cfg.DLQTopic)
+	}
+	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != 0 {
+		t.Errorf("committed %d, want 0 (the window holds every record)", got)
+	}
+	if got := testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "fatal"); got != 1 {
+		t.Errorf("fatal errors = %v, want 1", got)
+	}
+}

@@ -416,7 +416,8 @@ func (w *worker[In, Out]) callStage(msg stages.Msg[In]) (outs []Out, err error) 
 // stops. A *stages.Rejections goes to rejected, which dead-letters (or
 // queues) the records behind it; an error of rejected counts as transient
 // and retries the write, except errInvalidRejection (a sink that rejected
-// an index outside its batch), which is returned.
+// an index outside its batch) and a fatal error (a dead letter that does
+// not fit the DLQ topic even as a stub), which are returned.
 func (w *worker[In, Out]) write(outs []Out, rejected func(rej *stages.Rejections, attempt int) error) error {
 	r := w.r
 	t0 := time.Now()
@@ -432,7 +433,7 @@ func (w *worker[In, Out]) write(outs []Out, rejected func(rej *stages.Rejections
 			if err = rejected(rej, attempt); err == nil {
 				break
 			}
-			if errors.Is(err, errInvalidRejection) {
+			if errors.Is(err, errInvalidRejection) || stages.Classify(err).Kind == stages.KindFatal {
 				return err
 			}
 		} else if c := stages.Classify(err); c.Kind == stages.KindFatal {
