@@ -185,6 +185,9 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("pipeline %s: %w (transaction aborted)", r.cfg.Name, fatal)
 		}
+		if perr != nil && stages.Classify(perr).Kind == stages.KindFatal {
+			return fmt.Errorf("pipeline %s: %w (transaction aborted)", r.cfg.Name, perr)
+		}
 		switch {
 		case committed:
 			r.m.committed.WithLabelValues(recs[0].Topic).Add(float64(len(recs)))
@@ -273,7 +276,8 @@ func produceAll(ctx context.Context, sess *kgo.GroupTransactSession, out []txOut
 
 // produceOneByOne produces the transaction's records one at a time, in
 // order. A dead letter that does not fit alone is replaced by its stub (see
-// omitValue); a source record with an output that does not fit alone is
+// omitValue), and a stub that does not fit either is a fatal error (see
+// Runner.stubTooLarge); a source record with an output that does not fit alone is
 // added to rejected and errTooLarge is returned (the transaction must
 // abort: earlier outputs of that record may be in it).
 func (r *TxRunner[In]) produceOneByOne(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record, out []txOut, rejected map[srcCoord]error) error {
@@ -282,7 +286,11 @@ func (r *TxRunner[In]) produceOneByOne(ctx context.Context, sess *kgo.GroupTrans
 		if err != nil && tooLarge(err) && o.dlq && !hasHeader(o.rec, stages.HeaderValueOmitted) {
 			r.o.log.Warn("dead letter too large for the DLQ topic, producing it without the record's value",
 				"topic", r.cfg.DLQTopic, "value_bytes", len(o.rec.Value), "err", err)
-			err = sess.ProduceSync(ctx, omitValue(o.rec, err)).FirstErr()
+			stub := omitValue(o.rec, err)
+			if err = sess.ProduceSync(ctx, stub).FirstErr(); err != nil && tooLarge(err) {
+				// No dead letter of the source record fits the DLQ topic.
+				return (&Runner[In, *kgo.Record]{cfg: r.cfg, o: r.o}).stubTooLarge(ctx, stub, err)
+			}
 		}
 		switch {
 		case err == nil:

@@ -259,3 +259,45 @@ func TestTransactionalFencedStops(t *testing.T) {
 		t.Fatalf("%d committed outputs, want the first 10 and the fencer's", len(out))
 	}
 }
+
+// A dead letter that does not fit the DLQ topic even as a stub stops the
+// transactional runner with a fatal error naming the DLQ topic, as it
+// stops the batch runner, instead of aborting and retrying the poll for
+// ever; the poison record's offset is not committed.
+func TestTransactionalDLQStubTooLargeIsFatal(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	limit := "256"
+	cfg.DLQTopic = k.Topic(t, "dlq.tiny", 1, map[string]*string{"max.message.bytes": &limit})
+	outTopic := k.Topic(t, "out", 1)
+	cl, adm := k.Client(t), k.Admin(t)
+	produce(t, cl, cfg.Topics[0], 3, 1, func(i int) string {
+		if i == 1 {
+			return "poison"
+		}
+		return "v-" + strconv.Itoa(i)
+	})
+	stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
+		if m.Value == "poison" {
+			return nil, stages.DeadLetter(stages.ReasonSanityFail, "test.poison", errors.New("bad input "+strings.Repeat("x", 1000)))
+		}
+		return []*kgo.Record{{Topic: outTopic, Key: []byte(m.Key), Value: []byte(m.Value)}}, nil
+	}
+	r, err := run.NewTransactional(cfg, testkit.Name(t, "txn"), decodeString, stage, run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("Run = %v only after the deadline: the stub was retried instead of failing", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), cfg.DLQTopic) || stages.Classify(err).Kind != stages.KindFatal || !errors.Is(err, kerr.MessageTooLarge) {
+		t.Fatalf("Run = %v, want a fatal MESSAGE_TOO_LARGE naming the DLQ topic %s", err, cfg.DLQTopic)
+	}
+	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got > 1 {
+		t.Errorf("committed %d, want at most 1 (not past the poison record)", got)
+	}
+}
