@@ -361,7 +361,11 @@ func topicExists(ctx context.Context, g *globalConfig, topic string) error {
 func archivePool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cctx, cancel := context.WithTimeout(ctx, databaseConnectTimeout)
 	defer cancel()
-	pool, err := pgxpool.New(cctx, url)
+	cfg, err := postgresPoolConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(cctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}

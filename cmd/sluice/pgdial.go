@@ -17,12 +17,15 @@ const (
 	// pgKeepAliveInterval is the time between unanswered probes.
 	pgKeepAliveInterval = 5 * time.Second
 	// pgKeepAliveCount is the number of unanswered probes that close the
-	// connection (15 s + 4 × 5 s: a dead idle connection is seen in 35 s).
+	// connection (15 s + 4 × 5 s: a dead idle connection is seen in 35 s)
+	// where TCP_USER_TIMEOUT does not exist. On Linux, where it is set,
+	// it replaces the count: the connection closes once probes went
+	// unanswered for pgUserTimeout.
 	pgKeepAliveCount = 4
 	// pgUserTimeout (Linux TCP_USER_TIMEOUT) bounds how long data sent to
-	// the server may stay unacknowledged before the connection is closed.
-	// The server's kernel acknowledges, not PostgreSQL, so a busy or
-	// lock-waiting server never trips it.
+	// the server, or keepalive probes, may stay unacknowledged before the
+	// connection is closed. The server's kernel acknowledges, not
+	// PostgreSQL, so a busy or lock-waiting server never trips it.
 	pgUserTimeout = 60 * time.Second
 )
 
