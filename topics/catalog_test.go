@@ -1,6 +1,7 @@
 package topics_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +132,17 @@ func TestSelect(t *testing.T) {
 	}
 	if _, err := topics.Select(cat, topics.WithPartitions(topics.BronzeRecords, 0)); err == nil || !strings.Contains(err.Error(), "partitions 0") {
 		t.Errorf("zero partitions: err = %v", err)
+	}
+	// Overrides that give one topic two counts, through its co-partitioned
+	// group, conflict; the error names the overridden topic and both
+	// overrides. Overrides that agree do not.
+	_, err = topics.Select(cat, topics.WithPartitions(topics.IngestTasks, 4), topics.WithPartitions(topics.IngestJobs, 8))
+	ce, ok := errors.AsType[*topics.ConflictError](err)
+	if !ok || ce.Topic != topics.IngestJobs || ce.First != (topics.Override{Name: topics.IngestTasks, Partitions: 4}) || ce.Second != (topics.Override{Name: topics.IngestJobs, Partitions: 8}) {
+		t.Errorf("conflicting overrides: err = %v (%+v)", err, ce)
+	}
+	if _, err := topics.Select(cat, topics.WithPartitions(topics.IngestTasks, 4), topics.WithPartitions(topics.IngestJobs, 4)); err != nil {
+		t.Errorf("agreeing overrides: %v", err)
 	}
 }
 

@@ -14,19 +14,16 @@ type Option func(*selection)
 type selection struct {
 	prefix     string
 	rf         *int16
-	partitions []partitionOverride
-}
-
-type partitionOverride struct {
-	name string
-	n    int32
+	partitions []Override
 }
 
 // WithPartitions sets the partition count of the catalog topic name (the name
 // without prefix) and of every topic co-partitioned with it, so that
-// co-partitioned pairs stay equal.
+// co-partitioned pairs stay equal. Two WithPartitions that give one topic
+// different counts, directly or through its group, make Select fail with a
+// *ConflictError.
 func WithPartitions(name string, n int32) Option {
-	return func(s *selection) { s.partitions = append(s.partitions, partitionOverride{name, n}) }
+	return func(s *selection) { s.partitions = append(s.partitions, Override{name, n}) }
 }
 
 // WithReplicationFactor sets the replication factor of every topic (-1 for
@@ -42,9 +39,29 @@ func WithPrefix(p string) Option {
 	return func(s *selection) { s.prefix = p }
 }
 
+// ConflictError is Select's error for two partition overrides that give
+// Topic different counts: First (the earlier option) and Second, each as
+// the topic it named and its count.
+type ConflictError struct {
+	Topic         string
+	First, Second Override
+}
+
+// Override is one WithPartitions option: a catalog topic and its count.
+type Override struct {
+	Name       string
+	Partitions int32
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("contradictory partition overrides for topic %s: %d (%s=%d) and %d (%s=%d)",
+		e.Topic, e.First.Partitions, e.First.Name, e.First.Partitions, e.Second.Partitions, e.Second.Name, e.Second.Partitions)
+}
+
 // Select returns a copy of specs with opts applied, validated with Validate.
 // specs is not modified. Partition overrides name topics without the prefix;
-// an override of a topic that is not in specs is an error.
+// an override of a topic that is not in specs is an error, and so are
+// overrides that contradict each other (*ConflictError).
 func Select(specs []Spec, opts ...Option) ([]Spec, error) {
 	var sel selection
 	for _, o := range opts {
@@ -56,10 +73,11 @@ func Select(specs []Spec, opts ...Option) ([]Spec, error) {
 		out[i] = s.clone()
 		index[s.Name] = i
 	}
+	setBy := map[string]Override{} // topic → the override that set its count
 	for _, po := range sel.partitions {
-		i, ok := index[po.name]
+		i, ok := index[po.Name]
 		if !ok {
-			return nil, fmt.Errorf("partition override for unknown topic %q", po.name)
+			return nil, fmt.Errorf("partition override for unknown topic %q", po.Name)
 		}
 		// Set the whole co-partitioned group (the transitive closure of
 		// CoPartitionedWith in both directions).
@@ -74,10 +92,20 @@ func Select(specs []Spec, opts ...Option) ([]Spec, error) {
 				grew = true
 			}
 		}
+		// The named topic first, so that a conflict names it when it is
+		// one of the two.
+		members := []int{i}
 		for j := range out {
-			if group[out[j].Name] {
-				out[j].Partitions = po.n
+			if j != i && group[out[j].Name] {
+				members = append(members, j)
 			}
+		}
+		for _, j := range members {
+			if prev, ok := setBy[out[j].Name]; ok && prev.Partitions != po.Partitions {
+				return nil, &ConflictError{Topic: out[j].Name, First: prev, Second: po}
+			}
+			setBy[out[j].Name] = po
+			out[j].Partitions = po.Partitions
 		}
 	}
 	for i := range out {

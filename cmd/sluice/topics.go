@@ -51,13 +51,19 @@ non-zero. Running it twice prints only "ok".`,
 			if err := checkTimeout(timeout); err != nil {
 				return err
 			}
-			catalog := topics.Catalog()
-			po, err := partitionOverrides(catalog, overrides)
-			if err != nil {
-				return err
+			opts := []topics.Option{topics.WithPrefix(prefix), topics.WithReplicationFactor(rf)}
+			for _, o := range overrides {
+				name, n, err := parsePartitionOverride(o)
+				if err != nil {
+					return err
+				}
+				opts = append(opts, topics.WithPartitions(name, n))
 			}
-			opts := append([]topics.Option{topics.WithPrefix(prefix), topics.WithReplicationFactor(rf)}, po...)
-			specs, err := topics.Select(catalog, opts...)
+			specs, err := topics.Select(topics.Catalog(), opts...)
+			if ce, ok := errors.AsType[*topics.ConflictError](err); ok {
+				return fmt.Errorf("contradictory --partitions-override for topic %s: %d (%s=%d) and %d (%s=%d)", ce.Topic,
+					ce.First.Partitions, ce.First.Name, ce.First.Partitions, ce.Second.Partitions, ce.Second.Name, ce.Second.Partitions)
+			}
 			if err != nil {
 				return err
 			}
@@ -183,59 +189,6 @@ func kafkaAdmin(ctx context.Context, g *globalConfig) (*kadm.Client, func(), err
 		return nil, nil, fmt.Errorf("kafka unreachable at %s: %w", strings.Join(g.Kafka.Brokers, ","), err)
 	}
 	return kadm.NewClient(cl), cl.Close, nil
-}
-
-// partitionOverrides parses the --partitions-override values into options
-// for topics.Select. An override sets the count of its topic's whole
-// co-partitioned group in catalog, so two overrides that give one topic
-// different counts, directly or through its group, contradict each other:
-// the error names the topic and both overrides. Overrides that agree are
-// accepted.
-func partitionOverrides(catalog []topics.Spec, values []string) ([]topics.Option, error) {
-	type set struct {
-		n    int32
-		from string
-	}
-	byTopic := map[string]set{}
-	var opts []topics.Option
-	for _, v := range values {
-		name, n, err := parsePartitionOverride(v)
-		if err != nil {
-			return nil, err
-		}
-		for _, t := range coPartitionGroup(catalog, name) {
-			if prev, ok := byTopic[t]; ok && prev.n != n {
-				return nil, fmt.Errorf("contradictory --partitions-override for topic %s: %d (%s) and %d (%s)", t, prev.n, prev.from, n, v)
-			}
-			byTopic[t] = set{n, v}
-		}
-		opts = append(opts, topics.WithPartitions(name, n))
-	}
-	return opts, nil
-}
-
-// coPartitionGroup returns name followed by every topic of specs
-// co-partitioned with it, directly or transitively (CoPartitionedWith in
-// either direction). A name not in specs is returned alone.
-func coPartitionGroup(specs []topics.Spec, name string) []string {
-	group := []string{name}
-	in := map[string]bool{name: true}
-	for grew := true; grew; {
-		grew = false
-		for _, s := range specs {
-			if s.CoPartitionedWith == "" || in[s.Name] == in[s.CoPartitionedWith] {
-				continue
-			}
-			for _, t := range []string{s.Name, s.CoPartitionedWith} {
-				if !in[t] {
-					in[t] = true
-					group = append(group, t)
-				}
-			}
-			grew = true
-		}
-	}
-	return group
 }
 
 func parsePartitionOverride(s string) (string, int32, error) {
