@@ -277,7 +277,7 @@ func produceAll(ctx context.Context, sess *kgo.GroupTransactSession, out []txOut
 // produceOneByOne produces the transaction's records one at a time, in
 // order. A dead letter that does not fit alone is replaced by its stub (see
 // omitValue), and a stub that does not fit either is a fatal error (see
-// Runner.stubTooLarge); a source record with an output that does not fit alone is
+// stubTooLarge); a source record with an output that does not fit alone is
 // added to rejected and errTooLarge is returned (the transaction must
 // abort: earlier outputs of that record may be in it).
 func (r *TxRunner[In]) produceOneByOne(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record, out []txOut, rejected map[srcCoord]error) error {
@@ -289,7 +289,7 @@ func (r *TxRunner[In]) produceOneByOne(ctx context.Context, sess *kgo.GroupTrans
 			stub := omitValue(o.rec, err)
 			if err = sess.ProduceSync(ctx, stub).FirstErr(); err != nil && tooLarge(err) {
 				// No dead letter of the source record fits the DLQ topic.
-				return (&Runner[In, *kgo.Record]{cfg: r.cfg, o: r.o}).stubTooLarge(ctx, stub, err)
+				return stubTooLarge(ctx, sess.Client(), r.cfg.DLQTopic, stub, err)
 			}
 		}
 		switch {

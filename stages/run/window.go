@@ -404,17 +404,14 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 		// refused alone.
 		for _, rec := range large {
 			res := r.cl.ProduceSync(w.ctx, rec)[0]
-			if res.Err != nil && tooLarge(res.Err) && hasHeader(rec, stages.HeaderValueOmitted) {
-				return r.stubTooLarge(w.ctx, rec, res.Err)
-			}
-			if res.Err != nil && tooLarge(res.Err) {
+			if res.Err != nil && tooLarge(res.Err) && !hasHeader(rec, stages.HeaderValueOmitted) {
 				r.o.log.Warn("dead letter too large for the DLQ topic, producing it without the record's value",
 					"topic", r.cfg.DLQTopic, "value_bytes", len(rec.Value), "err", res.Err)
 				rec = omitValue(rec, res.Err)
 				res = r.cl.ProduceSync(w.ctx, rec)[0]
-				if res.Err != nil && tooLarge(res.Err) {
-					return r.stubTooLarge(w.ctx, rec, res.Err)
-				}
+			}
+			if res.Err != nil && tooLarge(res.Err) {
+				return stubTooLarge(w.ctx, r.cl, r.cfg.DLQTopic, rec, res.Err)
 			}
 			if res.Err != nil {
 				failed = append(failed, rec)
@@ -459,30 +456,25 @@ func headerValue(rec *kgo.Record, key string) (string, bool) {
 // topic refused as too large (cause): no dead letter of that record fits
 // the topic, so retrying would hang the partition and skipping it would
 // lose the record. The error names the source record, the DLQ topic and its
-// max.message.bytes (looked up for the message; "unknown" when the lookup
-// fails).
-func (r *Runner[In, Out]) stubTooLarge(ctx context.Context, stub *kgo.Record, cause error) error {
+// max.message.bytes (looked up with cl for the message; "unknown" when the
+// lookup fails).
+func stubTooLarge(ctx context.Context, cl *kgo.Client, dlqTopic string, stub *kgo.Record, cause error) error {
 	topic, _ := headerValue(stub, stages.HeaderSourceTopic)
 	part, _ := headerValue(stub, stages.HeaderSourcePartition)
 	off, _ := headerValue(stub, stages.HeaderSourceOffset)
 	return stages.Fatal(fmt.Errorf("dead letter of %s/%s@%s does not fit the DLQ topic %s even as a stub with only its dlq.* headers "+
-		"(the topic's max.message.bytes %s); raise it: %w", topic, part, off, r.cfg.DLQTopic, r.dlqMaxBytes(ctx), cause))
+		"(the topic's max.message.bytes %s); raise it: %w", topic, part, off, dlqTopic, maxMessageBytes(ctx, cl, dlqTopic), cause))
 }
 
-// dlqMaxBytes returns the DLQ topic's max.message.bytes, for error messages.
-func (r *Runner[In, Out]) dlqMaxBytes(ctx context.Context) string {
+// maxMessageBytes returns topic's max.message.bytes, for error messages.
+func maxMessageBytes(ctx context.Context, cl *kgo.Client, topic string) string {
 	ctx, cancel := context.WithTimeout(ctx, readBackTimeout)
 	defer cancel()
-	cl, err := kgo.NewClient(r.o.kopts...)
-	if err != nil {
-		return fmt.Sprintf("unknown: client: %v", err)
-	}
-	defer cl.Close()
-	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, r.cfg.DLQTopic)
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
 	if err != nil {
 		return fmt.Sprintf("unknown: %v", err)
 	}
-	rc, err := rcs.On(r.cfg.DLQTopic, nil)
+	rc, err := rcs.On(topic, nil)
 	if err == nil {
 		err = rc.Err
 	}
