@@ -5,11 +5,14 @@
 // Records of one batch are produced in order; records with the same key land
 // in the same partition in that order (the client's default partitioner
 // hashes the key). A record too large for its topic, or an item the mapping
-// function fails on, is rejected (the runtime dead-letters its source
-// record); an item mapped to no topic is a fatal configuration error; other
-// produce failures are returned as transient errors and the runtime retries
-// the batch, so a downstream topic may see a record twice after a failure
-// (at-least-once); consumers de-duplicate by key or event id.
+// function fails on with a plain or dead-letter error, is rejected (the
+// runtime dead-letters its source record; a dead-letter mapping error keeps
+// its rule); a mapping error classified as retry or fatal fails the whole
+// Write with that classification; an item mapped to no topic is a fatal
+// configuration error; other produce failures are returned as transient
+// errors and the runtime retries the batch, so a downstream topic may see a
+// record twice after a failure (at-least-once); consumers de-duplicate by key
+// or event id.
 // For exactly-once Kafka→Kafka stages, use the runtime's transactional mode.
 //
 // A Sink is safe for concurrent use by the runtime's partition workers.
@@ -35,11 +38,25 @@ type Sink[T any] struct {
 // New returns a sink producing with cl. toRec maps one output to one
 // non-nil record.
 //
-// An error from toRec concerns that item alone: Write rejects the item
-// (rule [RuleMapping], so the runtime dead-letters its source record with
-// reason sink_rejected) and produces the rest of the batch. An error toRec
-// classified with [stages.Retry] or [stages.Fatal] keeps that
-// classification and fails the whole Write instead.
+// An error from toRec is read with the vocabulary of package stages:
+//
+//   - A plain (unclassified) error concerns that item alone: Write rejects
+//     the item with rule [RuleMapping] (the runtime dead-letters its source
+//     record with reason sink_rejected) and produces the rest of the batch.
+//   - A [stages.DeadLetter] error concerns that item alone too, and the
+//     caller's classification is kept: the rejection carries the caller's
+//     rule (an empty one included), not [RuleMapping], and its Err wraps the
+//     caller's error, so [stages.Classify] of it still reports the caller's
+//     reason. (The runtime, which only receives a [stages.Rejection] — a
+//     rule and an error — writes dlq.reason sink_rejected for every sink
+//     rejection; the caller's reason appears in dlq.error.)
+//   - A [stages.Retry] or [stages.RetryAfter] error fails the whole Write
+//     with that classification before anything is produced: the runtime
+//     retries the batch with its sink backoff.
+//   - A [stages.Fatal] error fails the whole Write as fatal before anything
+//     is produced, so that the runner stops; it is never turned into a
+//     dead letter, which would commit past an item the caller said must not
+//     be skipped.
 //
 // A record without a Topic, when cl has no [kgo.DefaultProduceTopic], and a
 // nil record with a nil error are configuration errors that would fail for
@@ -56,7 +73,8 @@ func Records(cl *kgo.Client) *Sink[*kgo.Record] {
 // Write implements stages.Sink: it produces the batch and waits for every
 // acknowledgement.
 //
-// An item the mapping function fails on (rule [RuleMapping]) and a record
+// An item the mapping function fails on (rule [RuleMapping], or the
+// caller's rule for a [stages.DeadLetter] error; see [New]) and a record
 // the topic can never take (larger than its max.message.bytes, or than the
 // client's ProducerBatchMaxBytes; rule [RuleTooLarge]) are returned as
 // [*stages.Rejections] items, so that the runtime dead-letters their source
@@ -75,11 +93,17 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 	for i, it := range batch {
 		r, err := s.toRec(it)
 		if err != nil {
+			rule := RuleMapping
 			var c *stages.Error
-			if errors.As(err, &c) && c.Kind != stages.KindDeadLetter {
-				return fmt.Errorf("kafkasink: map item %d: %w", i, err)
+			if errors.As(err, &c) {
+				if c.Kind != stages.KindDeadLetter {
+					// Retry or fatal: the whole Write fails with that
+					// classification, before anything is produced.
+					return fmt.Errorf("kafkasink: map item %d: %w", i, err)
+				}
+				rule = c.Rule // the caller's rule, empty ones included
 			}
-			rej.Items = append(rej.Items, stages.Rejection{Index: i, Rule: RuleMapping,
+			rej.Items = append(rej.Items, stages.Rejection{Index: i, Rule: rule,
 				Err: fmt.Errorf("kafkasink: map item %d: %w", i, err)})
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -117,35 +118,91 @@ func TestWriteRejectsItemTheMappingFailsOn(t *testing.T) {
 	}
 }
 
-// A mapping error the mapping function classified as retryable or fatal
-// keeps that classification and fails the whole Write.
-func TestWriteKeepsClassifiedMappingErrors(t *testing.T) {
+// A mapping error is read with the error vocabulary of package stages. A
+// plain error rejects the item with rule kafka.mapping; a dead-letter error
+// rejects it with the caller's own rule (an empty one included) and an
+// error that still classifies with the caller's reason; both land the rest
+// of the batch. A retry or fatal error fails the whole Write with that
+// classification and produces nothing: a fatal mapping error is never
+// turned into a dead letter.
+func TestWriteMappingErrorClassification(t *testing.T) {
 	t.Parallel()
 	k := testkit.NewKafka(t, testkit.ForceFake())
-	topic := k.Topic(t, "out", 1)
 	cl := k.Client(t)
+	errBad := errors.New("cannot encode item")
 	for _, tc := range []struct {
-		name string
-		err  error
-		kind stages.Kind
+		name       string
+		err        error
+		reject     bool          // the item is rejected and the rest lands
+		rule       string        // rule of the rejection
+		reason     stages.Reason // reason stages.Classify reads from the rejection's error
+		kind       stages.Kind   // kind of the Write error when !reject
+		retryAfter time.Duration
 	}{
-		{"retry", stages.Retry(errors.New("lookup unavailable")), stages.KindRetry},
-		{"fatal", stages.Fatal(errors.New("broken")), stages.KindFatal},
+		{name: "plain", err: errBad, reject: true, rule: kafkasink.RuleMapping},
+		{name: "wrapped plain", err: fmt.Errorf("field x: %w", errBad), reject: true, rule: kafkasink.RuleMapping},
+		{name: "dead letter", err: stages.DeadLetter(stages.ReasonSanityFail, "out.price", errBad),
+			reject: true, rule: "out.price", reason: stages.ReasonSanityFail},
+		{name: "wrapped dead letter", err: fmt.Errorf("encode: %w", stages.DeadLetter(stages.ReasonUnknownTaskType, "out.type", errBad)),
+			reject: true, rule: "out.type", reason: stages.ReasonUnknownTaskType},
+		{name: "dead letter without rule", err: stages.DeadLetter(stages.ReasonDecodeError, "", errBad),
+			reject: true, rule: "", reason: stages.ReasonDecodeError},
+		{name: "dead letter sink_rejected", err: stages.DeadLetter(stages.ReasonSinkRejected, "out.schema", errBad),
+			reject: true, rule: "out.schema", reason: stages.ReasonSinkRejected},
+		{name: "retry", err: stages.Retry(errBad), kind: stages.KindRetry},
+		{name: "retry after", err: stages.RetryAfter(3*time.Second, errBad), kind: stages.KindRetry, retryAfter: 3 * time.Second},
+		{name: "fatal", err: stages.Fatal(errBad), kind: stages.KindFatal},
+		{name: "wrapped fatal", err: fmt.Errorf("registry: %w", stages.Fatal(errBad)), kind: stages.KindFatal},
 	} {
-		sink := kafkasink.New(cl, func(i int) (*kgo.Record, error) {
-			if i == 1 {
-				return nil, tc.err
+		t.Run(tc.name, func(t *testing.T) {
+			topic := k.Topic(t, "out", 1)
+			const bad = 1
+			sink := kafkasink.New(cl, func(i int) (*kgo.Record, error) {
+				if i == bad {
+					return nil, tc.err
+				}
+				return &kgo.Record{Topic: topic, Key: []byte("k"), Value: fmt.Appendf(nil, "r%d", i)}, nil
+			})
+			err := sink.Write(context.Background(), []int{0, 1, 2})
+			var vals []string
+			for _, r := range k.ReadTopic(t, topic) {
+				vals = append(vals, string(r.Value))
 			}
-			return &kgo.Record{Topic: topic, Value: []byte("v")}, nil
+			var rej *stages.Rejections
+			if !tc.reject {
+				c := stages.Classify(err)
+				if errors.As(err, &rej) || c == nil || c.Kind != tc.kind || c.After != tc.retryAfter {
+					t.Fatalf("Write = %v, want a non-rejection error of kind %d (after %v)", err, tc.kind, tc.retryAfter)
+				}
+				if !errors.Is(err, errBad) || !strings.Contains(err.Error(), "item 1") {
+					t.Errorf("Write error %q does not wrap the mapping error or name the item", err)
+				}
+				if len(vals) != 0 {
+					t.Fatalf("topic holds %q, want nothing", vals)
+				}
+				return
+			}
+			if !errors.As(err, &rej) {
+				t.Fatalf("Write = %v, want *stages.Rejections", err)
+			}
+			if len(rej.Items) != 1 || rej.Items[0].Index != bad || rej.Items[0].Rule != tc.rule {
+				t.Fatalf("rejections = %+v, want only index %d with rule %q", rej.Items, bad, tc.rule)
+			}
+			it := rej.Items[0]
+			if !errors.Is(it.Err, errBad) {
+				t.Errorf("rejection error %v does not wrap the mapping error", it.Err)
+			}
+			var c *stages.Error
+			switch {
+			case tc.reason == "" && errors.As(it.Err, &c):
+				t.Errorf("rejection error %v of a plain mapping error carries a classification %+v", it.Err, c)
+			case tc.reason != "" && (!errors.As(it.Err, &c) || c.Kind != stages.KindDeadLetter || c.Reason != tc.reason || c.Rule != tc.rule):
+				t.Errorf("rejection error %v does not keep the caller's dead letter (reason %s, rule %q)", it.Err, tc.reason, tc.rule)
+			}
+			if !slices.Equal(vals, []string{"r0", "r2"}) {
+				t.Fatalf("topic holds %q, want [r0 r2]", vals)
+			}
 		})
-		err := sink.Write(context.Background(), []int{0, 1})
-		var rej *stages.Rejections
-		if errors.As(err, &rej) || stages.Classify(err) == nil || stages.Classify(err).Kind != tc.kind {
-			t.Errorf("%s: Write = %v, want a %s error that is not a rejection", tc.name, err, tc.name)
-		}
-	}
-	if n := len(k.ReadTopic(t, topic)); n != 0 {
-		t.Fatalf("topic holds %d records, want none", n)
 	}
 }
 

@@ -48,19 +48,94 @@ func forward(_ context.Context, m stages.Msg[string]) ([]string, error) {
 }
 
 // Through the runtime, a record the mapping function fails on goes to the
-// DLQ (sink_rejected, rule kafka.mapping, with its original key and value)
-// and the rest of its batch lands on the output topic; the partition is
-// committed to its end instead of hanging on a retried batch.
+// DLQ (sink_rejected, with its original key and value) and the rest of its
+// batch lands on the output topic; the partition is committed to its end
+// instead of hanging on a retried batch. dlq.rule is kafka.mapping for a
+// plain mapping error and the caller's own rule for a dead-letter one, whose
+// reason and message are in dlq.error.
 func TestRunDeadLettersRecordTheMappingFailsOn(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		err    error
+		rule   string
+		errHas []string // substrings of dlq.error
+	}{
+		{"plain", errors.New("value not mappable"), kafkasink.RuleMapping, []string{"value not mappable"}},
+		{"dead letter", stages.DeadLetter(stages.ReasonSanityFail, "out.amount", errors.New("value not mappable")),
+			"out.amount", []string{"value not mappable", string(stages.ReasonSanityFail)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			k := testkit.NewKafka(t, testkit.ForceFake())
+			cfg := runConfig(t, k)
+			out := k.Topic(t, "out", 1)
+			cl, adm := k.Client(t), k.Admin(t)
+			produceValues(t, cl, cfg.Topics[0], "a", "bad", "c")
+			sink := kafkasink.New(cl, func(v string) (*kgo.Record, error) {
+				if v == "bad" {
+					return nil, tc.err
+				}
+				return &kgo.Record{Topic: out, Key: []byte(v), Value: []byte(v)}, nil
+			})
+			r, err := run.New(cfg, decodeString, forward, sink, run.WithKafkaOpts(k.Opts(t)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := testkit.RunInBackground(t, "runner", r.Run)
+			testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
+				return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == 3
+			})
+			if err := stop(); err != nil {
+				t.Fatalf("runner: %v", err)
+			}
+			var vals []string
+			for _, rec := range k.ReadTopic(t, out) {
+				vals = append(vals, string(rec.Value))
+			}
+			if !slices.Equal(vals, []string{"a", "c"}) {
+				t.Fatalf("output topic holds %q, want [a c]", vals)
+			}
+			dlq := k.ReadTopic(t, cfg.DLQTopic)
+			if len(dlq) != 1 || string(dlq[0].Key) != "k-bad" || string(dlq[0].Value) != "bad" {
+				t.Fatalf("DLQ holds %d records (first %v), want only the original k-bad/bad", len(dlq), dlq)
+			}
+			hs := testkit.Headers(dlq[0])
+			want := map[string]string{
+				stages.HeaderReason:       string(stages.ReasonSinkRejected),
+				stages.HeaderRule:         tc.rule,
+				stages.HeaderStage:        "fwd/sink",
+				stages.HeaderSourceTopic:  cfg.Topics[0],
+				stages.HeaderSourceOffset: "1",
+			}
+			for h, v := range want {
+				if hs[h] != v {
+					t.Errorf("header %s = %q, want %q", h, hs[h], v)
+				}
+			}
+			for _, sub := range tc.errHas {
+				if !strings.Contains(hs[stages.HeaderError], sub) {
+					t.Errorf("dlq.error = %q, want it to contain %q", hs[stages.HeaderError], sub)
+				}
+			}
+		})
+	}
+}
+
+// Through the runtime, a mapping error classified as fatal stops the runner
+// with that error; nothing is dead-lettered, produced or committed, so the
+// record is delivered again after a restart.
+func TestRunStopsOnFatalMappingError(t *testing.T) {
 	t.Parallel()
 	k := testkit.NewKafka(t, testkit.ForceFake())
 	cfg := runConfig(t, k)
 	out := k.Topic(t, "out", 1)
 	cl, adm := k.Client(t), k.Admin(t)
 	produceValues(t, cl, cfg.Topics[0], "a", "bad", "c")
+	errSchema := errors.New("output schema unavailable")
 	sink := kafkasink.New(cl, func(v string) (*kgo.Record, error) {
 		if v == "bad" {
-			return nil, errors.New("value not mappable")
+			return nil, stages.Fatal(errSchema)
 		}
 		return &kgo.Record{Topic: out, Key: []byte(v), Value: []byte(v)}, nil
 	})
@@ -68,39 +143,25 @@ func TestRunDeadLettersRecordTheMappingFailsOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := testkit.RunInBackground(t, "runner", r.Run)
-	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
-		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == 3
-	})
-	if err := stop(); err != nil {
-		t.Fatalf("runner: %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("Run did not stop on its own: %v", err)
 	}
-	var vals []string
+	if !errors.Is(err, errSchema) {
+		t.Fatalf("Run = %v, want the fatal mapping error", err)
+	}
+	if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); c[0] > 1 {
+		t.Fatalf("committed %v, want nothing past the failing record", c)
+	}
+	if n := len(k.ReadTopic(t, cfg.DLQTopic)); n != 0 {
+		t.Fatalf("DLQ holds %d records, want none", n)
+	}
 	for _, rec := range k.ReadTopic(t, out) {
-		vals = append(vals, string(rec.Value))
-	}
-	if !slices.Equal(vals, []string{"a", "c"}) {
-		t.Fatalf("output topic holds %q, want [a c]", vals)
-	}
-	dlq := k.ReadTopic(t, cfg.DLQTopic)
-	if len(dlq) != 1 || string(dlq[0].Key) != "k-bad" || string(dlq[0].Value) != "bad" {
-		t.Fatalf("DLQ holds %d records (first %v), want only the original k-bad/bad", len(dlq), dlq)
-	}
-	hs := testkit.Headers(dlq[0])
-	want := map[string]string{
-		stages.HeaderReason:       string(stages.ReasonSinkRejected),
-		stages.HeaderRule:         kafkasink.RuleMapping,
-		stages.HeaderStage:        "fwd/sink",
-		stages.HeaderSourceTopic:  cfg.Topics[0],
-		stages.HeaderSourceOffset: "1",
-	}
-	for h, v := range want {
-		if hs[h] != v {
-			t.Errorf("header %s = %q, want %q", h, hs[h], v)
+		if string(rec.Value) != "a" {
+			t.Fatalf("output topic holds %q, want at most the record before the failing one", rec.Value)
 		}
-	}
-	if !strings.Contains(hs[stages.HeaderError], "value not mappable") {
-		t.Errorf("dlq.error = %q, want the mapping error", hs[stages.HeaderError])
 	}
 }
 
