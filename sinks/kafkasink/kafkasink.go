@@ -19,9 +19,11 @@
 package kafkasink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -58,6 +60,13 @@ type Sink[T any] struct {
 //     dead letter, which would commit past an item the caller said must not
 //     be skipped.
 //
+// toRec may return the same record for several items of one batch (a
+// cached record): each occurrence after the first is produced from a
+// shallow copy, and every item is written or rejected on its own. The
+// client sets the produced record's partition, offset and timestamp, so a
+// record must not be returned to Writes that may run concurrently (the
+// runtime's partition workers share the sink).
+//
 // A record without a Topic, when cl has no [kgo.DefaultProduceTopic], and a
 // nil record with a nil error are configuration errors that would fail for
 // every item: Write returns them as [stages.Fatal], which stops the runner.
@@ -86,10 +95,20 @@ func Records(cl *kgo.Client) *Sink[*kgo.Record] {
 // produced again one at a time, in batch order (records of one partition
 // stay in order; some may be written twice). Any other failure is
 // transient and fails the whole Write.
+//
+// Rejections name batch indices, in ascending order, each at most once: on a
+// nil or *stages.Rejections return every item of the batch was either
+// acknowledged by the broker or rejected, never both and never neither. The
+// same *kgo.Record appearing at several positions of a Records batch is
+// produced once per position (from a copy after the first), and each
+// position is accounted for on its own.
 func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 	var rej stages.Rejections
 	recs := make([]*kgo.Record, 0, len(batch))
 	pos := make([]int, 0, len(batch)) // pos[j]: index in batch of recs[j]
+	// index[recs[j]] == j: the records are distinct pointers (duplicates
+	// are copied below), so a produce result maps back to one position.
+	index := make(map[*kgo.Record]int, len(batch))
 	for i, it := range batch {
 		r, err := s.toRec(it)
 		if err != nil {
@@ -113,12 +132,18 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 		if r.Topic == "" && s.cl.OptValue(kgo.DefaultProduceTopic) == "" {
 			return stages.Fatal(fmt.Errorf("kafkasink: item %d maps to a record without a topic and the client has no default produce topic (kgo.DefaultProduceTopic): fix the mapping function or the client configuration", i))
 		}
+		if _, dup := index[r]; dup {
+			// The same record twice in one batch (a mapping function that
+			// returns a cached record, or a Records batch holding one
+			// pointer twice): produce a copy, so that every batch position
+			// has its own record, its own produce result and its own
+			// rejection.
+			c := *r
+			r = &c
+		}
+		index[r] = len(recs)
 		recs = append(recs, r)
 		pos = append(pos, i)
-	}
-	index := make(map[*kgo.Record]int, len(recs))
-	for j, r := range recs {
-		index[r] = j
 	}
 	first := -1 // the first record refused as too large
 	var other error
@@ -150,6 +175,7 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 	if len(rej.Items) == 0 {
 		return nil
 	}
+	slices.SortFunc(rej.Items, func(a, b stages.Rejection) int { return cmp.Compare(a.Index, b.Index) })
 	return &rej
 }
 

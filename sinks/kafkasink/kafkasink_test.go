@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -203,6 +204,109 @@ func TestWriteMappingErrorClassification(t *testing.T) {
 				t.Fatalf("topic holds %q, want [r0 r2]", vals)
 			}
 		})
+	}
+}
+
+// The same *kgo.Record at several positions of one batch (a Records batch
+// holding one pointer twice, or a mapping function returning a cached
+// record) is one item per position: each position is written or rejected
+// on its own, exactly once, and a rejection names that position.
+func TestWriteSameRecordAtSeveralPositions(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cl := k.Client(t)
+	maxBytes := "16384"
+	rng := rand.New(rand.NewPCG(7, 8))
+	hugeValue := randomBytes(rng, 64<<10)
+	type want struct {
+		rejected map[int]string // index → rule
+		last     []string       // values on the topic in order of their last copy
+		count    int            // records on the topic, when the batch cannot be refused (0: unchecked)
+	}
+	for _, tc := range []struct {
+		name string
+		// batch builds the records of positions 0…n-1 for topic; equal
+		// letters are the same pointer. "H" is too large for the topic,
+		// "!" fails the mapping.
+		layout string
+		want   want
+	}{
+		{name: "huge twice", layout: "HaHb",
+			want: want{rejected: map[int]string{0: kafkasink.RuleTooLarge, 2: kafkasink.RuleTooLarge}, last: []string{"a", "b"}}},
+		{name: "huge twice, first last", layout: "aHbcH",
+			want: want{rejected: map[int]string{1: kafkasink.RuleTooLarge, 4: kafkasink.RuleTooLarge}, last: []string{"a", "b", "c"}}},
+		{name: "huge three times around a mapping failure", layout: "H!HaH",
+			want: want{rejected: map[int]string{0: kafkasink.RuleTooLarge, 1: kafkasink.RuleMapping, 2: kafkasink.RuleTooLarge, 4: kafkasink.RuleTooLarge}, last: []string{"a"}}},
+		{name: "small twice", layout: "a!ab",
+			want: want{rejected: map[int]string{1: kafkasink.RuleMapping}, last: []string{"a", "b"}, count: 3}},
+	} {
+		for _, via := range []string{"Records", "New"} {
+			t.Run(tc.name+"/"+via, func(t *testing.T) {
+				topic := k.Topic(t, "out", 1, map[string]*string{"max.message.bytes": &maxBytes})
+				recs := map[byte]*kgo.Record{}
+				for _, c := range []byte(tc.layout) {
+					if _, ok := recs[c]; ok || c == '!' {
+						continue
+					}
+					v := []byte{c}
+					if c == 'H' {
+						v = hugeValue
+					}
+					recs[c] = &kgo.Record{Topic: topic, Key: []byte("k"), Value: v}
+				}
+				var err error
+				switch via {
+				case "Records":
+					if strings.Contains(tc.layout, "!") {
+						t.Skip("a Records batch has no mapping failures")
+					}
+					var batch []*kgo.Record
+					for _, c := range []byte(tc.layout) {
+						batch = append(batch, recs[c])
+					}
+					err = kafkasink.Records(cl).Write(context.Background(), batch)
+				case "New":
+					sink := kafkasink.New(cl, func(c byte) (*kgo.Record, error) {
+						if c == '!' {
+							return nil, errors.New("not mappable")
+						}
+						return recs[c], nil // cached: the same pointer for equal letters
+					})
+					err = sink.Write(context.Background(), []byte(tc.layout))
+				}
+				got := map[int]string{}
+				var rej *stages.Rejections
+				if errors.As(err, &rej) {
+					for n, it := range rej.Items {
+						if _, dup := got[it.Index]; dup {
+							t.Errorf("index %d rejected twice: %+v", it.Index, rej.Items)
+						}
+						if n > 0 && it.Index < rej.Items[n-1].Index {
+							t.Errorf("rejections not in batch order: %+v", rej.Items)
+						}
+						got[it.Index] = it.Rule
+					}
+				} else if err != nil {
+					t.Fatalf("Write = %v, want nil or *stages.Rejections", err)
+				}
+				if !maps.Equal(got, tc.want.rejected) {
+					t.Fatalf("rejections = %+v, want index → rule %v", rej.Items, tc.want.rejected)
+				}
+				onTopic := k.ReadTopic(t, topic)
+				var last []string
+				for _, r := range onTopic {
+					id := string(r.Value)
+					last = slices.DeleteFunc(last, func(s string) bool { return s == id })
+					last = append(last, id)
+				}
+				if !slices.Equal(last, tc.want.last) {
+					t.Fatalf("topic holds %v (by last copy, %d records), want %v", last, len(onTopic), tc.want.last)
+				}
+				if tc.want.count > 0 && len(onTopic) != tc.want.count {
+					t.Fatalf("topic holds %d records, want %d (one per written position)", len(onTopic), tc.want.count)
+				}
+			})
+		}
 	}
 }
 
