@@ -591,8 +591,8 @@ func TestTopicRecreatedWhileRunning(t *testing.T) {
 			recreate(t, adm, topic, 2)
 			second := produce(t, k.Client(t), topic, 30, 5, func(i int) string { return fmt.Sprintf("new-%d", i) })
 			runErr := wait(10 * time.Second)
-			// "was deleted" alone when the watch looked twice between the
-			// delete and the create.
+			// "was deleted" alone when the watch looked three times (over
+			// two check intervals) between the delete and the create.
 			if runErr == nil || !strings.Contains(runErr.Error(), "input topic "+topic+" was deleted") || stages.Classify(runErr).Kind != stages.KindFatal {
 				t.Fatalf("Run = %v, want a fatal error saying %s was deleted and recreated", runErr, topic)
 			}

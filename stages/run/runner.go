@@ -160,10 +160,13 @@ func (r *Runner[In, Out]) Ready() bool {
 //
 // An input topic deleted, or deleted and recreated under the same name,
 // while Run consumes it is a fatal error saying so (within seconds: its
-// metadata is checked every 5s): the Kafka client cannot consume the new
-// instance, and idling would hide it. Run it again (a restarted process) to
-// consume the new instance, from Config.StartOffset since the group's
-// commits went with the old one.
+// metadata is checked every 5s, and a deletion needs 3 answers in a row
+// over at least 10s saying the topic does not exist, so that a broker's
+// passing UNKNOWN_TOPIC_OR_PARTITION does not stop a healthy runner; see
+// watchTopics): the Kafka client cannot consume the new instance, and
+// idling would hide it. Run it again (a restarted process) to consume the
+// new instance, from Config.StartOffset since the group's commits went with
+// the old one.
 func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return errors.New("runner already started")

@@ -17,8 +17,11 @@ import (
 // watchTopics checks the input topics' metadata at once and then every
 // interval until ctx is done (it then returns nil). It returns a fatal
 // error when a topic it has seen gets a new topic ID (it was deleted and
-// recreated) or is missing on two checks in a row (it was deleted). A topic
-// not created yet is waited for, as kgo does.
+// recreated) or when it is deleted: see topicWatch.observe for the rule,
+// which needs topicMissChecks answers in a row saying the topic does not
+// exist, spanning at least (topicMissChecks-1)×interval (3 answers over at
+// least 10s at the default 5s interval). A topic not created yet is waited
+// for, as kgo does.
 //
 // A deleted or recreated input topic stops the runner because kgo cannot
 // follow it: a client pins a topic to the ID it first loaded and never
@@ -33,7 +36,8 @@ import (
 // Config.StartOffset.
 //
 // A recreation between the runner's start and the first check is not
-// seen. Metadata errors are ignored: the next check tries again.
+// seen. A failed metadata request is no answer: it neither counts as a
+// miss nor resets the count, and the next check tries again.
 func watchTopics(ctx context.Context, kopts []kgo.Opt, topics []string, interval time.Duration) error {
 	// kgo answers a metadata request from its cache while the cache is
 	// younger than MetadataMinAge (5s by default).
@@ -43,12 +47,11 @@ func watchTopics(ctx context.Context, kopts []kgo.Opt, topics []string, interval
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	ids := map[string]kadm.TopicID{}
-	missing := map[string]int{}
+	w := newTopicWatch(topics, interval)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if err := checkTopics(ctx, adm, topics, ids, missing); err != nil {
+		if err := checkTopics(ctx, adm, w); err != nil {
 			return err
 		}
 		select {
@@ -59,33 +62,96 @@ func watchTopics(ctx context.Context, kopts []kgo.Opt, topics []string, interval
 	}
 }
 
-// checkTopics is one check of watchTopics: ids holds the ID first seen of
-// each topic, missing the checks in a row that did not find a topic seen
-// before.
-func checkTopics(ctx context.Context, adm *kadm.Client, topics []string, ids map[string]kadm.TopicID, missing map[string]int) error {
+// checkTopics is one check of watchTopics: one metadata request for w's
+// topics, its answer given to w.observe.
+func checkTopics(ctx context.Context, adm *kadm.Client, w *topicWatch) error {
 	ctx, cancel := context.WithTimeout(ctx, topicCheckTimeout)
 	defer cancel()
-	tds, err := adm.ListTopics(ctx, topics...)
+	tds, err := adm.ListTopics(ctx, w.topics...)
 	if err != nil {
-		return nil
+		return nil // no answer (kadm also fails when a requested topic is missing from the response)
 	}
-	for _, topic := range topics {
+	return w.observe(time.Now(), tds)
+}
+
+// topicWatch is the state of watchTopics between checks. It is used by one
+// goroutine.
+type topicWatch struct {
+	topics []string
+	// minSpan is how long the misses counted for a topic must span before
+	// it is declared deleted: (topicMissChecks-1) check intervals.
+	minSpan time.Duration
+	ids     map[string]kadm.TopicID // the ID first seen of each topic
+	misses  map[string]missRun      // the current run of misses of a topic seen before
+}
+
+// missRun is a run of consecutive answers saying a topic does not exist.
+type missRun struct {
+	n           int       // answers in the run
+	first, last time.Time // when the first and the last of them came
+}
+
+func newTopicWatch(topics []string, interval time.Duration) *topicWatch {
+	return &topicWatch{
+		topics:  topics,
+		minSpan: time.Duration(topicMissChecks-1) * interval,
+		ids:     map[string]kadm.TopicID{},
+		misses:  map[string]missRun{},
+	}
+}
+
+// observe takes one metadata answer, received at now, and returns a fatal
+// error when it shows an input topic deleted or recreated, nil otherwise.
+// Per topic:
+//
+//   - Listed without error: the topic exists. The run of misses is reset;
+//     the first topic ID seen is remembered, and a different ID later
+//     means the topic was deleted and recreated (fatal). A broker without
+//     topic IDs (a zero ID) is never compared.
+//   - Listed with UNKNOWN_TOPIC_OR_PARTITION: a miss, the one unambiguous
+//     "does not exist" answer. It counts only for a topic seen before
+//     (listed once with a topic ID; one never seen is waited for). The topic is declared deleted (fatal)
+//     when topicMissChecks misses in a row came, the last at least minSpan
+//     after the first: one or two such answers also come from a broker
+//     that restarts or has not loaded its metadata yet, and checks can
+//     bunch up after a slow request.
+//   - Listed with any other error (LEADER_NOT_AVAILABLE, for one): the
+//     broker knows the topic, so it exists; the run of misses is reset.
+//   - Not listed: no answer about the topic; the run is left as it is.
+func (w *topicWatch) observe(now time.Time, tds kadm.TopicDetails) error {
+	for _, topic := range w.topics {
 		td, listed := tds[topic]
-		old, seen := ids[topic]
+		if !listed {
+			continue
+		}
+		old, seen := w.ids[topic]
 		switch {
-		case listed && td.Err == nil:
-			missing[topic] = 0
+		case errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+			if !seen {
+				continue
+			}
+			m := w.misses[topic]
+			if m.n == 0 {
+				m.first = now
+			}
+			m.n++
+			m.last = now
+			w.misses[topic] = m
+			if m.n >= topicMissChecks && m.last.Sub(m.first) >= w.minSpan {
+				return stages.Fatal(fmt.Errorf("input topic %s (topic ID %s) was deleted: %d metadata answers in a row over %s said it does not exist",
+					topic, old, m.n, m.last.Sub(m.first).Round(time.Millisecond)))
+			}
+		case td.Err != nil:
+			delete(w.misses, topic)
+		default:
+			delete(w.misses, topic)
 			switch {
 			case td.ID == kadm.TopicID{}: // a broker without topic IDs
 			case !seen:
-				ids[topic] = td.ID
+				w.ids[topic] = td.ID
 			case td.ID != old:
 				return stages.Fatal(fmt.Errorf("input topic %s was deleted and recreated (topic ID %s, consumed %s): "+
 					"the Kafka client never consumes a new instance of a topic; restart the runner to consume it", topic, td.ID, old))
-			}
-		case seen && (!listed || errors.Is(td.Err, kerr.UnknownTopicOrPartition)):
-			if missing[topic]++; missing[topic] >= 2 {
-				return stages.Fatal(fmt.Errorf("input topic %s (topic ID %s) was deleted", topic, old))
 			}
 		}
 	}
@@ -97,4 +163,8 @@ const (
 	topicCheckInterval = 5 * time.Second
 	// topicCheckTimeout bounds one metadata lookup of watchTopics.
 	topicCheckTimeout = 10 * time.Second
+	// topicMissChecks is how many answers in a row must say that a topic
+	// seen before does not exist before watchTopics declares it deleted
+	// (see topicWatch.observe).
+	topicMissChecks = 3
 )
