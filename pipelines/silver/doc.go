@@ -26,6 +26,10 @@
 //   - sa_silver.first_seen_time: the payload's first_seen_time if present,
 //     else the envelope's first_seen; when neither is present the record
 //     fails rule sa.first_seen (the column is NOT NULL and the rule needs it).
+//   - "RFC 3339" is its date-time grammar exactly (§5.6): two-digit fields,
+//     "." before a fraction, "Z" or an offset ±hh:mm with hours 00–23; "T"
+//     and "Z" may be lower case. Spellings that only Go's time.Parse takes
+//     ("," before the fraction, a one-digit hour, +24:00, +07:60) fail.
 //   - Timestamps are truncated to microseconds (PostgreSQL's precision) before
 //     the rules compare them, so what is checked is what is stored.
 //   - ta currency: absent, null or "" becomes "VND"; price_multiplier absent

@@ -390,6 +390,13 @@ func stringBytes(raw []byte) ([]byte, error) {
 
 // parseTimeField decodes a raw JSON RFC 3339 string, truncated to
 // microseconds (PostgreSQL's timestamptz precision).
+//
+// It takes exactly RFC 3339's date-time (§5.6): YYYY-MM-DD "T" hh:mm:ss, an
+// optional "." and fraction digits, then "Z" or ±hh:mm with hours 00–23;
+// "T" and "Z" may be lower case (§5.6, note). time.Parse is more lenient
+// (a "," before the fraction, a one-digit hour, offsets such as +24:00 or
+// +07:60), and those spellings are refused. A leap second (:60) is refused
+// too, as time.Parse does: Go cannot represent it.
 func parseTimeField(raw []byte) (time.Time, error) {
 	if kindOf(raw) != kindString {
 		return time.Time{}, fmt.Errorf("want an RFC 3339 string, got %s", describe(raw))
@@ -401,18 +408,35 @@ func parseTimeField(raw []byte) (time.Time, error) {
 	if t, ok := parseRFC3339(b); ok {
 		return t.Truncate(time.Microsecond), nil
 	}
-	s := string(b)
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time: %w", s, err)
-	}
-	return t.Truncate(time.Microsecond), nil
+	return parseTimeSlow(b)
 }
 
-// parseRFC3339 is the fast path of time.Parse(time.RFC3339Nano, string(b))
-// (the standard library's parseRFC3339, on bytes, without allocating): when
-// it reports ok, time.Parse returns the same Time (location included); when
-// not, time.Parse must decide.
+// parseTimeSlow is parseTimeField for what parseRFC3339 does not take: the
+// lower-case spellings of "T" and "Z", or an error.
+func parseTimeSlow(b []byte) (time.Time, error) {
+	if n := len(b); n > 10 && (b[10] == 't' || b[n-1] == 'z') {
+		up := []byte(string(b)) // a copy: b may alias the record
+		if up[10] == 't' {
+			up[10] = 'T'
+		}
+		if up[n-1] == 'z' {
+			up[n-1] = 'Z'
+		}
+		if t, ok := parseRFC3339(up); ok {
+			return t.Truncate(time.Microsecond), nil
+		}
+	}
+	s := string(b)
+	if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
+		return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time: %w", s, err)
+	}
+	return time.Time{}, fmt.Errorf("%q is not an RFC 3339 time: want YYYY-MM-DDThh:mm:ss, an optional .fraction, then Z or ±hh:mm (two-digit fields, offset hours 00–23)", s)
+}
+
+// parseRFC3339 parses exactly RFC 3339's date-time with upper-case "T" and
+// "Z" (see parseTimeField) on bytes, without allocating. When it reports
+// ok, time.Parse(time.RFC3339Nano, string(b)) returns the same Time
+// (location included); it is also the fast path of parseTimeField.
 func parseRFC3339(b []byte) (time.Time, bool) {
 	ok := true
 	num := func(b []byte, min, max int) int {

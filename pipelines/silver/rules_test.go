@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,6 +239,7 @@ func TestTARules(t *testing.T) {
 		{name: "price_multiplier wrong type", over: map[string]any{"price_multiplier": "1"}, reason: stages.ReasonDecodeError, contains: []string{"price_multiplier"}},
 		{name: "source wrong type", over: map[string]any{"source": raw("1")}, reason: stages.ReasonDecodeError, contains: []string{"source"}},
 		{name: "first_seen_time not RFC 3339", over: map[string]any{"first_seen_time": "hôm qua"}, reason: stages.ReasonDecodeError, contains: []string{"first_seen_time"}},
+		{name: "first_seen_time comma fraction", over: map[string]any{"first_seen_time": "2025-06-01T10:00:00,5Z"}, reason: stages.ReasonDecodeError, contains: []string{"first_seen_time", "RFC 3339"}},
 		// first failure wins
 		{name: "symbol, price and currency fail: symbol wins", over: map[string]any{"symbol": "x", "open": raw("-1"), "currency": "usd"}, reason: sanity, rule: RuleTASymbol},
 		{name: "date and volume fail: date wins", over: map[string]any{"trade_date": "2999-01-01", "volume": raw("-1")}, reason: sanity, rule: RuleTATradeDate},
@@ -296,6 +298,18 @@ func TestSARules(t *testing.T) {
 		{name: "publisher time missing", over: map[string]any{"publisher_time": absent}, reason: sanity, rule: RuleSAPublisherTime, contains: []string{"publisher_time missing"}},
 		{name: "publisher time not RFC 3339", over: map[string]any{"publisher_time": "2025-06-01 19:00:00"}, reason: sanity, rule: RuleSAPublisherTime},
 		{name: "publisher time wrong type", over: map[string]any{"publisher_time": raw("1748800000")}, reason: sanity, rule: RuleSAPublisherTime, contains: []string{"number"}},
+		// RFC 3339 exactly: time.Parse also takes these, RFC 3339 does not.
+		{name: "publisher time comma fraction", over: map[string]any{"publisher_time": "2025-06-01T19:00:00,5Z"}, reason: sanity, rule: RuleSAPublisherTime, contains: []string{"RFC 3339"}},
+		{name: "publisher time one-digit hour", over: map[string]any{"publisher_time": "2025-06-01T9:00:00Z"}, reason: sanity, rule: RuleSAPublisherTime},
+		{name: "publisher time offset hour 24", over: map[string]any{"publisher_time": "2025-06-02T19:00:00+24:00"}, reason: sanity, rule: RuleSAPublisherTime},
+		{name: "publisher time offset minute 60", over: map[string]any{"publisher_time": "2025-06-02T01:00:00+06:60"}, reason: sanity, rule: RuleSAPublisherTime},
+		// RFC 3339 §5.6: "T" and "Z" may be lower case.
+		{name: "publisher time lower-case t and z", over: map[string]any{"publisher_time": "2025-06-01t18:00:00.5z"}, check: func(t *testing.T, r Row) {
+			if want := time.Date(2025, 6, 1, 18, 0, 0, 5e8, time.UTC); !r.SA.PublisherTime.Equal(want) {
+				t.Errorf("publisher_time = %v, want %v", r.SA.PublisherTime, want)
+			}
+		}},
+		{name: "publisher time lower-case t with offset", over: map[string]any{"publisher_time": "2025-06-02t01:00:00+07:00"}},
 		// sa.first_seen (publisher 2025-06-01T19:00:00Z)
 		{name: "first seen exactly 24h before publisher", over: map[string]any{"first_seen_time": "2025-05-31T19:00:00Z"}, check: firstSeen("2025-05-31T19:00:00Z")},
 		{name: "first seen 24h+1s before publisher", over: map[string]any{"first_seen_time": "2025-05-31T18:59:59Z"}, reason: sanity, rule: RuleSAFirstSeen, contains: []string{"2025-05-31T18:59:59Z"}},
@@ -305,6 +319,7 @@ func TestSARules(t *testing.T) {
 		{name: "payload first seen wins over envelope", extra: map[string]any{"first_seen": "2025-06-01T19:45:00Z"}, check: firstSeen("2025-06-01T19:30:00Z")},
 		{name: "first seen wrong type", over: map[string]any{"first_seen_time": raw("1")}, reason: sanity, rule: RuleSAFirstSeen},
 		{name: "first seen not RFC 3339", over: map[string]any{"first_seen_time": "01/06/2025"}, reason: sanity, rule: RuleSAFirstSeen},
+		{name: "first seen offset hour 24", over: map[string]any{"first_seen_time": "2025-06-02T19:30:00+24:00"}, reason: sanity, rule: RuleSAFirstSeen},
 		// sa.text: "ệ" is 3 bytes, so 119 code points are 357 bytes.
 		{name: "text 119 code points", over: map[string]any{"text_normalized": strings.Repeat("ệ", 119)}, reason: sanity, rule: RuleSAText, contains: []string{"119"}},
 		{name: "text 120 code points", over: map[string]any{"text_normalized": strings.Repeat("ệ", 120)}},
@@ -389,6 +404,7 @@ func TestDecode(t *testing.T) {
 		{name: "payload array", value: `{"task_type":"ta.bar","payload":[1]}`, reason: dec},
 		{name: "task_id object", value: `{"task_type":"ta.bar","payload":{},"task_id":{}}`, reason: dec},
 		{name: "first_seen not RFC 3339", value: `{"task_type":"ta.bar","payload":{},"first_seen":"hôm nay"}`, reason: dec},
+		{name: "first_seen comma fraction", value: `{"task_type":"ta.bar","payload":{},"first_seen":"2025-06-01T10:00:00,5Z"}`, reason: dec},
 		{name: "first_seen number", value: `{"task_type":"ta.bar","payload":{},"first_seen":1}`, reason: dec},
 		{name: "bad payload beats missing task type", value: `{"payload":5}`, reason: dec},
 		{name: "task_type missing", value: `{"payload":{}}`, reason: unk},
@@ -557,6 +573,8 @@ func TestParseRFC3339MatchesTimeParse(t *testing.T) {
 		"2025-06-01T19:00:00,5Z", "2025-06-01T19:00:00.Z", "2025-06-01T19:00:00.5", "2025-06-01T19:00:00+0700",
 		"2025-6-01T19:00:00Z", "+025-06-01T19:00:00Z", "2025-06-01T9:00:00Z", "2025-06-01T19:00:00ZZ", "2025-06-01T19:00:00 Z",
 		"2025-06-01T19:00:00.123+07:00", "2025-06-01T19:00:00.000000001-12:00", "", "hôm qua", "2025-06-01",
+		"2025-06-01t19:00:00.5+07:00", "2025-06-01t19:00:00Z", "2025-06-01T19:00:00.123z", "2025-06-01t24:00:00z", "2025-06-01t19:00:00+24:00",
+		"2025-06-01T19:00:00,123+07:00", "2025-06-01T19:0:00Z", "2025-06-01T19:00:0Z", "2025-06-01T19:00:00+7:00",
 	}
 	for i := 0; i < 2000; i++ { // pseudo-random well-formed times with every offset
 		inputs = append(inputs, fmt.Sprintf("%04d-%02d-%02dT%02d:%02d:%02d.%0*dZ", 1990+i%40, 1+i%12, 1+i%31, i%24, i*7%60, i*13%60, 1+i%12, i*7919%1000000),
@@ -572,12 +590,23 @@ func TestParseRFC3339MatchesTimeParse(t *testing.T) {
 		if ok && (err != nil || !reflect.DeepEqual(got, want)) {
 			t.Errorf("parseRFC3339(%q) = %v (%v), time.Parse = %v, %v", in, got, got.Location(), want, err)
 		}
-		// The field parser agrees with the fallback whichever path it takes.
+		// The field parser takes what RFC 3339's grammar takes ("T" and "Z"
+		// in either case) and, of that, gives what time.Parse gives for the
+		// upper-case spelling.
+		rfc := rfc3339Grammar.MatchString(in)
+		up := in
+		if rfc {
+			up = strings.ToUpper(in)
+		}
+		wantF, errF := time.Parse(time.RFC3339Nano, up)
 		ft, ferr := parseTimeField([]byte(strconv.Quote(in)))
-		if (ferr == nil) != (err == nil) || (err == nil && !reflect.DeepEqual(ft, want.Truncate(time.Microsecond))) {
-			t.Errorf("parseTimeField(%q) = %v, %v; time.Parse = %v, %v", in, ft, ferr, want, err)
+		if (ferr == nil) != (rfc && errF == nil) || (ferr == nil && !reflect.DeepEqual(ft, wantF.Truncate(time.Microsecond))) {
+			t.Errorf("parseTimeField(%q) = %v, %v; RFC 3339 grammar %v, time.Parse(%q) = %v, %v", in, ft, ferr, rfc, up, wantF, errF)
 		}
 		if err != nil && ferr != nil && ferr.Error() != fmt.Sprintf("%q is not an RFC 3339 time: %v", in, err) {
+			t.Errorf("parseTimeField(%q) error %q", in, ferr)
+		}
+		if err == nil && ferr != nil && !strings.Contains(ferr.Error(), "is not an RFC 3339 time") {
 			t.Errorf("parseTimeField(%q) error %q", in, ferr)
 		}
 	}
@@ -585,6 +614,10 @@ func TestParseRFC3339MatchesTimeParse(t *testing.T) {
 		t.Errorf("fast path taken for %d of %d inputs", fast, len(inputs))
 	}
 }
+
+// rfc3339Grammar is RFC 3339's date-time (§5.6) with "T" and "Z" in either
+// case; the ranges of the date and time fields are left to time.Parse.
+var rfc3339Grammar = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$`)
 
 func TestParseDateMatchesTimeParse(t *testing.T) {
 	t.Parallel()
