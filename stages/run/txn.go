@@ -28,8 +28,11 @@ import (
 // their outputs) and the poll is retried after Config.SinkRetry's backoff.
 // An output too large for its topic dead-letters its source record as
 // sink_rejected (rule kafka.too_large); a dead letter too large for the DLQ
-// topic is produced as a stub (see the package documentation). Config's
-// batch settings do not apply.
+// topic is produced as a stub (see the package documentation). Records
+// that retention or DeleteRecords deleted before the group consumed them
+// are reported as by [Runner]: a WARN with the offset range and
+// sluice_offsets_skipped_total (see Config.StartOffset). Config's batch
+// settings do not apply.
 type TxRunner[In any] struct {
 	cfg    Config
 	txnID  string
@@ -118,6 +121,9 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 	var oneByOne bool
 	rejected := map[srcCoord]error{}
 	failures := 0 // consecutive transactions aborted by a transient produce failure
+	// noted: the end of the skipped range reported last, per partition
+	// (see noteSkipped).
+	noted := map[tp]int64{}
 
 	for ctx.Err() == nil {
 		fetches := sess.PollRecords(ctx, r.cfg.BatchMaxRecords)
@@ -130,6 +136,7 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 			r.m.errors.WithLabelValues("fetch").Inc()
 			r.o.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 		})
+		r.noteSkipped(sess.Client(), fetches, noted)
 		recs := fetches.Records()
 		if len(recs) == 0 {
 			if failed {
@@ -220,6 +227,38 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 		return fmt.Errorf("pipeline %s: %w", r.cfg.Name, watchErr)
 	}
 	return nil
+}
+
+// noteSkipped is the transactional runner's [Runner.noteSkipped]: it logs
+// a WARN with the range and counts sluice_offsets_skipped_total for the
+// offsets of a partition that retention or DeleteRecords deleted before the
+// group consumed them. Every transaction commits all it polled and an
+// aborted one rewinds the session to the group's commits, so a partition's
+// first record in a poll is expected at the committed offset; one past it
+// because the log start passed it (not for a gap above the log start) is a
+// skip. noted holds, per partition, the end of the range reported last: the
+// poll of an aborted transaction is polled again, and a range is reported
+// once. Called by the poll loop only, after each poll.
+func (r *TxRunner[In]) noteSkipped(cl *kgo.Client, fetches kgo.Fetches, noted map[tp]int64) {
+	var committed map[string]map[int32]kgo.EpochOffset
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		if committed == nil {
+			committed = cl.CommittedOffsets()
+		}
+		from, ok := committedOffset(committed, p.Topic, p.Partition)
+		if !ok {
+			return
+		}
+		k := tp{p.Topic, p.Partition}
+		from = max(from, noted[k])
+		if to, ok := skippedTo(from, p); ok {
+			noted[k] = to
+			reportSkipped(r.m, r.o.log, p.Topic, p.Partition, from, to)
+		}
+	})
 }
 
 // txOut is a record produced by a transaction: an output of recs[src], or
