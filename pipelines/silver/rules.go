@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/sluicehq/sluice/stages"
 )
@@ -489,10 +490,16 @@ func currencyString(b []byte) string {
 	return string(b)
 }
 
-// checkURL accepts an absolute http or https URL with a host.
+// checkURL accepts an absolute http or https URL with a host. White space
+// anywhere is refused: no URL holds it unencoded (RFC 3986), and a stray
+// space would make another key for the same article (net/url refuses the
+// other ASCII control characters itself).
 func checkURL(s string) error {
 	if strings.TrimSpace(s) == "" {
 		return errors.New("url_canonical is empty")
+	}
+	if i := strings.IndexFunc(s, unicode.IsSpace); i >= 0 {
+		return fmt.Errorf("url_canonical %q holds white space at byte %d", s, i)
 	}
 	u, err := url.Parse(s)
 	if err != nil {

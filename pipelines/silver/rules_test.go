@@ -288,6 +288,11 @@ func TestSARules(t *testing.T) {
 		{name: "url wrong type", over: map[string]any{"url_canonical": raw("42")}, reason: sanity, rule: RuleSAURL, contains: []string{"number 42"}},
 		{name: "url http", over: map[string]any{"url_canonical": "http://cafef.vn"}},
 		{name: "url upper-case scheme", over: map[string]any{"url_canonical": "HTTPS://cafef.vn/a"}},
+		{name: "url with a space", over: map[string]any{"url_canonical": "https://cafef.vn/a b.html"}, reason: sanity, rule: RuleSAURL, contains: []string{"white space"}},
+		{name: "url with a trailing space", over: map[string]any{"url_canonical": "https://cafef.vn/a.html "}, reason: sanity, rule: RuleSAURL},
+		{name: "url with a no-break space", over: map[string]any{"url_canonical": "https://cafef.vn/a.html\u00a0"}, reason: sanity, rule: RuleSAURL},
+		{name: "url percent-encoded space", over: map[string]any{"url_canonical": "https://cafef.vn/a%20b.html"}},
+		{name: "url with non-ASCII path", over: map[string]any{"url_canonical": "https://cafef.vn/thị-trường.html"}},
 		// sa.publisher_time
 		{name: "publisher time now+4m", over: map[string]any{"publisher_time": "2025-06-01T20:04:00Z"}},
 		{name: "publisher time now+5m exactly", over: map[string]any{"publisher_time": "2025-06-01T20:05:00Z"}},
