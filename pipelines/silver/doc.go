@@ -20,6 +20,14 @@
 // # Where values come from
 //
 //   - JSON null is the same as an absent field everywhere.
+//   - A string the pipeline reads (a rule's field, a column, task_type,
+//     task_id) must be text: valid UTF-8, and no escaped half of a UTF-16
+//     surrogate pair ("\ud800" alone). Otherwise the record is dead-lettered
+//     with decode_error and an empty rule, whichever rule reads the field
+//     (it is not a wrong type but undecodable JSON: record values are UTF-8
+//     JSON, DESIGN §3); nothing is stored with U+FFFD in place of what was
+//     sent. Members the pipeline ignores are not checked, and language,
+//     never a failure, becomes "unknown".
 //   - ta_silver.first_seen_time: the payload's first_seen_time (RFC 3339) if
 //     present, else the envelope's first_seen, else the Kafka record
 //     timestamp, else the injected clock's now.

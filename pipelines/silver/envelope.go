@@ -180,8 +180,9 @@ type payloadFields struct {
 // envelope of DESIGN §5.1:
 //
 //   - a value that is not a JSON object, a payload that is absent or not a
-//     JSON object, a task_id that is neither a string nor a number, or a
-//     first_seen that is not an RFC 3339 string ⇒ dead-letter decode_error;
+//     JSON object, a task_id that is neither a string nor a number, a
+//     first_seen that is not an RFC 3339 string, or a task_type or task_id
+//     string that is not text (see checkText) ⇒ dead-letter decode_error;
 //   - a task_type that is absent, not a string, or not one of TaskTA/TaskSA
 //     ⇒ dead-letter unknown_task_type.
 //
@@ -348,12 +349,23 @@ func describe(raw []byte) string {
 	return kindOf(raw).String() + " " + s
 }
 
+// errInvalidText is the error of a JSON string that is not text: invalid
+// UTF-8, or an escaped half of a UTF-16 surrogate pair (see checkText).
+var errInvalidText = errors.New("not valid UTF-8 text")
+
 // decodeString decodes a raw JSON string as the scanner delimited it (so it
 // holds no raw control characters). Strings without escapes that are valid
-// UTF-8 (the common case) are converted without reflection.
+// UTF-8 (the common case) are converted without reflection. A string that
+// is not text (see checkText) is an error wrapping errInvalidText, where
+// encoding/json would put U+FFFD in place of what it cannot decode.
 func decodeString(raw []byte) (string, error) {
 	if inner, ok := plainString(raw); ok {
 		return string(inner), nil
+	}
+	if len(raw) >= 2 {
+		if err := checkText(raw[1 : len(raw)-1]); err != nil {
+			return "", err
+		}
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
@@ -372,6 +384,60 @@ func plainString(raw []byte) ([]byte, bool) {
 		}
 	}
 	return nil, false
+}
+
+// checkText reports whether inner, the text between the quotes of a JSON
+// string as the scanner delimited it (escapes well formed), decodes to
+// Unicode text: valid UTF-8, and every \uD800–\uDBFF escape directly
+// followed by a \uDC00–\uDFFF one (a surrogate pair), no other
+// \uD800–\uDFFF escape. Record values are UTF-8 JSON (DESIGN §3); a
+// producer that sends anything else sends bytes the row cannot hold as
+// they are (PostgreSQL text is UTF-8).
+func checkText(inner []byte) error {
+	if !utf8.Valid(inner) {
+		return fmt.Errorf("%w: invalid UTF-8", errInvalidText)
+	}
+	for i := 0; i < len(inner); i++ {
+		if inner[i] != '\\' {
+			continue
+		}
+		i++
+		if inner[i] != 'u' {
+			continue
+		}
+		r := hex4(inner[i+1 : i+5])
+		i += 4
+		switch {
+		case 0xD800 <= r && r < 0xDC00:
+			if i+6 < len(inner) && inner[i+1] == '\\' && inner[i+2] == 'u' {
+				if lo := hex4(inner[i+3 : i+7]); 0xDC00 <= lo && lo < 0xE000 {
+					i += 6
+					continue
+				}
+			}
+			return fmt.Errorf("%w: \\u%04X is half of a surrogate pair", errInvalidText, r)
+		case 0xDC00 <= r && r < 0xE000:
+			return fmt.Errorf("%w: \\u%04X is half of a surrogate pair", errInvalidText, r)
+		}
+	}
+	return nil
+}
+
+// hex4 is the value of four hexadecimal digits.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c >= 'a':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // stringBytes decodes a raw JSON string like decodeString but returns its

@@ -16,8 +16,8 @@ import (
 // values returned as sub-slices of the input: indexed records where the
 // members with known names are, without allocating (jsonscan_ref_test.go
 // keeps a scanner that collects every member, as the reference of tests). The grammar is RFC 8259's, as
-// encoding/json accepts it (strings are not checked for valid UTF-8;
-// decodeString replaces invalid sequences like encoding/json does).
+// encoding/json accepts it (strings are not checked for valid UTF-8 here:
+// decodeString refuses a string that is not text when a value is read).
 
 // maxDepth bounds nesting like encoding/json does.
 const maxDepth = 10000
@@ -293,10 +293,14 @@ func (s *scanner) indexed(i int, spans []span, nested *payloadFields) (int, erro
 			// are compared as they are: the known names are ASCII, so a name
 			// that is not valid UTF-8 cannot match one either way.
 			name, err := decodeString(s.b[kstart:end])
-			if err != nil {
+			switch {
+			case errors.Is(err, errInvalidText):
+				// Not text, so none of the known (ASCII) names.
+			case err != nil:
 				return end, err
+			default:
+				k = s.slot(nested != nil, []byte(name))
 			}
-			k = s.slot(nested != nil, []byte(name))
 		default:
 			k = s.slot(nested != nil, s.b[kstart+1:end-1])
 		}

@@ -1,6 +1,7 @@
 package silver
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -41,8 +42,10 @@ func (s *scanner) object(i int, members *[]member, nested string, nestedMembers 
 		if members != nil {
 			key = s.b[kstart+1 : end-1]
 			if escaped || !utf8.Valid(key) {
-				k, err := decodeString(s.b[kstart:end])
-				if err != nil {
+				// As encoding/json decodes names: U+FFFD for what is not
+				// text (decodeString refuses it).
+				var k string
+				if err := json.Unmarshal(s.b[kstart:end], &k); err != nil {
 					return end, err
 				}
 				key = []byte(k)

@@ -160,7 +160,13 @@ func (v *Validator) transform(env *Envelope, recordTime time.Time) ([]Row, error
 	return nil, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("unknown task_type %q", env.TaskType))
 }
 
+// fail dead-letters a record that failed rule, with reason sanity_fail;
+// except that a string the rule reads that is not text (errInvalidText) is
+// undecodable JSON, whatever rule reads it: decode_error, no rule.
 func fail(rule string, err error) error {
+	if errors.Is(err, errInvalidText) {
+		return decodeFail(err)
+	}
 	return stages.DeadLetter(stages.ReasonSanityFail, rule, err)
 }
 

@@ -410,6 +410,10 @@ func TestDecode(t *testing.T) {
 		{name: "task_id object", value: `{"task_type":"ta.bar","payload":{},"task_id":{}}`, reason: dec},
 		{name: "first_seen not RFC 3339", value: `{"task_type":"ta.bar","payload":{},"first_seen":"hôm nay"}`, reason: dec},
 		{name: "first_seen comma fraction", value: `{"task_type":"ta.bar","payload":{},"first_seen":"2025-06-01T10:00:00,5Z"}`, reason: dec},
+		{name: "task_type invalid UTF-8", value: "{\"task_type\":\"ta.bar\xff\",\"payload\":{}}", reason: dec},
+		{name: "task_type lone surrogate", value: `{"task_type":"ta.bar\udc00","payload":{}}`, reason: dec},
+		{name: "task_id invalid UTF-8", value: "{\"task_type\":\"ta.bar\",\"payload\":{},\"task_id\":\"t\xc3\"}", reason: dec},
+		{name: "unknown member with invalid text is ignored", value: "{\"task_type\":\"ta.bar\",\"payload\":{\"x\\ud800\":\"\xff\"},\"n\\udfff\":1}"},
 		{name: "first_seen number", value: `{"task_type":"ta.bar","payload":{},"first_seen":1}`, reason: dec},
 		{name: "bad payload beats missing task type", value: `{"payload":5}`, reason: dec},
 		{name: "task_type missing", value: `{"payload":{}}`, reason: unk},
@@ -757,5 +761,70 @@ func TestPlainHTTPURLIsAccepted(t *testing.T) {
 		if plainHTTPURL([]byte(s)) && checkURL(s) != nil {
 			t.Errorf("plainHTTPURL(%q) = true, checkURL: %v", s, checkURL(s))
 		}
+	}
+}
+
+// TestInvalidText: record values are UTF-8 JSON (DESIGN §3). A string the
+// pipeline reads that is not valid UTF-8, or that escapes half of a
+// surrogate pair, cannot be decoded to text: decode_error, whatever rule
+// reads it, instead of being stored with U+FFFD in its place (which could
+// also pass sa.text's length check, or merge two different urls into one
+// key). language stays never a failure: such a language is "unknown".
+func TestInvalidText(t *testing.T) {
+	t.Parallel()
+	// with marshals the envelope with placeholder QQQQ in a string, then
+	// puts the raw JSON text rep in its place (json.Marshal would repair
+	// invalid UTF-8).
+	with := func(taskType string, base map[string]any, field, value, rep string) []byte {
+		over := map[string]any{field: value}
+		if field == "symbols" {
+			over[field] = []string{value}
+		}
+		return []byte(strings.Replace(string(envelope(t, taskType, base, over, nil)), "QQQQ", rep, 1))
+	}
+	dec := stages.ReasonDecodeError
+	cases := []struct {
+		name   string
+		value  []byte
+		reason stages.Reason
+		rule   string
+		check  func(*testing.T, Row)
+	}{
+		{name: "ta symbol", value: with(TaskTA, taBase(), "symbol", "VNQQQQ", "\xff"), reason: dec},
+		{name: "ta currency", value: with(TaskTA, taBase(), "currency", "USQQQQ", "\xc3"), reason: dec},
+		{name: "ta source", value: with(TaskTA, taBase(), "source", "hQQQQse", "\xed\xa0\x80"), reason: dec},
+		{name: "ta trade_date", value: with(TaskTA, taBase(), "trade_date", "2025-06-0QQQQ", "\xff"), reason: dec},
+		{name: "sa url", value: with(TaskSA, saBase(), "url_canonical", "https://cafef.vn/QQQQ", "\xff"), reason: dec},
+		{name: "sa url lone surrogate", value: with(TaskSA, saBase(), "url_canonical", "https://cafef.vn/QQQQ", `\ud800`), reason: dec},
+		{name: "sa text padded by invalid bytes", value: with(TaskSA, saBase(), "text_normalized", strings.Repeat("a", 80)+"QQQQ", strings.Repeat("\xff", 40)), reason: dec},
+		{name: "sa text lone low surrogate", value: with(TaskSA, saBase(), "text_normalized", strings.Repeat("a", 130)+"QQQQ", `\udc00`), reason: dec},
+		{name: "sa text high surrogate then other escape", value: with(TaskSA, saBase(), "text_normalized", strings.Repeat("a", 130)+"QQQQ", `\ud83d\n`), reason: dec},
+		{name: "sa text surrogate pair", value: with(TaskSA, saBase(), "text_normalized", strings.Repeat("a", 119)+"QQQQ", `\ud83d\ude00`), check: func(t *testing.T, r Row) {
+			if want := strings.Repeat("a", 119) + "😀"; *r.SA.TextNormalized != want {
+				t.Errorf("text = %q", *r.SA.TextNormalized)
+			}
+		}},
+		{name: "sa text escaped replacement character is text", value: with(TaskSA, saBase(), "text_normalized", strings.Repeat("a", 119)+"QQQQ", `\ufffd`)},
+		{name: "sa publisher_time", value: with(TaskSA, saBase(), "publisher_time", "2025-06-01T19:00:00QQQQ", "\xff"), reason: dec},
+		{name: "sa content_hash", value: with(TaskSA, saBase(), "content_hash", "QQQQ", `\ud800`), reason: dec},
+		{name: "sa symbols element", value: with(TaskSA, saBase(), "symbols", "VNQQQQ", "\xff"), reason: dec},
+		{name: "sa title", value: with(TaskSA, saBase(), "title", "tQQQQ", "\xe1\xbb"), reason: dec},
+		{name: "sa source_domain", value: with(TaskSA, saBase(), "source_domain", "cafef.vQQQQ", "\xff"), reason: dec},
+		{name: "sa language is unknown, not a failure", value: with(TaskSA, saBase(), "language", "vQQQQ", "\xff"), check: func(t *testing.T, r Row) {
+			if *r.SA.Language != LanguageUnknown {
+				t.Errorf("language = %q", *r.SA.Language)
+			}
+		}},
+		{name: "earlier rule failure wins", value: with(TaskSA, map[string]any{"url_canonical": "ftp://x", "source_domain": "d"}, "title", "QQQQ", "\xff"), reason: sanity, rule: RuleSAURL},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			row, err := process(tc.value, time.Time{})
+			wantClass(t, err, tc.reason, tc.rule)
+			if err == nil && tc.check != nil {
+				tc.check(t, row)
+			}
+		})
 	}
 }
