@@ -41,6 +41,7 @@ func pipelineSpecs(o *runOptions) map[string]pipelineSpec {
 			doc:    "bronze.records → validate → ta_silver/sa_silver upsert, bronze.dlq; SCRAPE_SLOW backlog flag",
 			build: func(env pipelines.Env) ([]pipelines.Service, error) {
 				return silver.Services(env, silver.Config{Group: o.group("silver"), BacklogThreshold: o.backlogThreshold,
+					Topic: o.topic(topics.BronzeRecords), DLQTopic: o.topic(topics.BronzeDLQ), FlagsTopic: o.topic(topics.ControlFlags),
 					Runtime: run.Config{Window: run.WindowConfig{MaxKeys: o.silverWindowKeys, MaxTotalKeys: o.silverWindowTotalKeys}}})
 			},
 		},
@@ -49,7 +50,8 @@ func pipelineSpecs(o *runOptions) map[string]pipelineSpec {
 			topics: []string{topics.IngestTasks, topics.IngestJobs, topics.IngestDLQ},
 			doc:    "ingest.tasks → rate-limited fetch → Parquet segments → object store; job state in ingest.jobs; supervisor",
 			build: func(env pipelines.Env) ([]pipelines.Service, error) {
-				return ticks.Services(env, ticks.Config{Group: o.group("ticks"), Supervisor: ticks.SupervisorConfig{Enabled: true}})
+				return ticks.Services(env, ticks.Config{Group: o.group("ticks"), Supervisor: ticks.SupervisorConfig{Enabled: true},
+					TasksTopic: o.topic(topics.IngestTasks), JobsTopic: o.topic(topics.IngestJobs), DLQTopic: o.topic(topics.IngestDLQ)})
 			},
 		},
 		"smap": {
@@ -60,6 +62,9 @@ func pipelineSpecs(o *runOptions) map[string]pipelineSpec {
 			build: func(env pipelines.Env) ([]pipelines.Service, error) {
 				return smap.Services(env, smap.Config{
 					CollectorGroup: o.group("smap-collector"), AnalyticsGroup: o.group("smap-analytics"), ProgressGroup: o.group("smap-progress"),
+					ProjectCreatedTopic: o.topic(topics.SmapProjectCreated), DataCollectedTopic: o.topic(topics.SmapDataCollected),
+					AnalysisFinishedTopic: o.topic(topics.SmapAnalysisFinished), JobCompletedTopic: o.topic(topics.SmapJobCompleted),
+					AnalyticsErrorsTopic: o.topic(topics.SmapAnalyticsErrors),
 				})
 			},
 		},
@@ -69,6 +74,7 @@ func pipelineSpecs(o *runOptions) map[string]pipelineSpec {
 type runOptions struct {
 	opsAddr               string
 	groupPrefix           string
+	topicPrefix           string
 	backlogThreshold      int64
 	silverWindowKeys      int
 	silverWindowTotalKeys int
@@ -89,6 +95,10 @@ func (o *runOptions) envFlag(cmd *cobra.Command, env, flag string) {
 
 func (o *runOptions) group(name string) string { return o.groupPrefix + name }
 
+// topic is the name of a catalog topic with --topic-prefix, the prefix
+// sluice topics ensure --prefix created it with.
+func (o *runOptions) topic(name string) string { return o.topicPrefix + name }
+
 func newRunCmd(g *globalConfig) *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
@@ -108,7 +118,8 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", envOr("OPS_ADDR", "127.0.0.1:9464"), "ops HTTP address for /metrics, /healthz, /readyz and pipeline APIs (env OPS_ADDR)")
-	cmd.Flags().StringVar(&o.groupPrefix, "group-prefix", "", "prefix for every consumer group name (to run an isolated copy)")
+	cmd.Flags().StringVar(&o.groupPrefix, "group-prefix", "", "prefix for every consumer group name (to run an isolated copy; see --topic-prefix)")
+	cmd.Flags().StringVar(&o.topicPrefix, "topic-prefix", "", "prefix of every topic the pipelines read and write, as created by sluice topics ensure --prefix (to run an isolated copy on a shared cluster)")
 	cmd.Flags().Int64Var(&o.backlogThreshold, "backlog-threshold", 10_000, "silver: lag above which SCRAPE_SLOW is set (env BACKLOG_THRESHOLD)")
 	o.envFlag(cmd, "BACKLOG_THRESHOLD", "backlog-threshold")
 	cmd.Flags().IntVar(&o.silverWindowKeys, "silver-window-keys", 0, fmt.Sprintf(
@@ -155,7 +166,7 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 	if err != nil {
 		return err
 	}
-	if err := checkPipelineTopics(ctx, env, specs, names); err != nil {
+	if err := checkPipelineTopics(ctx, env, o, specs, names); err != nil {
 		return err
 	}
 	var services []pipelines.Service
@@ -171,7 +182,7 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 
 // checkPipelineTopics fails when a topic of the named pipelines is missing:
 // a consumer group on a missing topic waits silently for ever.
-func checkPipelineTopics(ctx context.Context, env pipelines.Env, specs map[string]pipelineSpec, names []string) error {
+func checkPipelineTopics(ctx context.Context, env pipelines.Env, o *runOptions, specs map[string]pipelineSpec, names []string) error {
 	cl, err := kgo.NewClient(env.Kafka...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
@@ -179,7 +190,9 @@ func checkPipelineTopics(ctx context.Context, env pipelines.Env, specs map[strin
 	defer cl.Close()
 	var all []string
 	for _, name := range names {
-		all = append(all, specs[name].topics...)
+		for _, t := range specs[name].topics {
+			all = append(all, o.topic(t))
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, kafkaConnectTimeout)
 	defer cancel()
@@ -190,6 +203,7 @@ func checkPipelineTopics(ctx context.Context, env pipelines.Env, specs map[strin
 	for _, name := range names {
 		var missing []string
 		for _, t := range specs[name].topics {
+			t = o.topic(t)
 			d, ok := td[t]
 			if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
 				missing = append(missing, t)
@@ -198,7 +212,11 @@ func checkPipelineTopics(ctx context.Context, env pipelines.Env, specs map[strin
 			}
 		}
 		if len(missing) > 0 {
-			return fmt.Errorf("pipeline %s: topic(s) %s do not exist (run sluice topics ensure)", name, strings.Join(missing, ", "))
+			hint := "sluice topics ensure"
+			if o.topicPrefix != "" {
+				hint += " --prefix " + o.topicPrefix
+			}
+			return fmt.Errorf("pipeline %s: topic(s) %s do not exist (run %s)", name, strings.Join(missing, ", "), hint)
 		}
 	}
 	return nil

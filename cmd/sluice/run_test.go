@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/schemas"
 	"github.com/sluicehq/sluice/topics"
@@ -46,6 +49,117 @@ func TestRunMissingTopics(t *testing.T) {
 	start = time.Now()
 	if err := execute(rctx, root); err != nil || time.Since(start) < 3*time.Second {
 		t.Fatalf("run silver with its topics ended after %v: %v\n%s", time.Since(start), err, out.String())
+	}
+}
+
+// sluice run used to read and write the catalog's topic names only: a copy
+// run with --group-prefix on a shared cluster consumed the shared
+// bronze.records and produced its dead letters and SCRAPE_SLOW into the
+// shared bronze.dlq and control.flags, and the topics that sluice topics
+// ensure --prefix creates could not be used. --topic-prefix names them.
+func TestRunTopicPrefix(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t)
+	pg := testkit.NewPostgres(t)
+	ctx := testkit.Context(t)
+	brokers := strings.Join(k.Brokers, ",")
+	prefix := testkit.Name(t, "") + "."
+	group := testkit.Name(t, "g") + "-"
+
+	_, err := runCLI(t, "run", "silver", "--brokers", brokers, "--database-url", pg.URL, "--ops-addr", "", "--topic-prefix", prefix)
+	singleLine(t, err, "topic(s) "+prefix+"bronze.records, "+prefix+"bronze.dlq, "+prefix+"control.flags do not exist (run sluice topics ensure --prefix "+prefix+")")
+
+	if _, err := schemas.Migrate(ctx, pg.URL); err != nil {
+		t.Fatal(err)
+	}
+	adm := k.Admin(t)
+	for _, name := range []string{topics.BronzeRecords, topics.BronzeDLQ, topics.ControlFlags} {
+		if _, err := adm.CreateTopic(ctx, 1, -1, nil, prefix+name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := adm.DeleteTopic(cctx, prefix+name); err != nil {
+				t.Logf("delete topic %s: %v", prefix+name, err)
+			}
+		})
+	}
+	cl := k.Client(t)
+	good := `{"task_type":"ta.bar","payload":{"symbol":"VNM","trade_date":"2024-05-02","open":70.1,"high":71.5,"low":69.8,"close":71.2,"volume":1203400}}`
+	bad := `{"task_type":"ta.bar","payload":{"symbol":"FPT","trade_date":"2024-05-02","open":100,"high":101,"low":99,"close":105,"volume":10}}`
+	if err := cl.ProduceSync(ctx,
+		&kgo.Record{Topic: prefix + topics.BronzeRecords, Key: []byte("VNM"), Value: []byte(good)},
+		&kgo.Record{Topic: prefix + topics.BronzeRecords, Key: []byte("FPT"), Value: []byte(bad)},
+	).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"run", "silver", "--brokers", brokers, "--database-url", pg.URL, "--ops-addr", "", "--log-level", "error",
+		"--topic-prefix", prefix, "--group-prefix", group})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- execute(rctx, root) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run silver: %v\n%s", err, out.String())
+		}
+	}()
+
+	// The dead letter lands in the prefixed DLQ topic, naming the prefixed source.
+	dl := k.Client(t, kgo.ConsumeTopics(prefix+topics.BronzeDLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	fctx, fcancel := context.WithTimeout(ctx, time.Minute)
+	defer fcancel()
+	var rec *kgo.Record
+	for rec == nil {
+		fs := dl.PollFetches(fctx)
+		if fctx.Err() != nil {
+			t.Fatalf("no dead letter in %s: %v\n%s", prefix+topics.BronzeDLQ, fctx.Err(), out.String())
+		}
+		fs.EachRecord(func(r *kgo.Record) { rec = r })
+	}
+	hs := map[string]string{}
+	for _, h := range rec.Headers {
+		hs[h.Key] = string(h.Value)
+	}
+	if string(rec.Key) != "FPT" || hs["dlq.reason"] != "sanity_fail" || hs["dlq.rule"] != "ta.price_relation" || hs["dlq.source.topic"] != prefix+topics.BronzeRecords {
+		t.Fatalf("dead letter key %q headers %v", rec.Key, hs)
+	}
+
+	// The valid record is a row, and SCRAPE_SLOW is in the prefixed flags topic.
+	conn, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM ta_silver WHERE symbol = 'VNM'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d ta_silver rows of VNM, want 1\n%s", n, out.String())
+	}
+	fl := k.Client(t, kgo.ConsumeTopics(prefix+topics.ControlFlags), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var flag string
+	for flag == "" {
+		fs := fl.PollFetches(fctx)
+		if fctx.Err() != nil {
+			t.Fatalf("nothing in %s: %v", prefix+topics.ControlFlags, fctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) { flag = string(r.Key) })
+	}
+	if flag != "SCRAPE_SLOW" {
+		t.Fatalf("flag record key %q, want SCRAPE_SLOW", flag)
 	}
 }
 
