@@ -49,9 +49,10 @@ type Sink[T any] struct {
 //     caller's classification is kept: the rejection carries the caller's
 //     rule (an empty one included), not [RuleMapping], and its Err wraps the
 //     caller's error, so [stages.Classify] of it still reports the caller's
-//     reason. (The runtime, which only receives a [stages.Rejection] — a
-//     rule and an error — writes dlq.reason sink_rejected for every sink
-//     rejection; the caller's reason appears in dlq.error.)
+//     reason. (The runtime reads that classification: it dead-letters the
+//     source record with the caller's reason as dlq.reason — sink_rejected
+//     only when that reason is not one of the design's — and the caller's
+//     message in dlq.error.)
 //   - A [stages.Retry] or [stages.RetryAfter] error fails the whole Write
 //     with that classification before anything is produced: the runtime
 //     retries the batch with its sink backoff.

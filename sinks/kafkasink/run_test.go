@@ -48,22 +48,23 @@ func forward(_ context.Context, m stages.Msg[string]) ([]string, error) {
 }
 
 // Through the runtime, a record the mapping function fails on goes to the
-// DLQ (sink_rejected, with its original key and value) and the rest of its
-// batch lands on the output topic; the partition is committed to its end
-// instead of hanging on a retried batch. dlq.rule is kafka.mapping for a
-// plain mapping error and the caller's own rule for a dead-letter one, whose
-// reason and message are in dlq.error.
+// DLQ (with its original key and value) and the rest of its batch lands on
+// the output topic; the partition is committed to its end instead of
+// hanging on a retried batch. A plain mapping error is dead-lettered as
+// sink_rejected with rule kafka.mapping; a dead-letter one with the
+// caller's own reason and rule, its message in dlq.error.
 func TestRunDeadLettersRecordTheMappingFailsOn(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		err    error
+		reason stages.Reason
 		rule   string
 		errHas []string // substrings of dlq.error
 	}{
-		{"plain", errors.New("value not mappable"), kafkasink.RuleMapping, []string{"value not mappable"}},
+		{"plain", errors.New("value not mappable"), stages.ReasonSinkRejected, kafkasink.RuleMapping, []string{"value not mappable"}},
 		{"dead letter", stages.DeadLetter(stages.ReasonSanityFail, "out.amount", errors.New("value not mappable")),
-			"out.amount", []string{"value not mappable", string(stages.ReasonSanityFail)}},
+			stages.ReasonSanityFail, "out.amount", []string{"value not mappable"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -102,7 +103,7 @@ func TestRunDeadLettersRecordTheMappingFailsOn(t *testing.T) {
 			}
 			hs := testkit.Headers(dlq[0])
 			want := map[string]string{
-				stages.HeaderReason:       string(stages.ReasonSinkRejected),
+				stages.HeaderReason:       string(tc.reason),
 				stages.HeaderRule:         tc.rule,
 				stages.HeaderStage:        "fwd/sink",
 				stages.HeaderSourceTopic:  cfg.Topics[0],

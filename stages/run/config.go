@@ -35,10 +35,19 @@ type Config struct {
 	// fetch makes every fetch pause.
 	MaxInFlight int
 	// Retry is the stage retry policy (default 5 attempts, 100ms → 10s).
+	// A stage error classified [stages.RetryAfter] waits at least the
+	// error's wait (capped at 5 minutes) when that is longer than the
+	// backoff.
 	Retry RetryPolicy
 	// SinkRetry is the backoff for transient sink and DLQ-produce failures;
 	// its MaxAttempts is ignored: transient sink failures retry until they
-	// succeed or the worker stops (default 200ms → 10s).
+	// succeed or the worker stops (default 200ms → 10s). A sink error
+	// classified [stages.RetryAfter] (a rate limit, say) is retried after
+	// the error's wait instead when that is longer than the backoff, capped
+	// at 5 minutes; like the backoff, the wait pauses the partition's
+	// fetches and ends early when the worker stops (shutdown, revocation).
+	// The transactional runner waits as long before it polls again after a
+	// failed produce (ending early when its context is cancelled).
 	SinkRetry RetryPolicy
 	// CommitInterval is the period of automatic commits of marked offsets
 	// (default 1s).

@@ -37,7 +37,14 @@
 // retries_exhausted; a fatal error stops the runner without committing the
 // failing record. An input topic deleted or recreated under the runner is
 // fatal too (see [Runner.Run]). Sink errors other than [*stages.Rejections] are transient:
-// the batch is retried (never dead-lettered) and no offset moves past it.
+// the batch is retried (never dead-lettered) and no offset moves past it,
+// after Config.SinkRetry's backoff or, for a [stages.RetryAfter] error, at
+// least the error's wait (capped at 5 minutes). The source records of the
+// items a sink rejects are dead-lettered as sink_rejected with the
+// rejection's rule. When the rejection's error is a dead letter itself
+// ([stages.Classify], e.g. a caller's [stages.DeadLetter] that kafkasink
+// passes on), its reason is dlq.reason instead if it is one of the
+// design's, and its rule is dlq.rule when the rejection has none.
 //
 // Dead letters are produced before the offsets behind them are marked; a
 // failed DLQ produce is retried until it succeeds. dlq.error is cut to 4 KiB.

@@ -25,10 +25,12 @@ import (
 // error aborts the transaction, so none of the poll's outputs become visible
 // and its offsets are not committed; Run returns the error. A failed
 // produce also aborts the transaction (never commits the inputs without
-// their outputs) and the poll is retried after Config.SinkRetry's backoff.
-// An output too large for its topic dead-letters its source record as
-// sink_rejected (rule kafka.too_large); a dead letter too large for the DLQ
-// topic is produced as a stub (see the package documentation). Records
+// their outputs) and the poll is retried after Config.SinkRetry's backoff,
+// or after the wait of an error classified [stages.RetryAfter] when that
+// is longer (see Config.SinkRetry); a cancelled ctx ends the wait. An
+// output too large for its topic dead-letters its source record as
+// sink_rejected (rule kafka.too_large); a dead letter too large for the
+// DLQ topic is produced as a stub (see the package documentation). Records
 // that retention or DeleteRecords deleted before the group consumed them
 // are reported as by [Runner]: a WARN with the offset range and
 // sluice_offsets_skipped_total (see Config.StartOffset). Config's batch
@@ -154,8 +156,7 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 			r.m.in.WithLabelValues(rec.Topic).Inc()
 			w.tp = tp{rec.Topic, rec.Partition}
 			if rerr, ok := rejected[coordOf(rec)]; ok {
-				c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: ruleTooLarge, Err: rerr}
-				out = append(out, txOut{rec: w.dlqRecord(rec, c, 1, r.cfg.Name+"/sink").rec, src: i, dlq: true})
+				out = append(out, txOut{rec: w.dlqRecord(rec, sinkRejection(ruleTooLarge, rerr), 1, r.cfg.Name+"/sink").rec, src: i, dlq: true})
 				dropped = append(dropped, coordOf(rec))
 				continue
 			}
@@ -197,7 +198,7 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 		}
 		switch {
 		case committed:
-			r.m.committed.WithLabelValues(recs[0].Topic).Add(float64(len(recs)))
+			countCommitted(r.m, recs)
 			for _, c := range dropped {
 				delete(rejected, c)
 			}
@@ -213,7 +214,7 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 			failures++
 			r.m.retries.WithLabelValues("sink").Inc()
 			r.o.log.Warn("transaction aborted: produce failed; records will be re-polled", "attempt", failures, "err", perr)
-			t := time.NewTimer(r.cfg.SinkRetry.Backoff(failures))
+			t := time.NewTimer(retryWait(r.cfg.SinkRetry, failures, stages.Classify(perr).After))
 			select {
 			case <-t.C:
 			case <-ctx.Done():
@@ -259,6 +260,19 @@ func (r *TxRunner[In]) noteSkipped(cl *kgo.Client, fetches kgo.Fetches, noted ma
 			reportSkipped(r.m, r.o.log, p.Topic, p.Partition, from, to)
 		}
 	})
+}
+
+// countCommitted adds the records of a committed transaction's poll to
+// sluice_records_done_total, per topic: one poll may hold records of
+// several input topics.
+func countCommitted(m *metrics, recs []*kgo.Record) {
+	n := map[string]int{}
+	for _, rec := range recs {
+		n[rec.Topic]++
+	}
+	for topic, c := range n {
+		m.committed.WithLabelValues(topic).Add(float64(c))
+	}
 }
 
 // txOut is a record produced by a transaction: an output of recs[src], or

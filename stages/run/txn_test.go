@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -299,5 +300,45 @@ func TestTransactionalDLQStubTooLargeIsFatal(t *testing.T) {
 	}
 	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got > 1 {
 		t.Errorf("committed %d, want at most 1 (not past the poison record)", got)
+	}
+}
+
+// sluice_records_done_total counts a committed transaction's records under
+// their own topics when one poll holds records of several input topics.
+func TestTransactionalCommittedCountsPerTopic(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	cfg.Topics = append(cfg.Topics, k.Topic(t, "in2", 1))
+	cfg.BatchMaxRecords = 1000 // one poll takes both topics' records
+	outTopic := k.Topic(t, "out", 1)
+	cl, adm := k.Client(t), k.Admin(t)
+	const n0, n1 = 5, 7
+	produce(t, cl, cfg.Topics[0], n0, 2, nil)
+	produce(t, cl, cfg.Topics[1], n1, 2, nil)
+	stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
+		return []*kgo.Record{{Topic: outTopic, Key: []byte(m.Key), Value: []byte(m.Value)}}, nil
+	}
+	reg := prometheus.NewRegistry()
+	r, err := run.NewTransactional(cfg, testkit.Name(t, "txn"), decodeString, stage,
+		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...)), run.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := testkit.RunInBackground(t, "txn runner", r.Run)
+	testkit.WaitFor(t, 30*time.Second, "commit of every input", func() bool {
+		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n0 &&
+			testkit.Committed(t, adm, cfg.Group, cfg.Topics[1])[0] == n1
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]float64{cfg.Topics[0]: n0, cfg.Topics[1]: n1} {
+		if got := testkit.Metric(t, reg, "sluice_records_done_total", "topic", topic); got != want {
+			t.Errorf("sluice_records_done_total{topic=%s} = %v, want %v", topic, got, want)
+		}
+		if got := testkit.Metric(t, reg, "sluice_records_in_total", "topic", topic); got != want {
+			t.Errorf("sluice_records_in_total{topic=%s} = %v, want %v", topic, got, want)
+		}
 	}
 }

@@ -47,7 +47,8 @@ type Merger[T any] interface {
 // and the offsets of the records behind them, not the records: when the sink
 // rejects a merged output (a [*stages.Rejections] item), every record that
 // contributed to it is read back from its partition and dead-lettered as
-// sink_rejected.
+// sink_rejected, or with the reason of a dead-letter error the rejection
+// carries, as in the batch path (see the package documentation).
 type WindowConfig struct {
 	// MaxKeys closes the window when it holds this many distinct keys (per
 	// partition). 0 disables windows: every batch is written on its own.
@@ -244,7 +245,8 @@ func (w *worker[In, Out]) closeWindow() error {
 }
 
 // deadLetterRejected reads back the records behind the rejected outputs and
-// produces them to the DLQ as sink_rejected.
+// produces them to the DLQ, classified by sinkRejection (sink_rejected
+// unless the rejection's error is a dead letter with its own reason).
 func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt int) error {
 	r, win := w.r, w.win
 	type reason struct {
@@ -272,17 +274,15 @@ func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt int
 	var p pending[Out]
 	for i, rec := range recs {
 		y := why[rec.Offset]
-		c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: y.rule, Err: y.err}
-		p.addDLQ(i, w.dlqRecord(rec, c, attempt, r.cfg.Name+"/sink"))
+		p.addDLQ(i, w.dlqRecord(rec, sinkRejection(y.rule, y.err), attempt, r.cfg.Name+"/sink"))
 	}
 	// A record no longer in the partition (retention, DeleteRecords or
 	// compaction removed it while the window was open) is dead-lettered as
 	// a stub with its coordinates, so the rejection is not retried for ever.
 	for i, off := range gone {
 		y := why[off]
-		c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: y.rule, Err: y.err}
 		src := &kgo.Record{Topic: w.tp.topic, Partition: w.tp.partition, Offset: off}
-		d := w.dlqRecord(src, c, attempt, r.cfg.Name+"/sink")
+		d := w.dlqRecord(src, sinkRejection(y.rule, y.err), attempt, r.cfg.Name+"/sink")
 		d.rec.Headers = append(d.rec.Headers, kgo.RecordHeader{Key: stages.HeaderValueOmitted,
 			Value: []byte("the record was no longer in its partition (retention, DeleteRecords or compaction) when the sink rejected its merged output")})
 		p.addDLQ(len(recs)+i, d)

@@ -380,7 +380,7 @@ func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, deadLetter, error)
 			return nil, w.dlqRecord(rec, ex, attempt, r.o.stageName), nil
 		}
 		r.m.retries.WithLabelValues("stage").Inc()
-		wait := max(c.After, r.cfg.Retry.Backoff(attempt))
+		wait := retryWait(r.cfg.Retry, attempt, c.After)
 		r.o.log.Debug("stage retry", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "attempt", attempt, "wait", wait, "err", err)
 		if !w.sleep(wait) {
 			return nil, deadLetter{}, errAbandoned
@@ -413,11 +413,13 @@ func (w *worker[In, Out]) callStage(msg stages.Msg[In]) (outs []Out, err error) 
 
 // write hands outs to the sink with one Write, retrying transient failures
 // (with the partition's fetches paused) until it succeeds or the worker
-// stops. A *stages.Rejections goes to rejected, which dead-letters (or
-// queues) the records behind it; an error of rejected counts as transient
-// and retries the write, except errInvalidRejection (a sink that rejected
-// an index outside its batch) and a fatal error (a dead letter that does
-// not fit the DLQ topic even as a stub), which are returned.
+// stops. The wait before a retry is Config.SinkRetry's backoff, or longer
+// when the error is a [stages.RetryAfter] (see retryWait). A
+// *stages.Rejections goes to rejected, which dead-letters (or queues) the
+// records behind it; an error of rejected counts as transient and retries
+// the write, except errInvalidRejection (a sink that rejected an index
+// outside its batch) and a fatal error (a dead letter that does not fit the
+// DLQ topic even as a stub), which are returned.
 func (w *worker[In, Out]) write(outs []Out, rejected func(rej *stages.Rejections, attempt int) error) error {
 	r := w.r
 	t0 := time.Now()
@@ -436,17 +438,65 @@ func (w *worker[In, Out]) write(outs []Out, rejected func(rej *stages.Rejections
 			if errors.Is(err, errInvalidRejection) || stages.Classify(err).Kind == stages.KindFatal {
 				return err
 			}
-		} else if c := stages.Classify(err); c.Kind == stages.KindFatal {
+		} else if stages.Classify(err).Kind == stages.KindFatal {
 			return fmt.Errorf("sink: %w", err)
 		}
 		r.m.retries.WithLabelValues("sink").Inc()
-		r.o.log.Warn("sink write failed, retrying", "topic", w.tp.topic, "partition", w.tp.partition, "attempt", attempt, "err", err)
-		if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
+		wait := retryWait(r.cfg.SinkRetry, attempt, stages.Classify(err).After)
+		r.o.log.Warn("sink write failed, retrying", "topic", w.tp.topic, "partition", w.tp.partition, "attempt", attempt, "wait", wait, "err", err)
+		if !w.sleep(wait) {
 			return errAbandoned
 		}
 	}
 	r.m.batchDur.WithLabelValues("write").Observe(time.Since(t0).Seconds())
 	return nil
+}
+
+// maxRetryAfter caps the wait a [stages.RetryAfter] error asks for, so
+// that a nonsensical wait (a misread Retry-After, hours) cannot park a
+// partition for that long; the error is retried after the cap and may ask
+// again.
+const maxRetryAfter = 5 * time.Minute
+
+// retryWait returns the wait before attempt number attempt+1 (attempt ≥ 1)
+// under policy p when the failed attempt's error asked for at least after
+// (the After of a [stages.RetryAfter], 0 otherwise): p's backoff, or after
+// (capped at maxRetryAfter) when that is longer.
+func retryWait(p RetryPolicy, attempt int, after time.Duration) time.Duration {
+	return max(min(after, maxRetryAfter), p.Backoff(attempt))
+}
+
+// sinkRejection returns the dead-letter classification of one item a sink
+// rejected (the Rule and Err of a [stages.Rejection]). When err is itself a
+// dead letter ([stages.Classify] reports KindDeadLetter: a sink passing on
+// a caller's [stages.DeadLetter], as kafkasink does for its mapping
+// function), its rule is dlq.rule when rule is empty, and its reason is
+// dlq.reason when that is one of the design's (knownReason; sink_rejected
+// otherwise, so that dlq.reason keeps the design's vocabulary). Any other
+// rejection is sink_rejected with rule. Err is err either way, so
+// dlq.error keeps the sink's message.
+func sinkRejection(rule string, err error) *stages.Error {
+	c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: rule, Err: err}
+	if d := stages.Classify(err); d != nil && d.Kind == stages.KindDeadLetter {
+		if knownReason(d.Reason) {
+			c.Reason = d.Reason
+		}
+		if c.Rule == "" {
+			c.Rule = d.Rule
+		}
+	}
+	return c
+}
+
+// knownReason reports whether reason is one of the dlq.reason values fixed
+// by the design (DESIGN §3).
+func knownReason(reason stages.Reason) bool {
+	switch reason {
+	case stages.ReasonSanityFail, stages.ReasonDecodeError, stages.ReasonUnknownTaskType,
+		stages.ReasonSinkRejected, stages.ReasonRetriesExhausted, stages.ReasonException:
+		return true
+	}
+	return false
 }
 
 // errInvalidRejection reports a sink that rejected an index outside the
@@ -465,8 +515,7 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 					return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, len(p.owners))
 				}
 				i := p.owners[it.Index]
-				c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: it.Rule, Err: it.Err}
-				p.addDLQ(i, w.dlqRecord(batch[i], c, attempt, r.cfg.Name+"/sink"))
+				p.addDLQ(i, w.dlqRecord(batch[i], sinkRejection(it.Rule, it.Err), attempt, r.cfg.Name+"/sink"))
 			}
 			return nil
 		})
