@@ -17,10 +17,14 @@ import (
 //   - A nil error means every item is durable. The runtime commits offsets only
 //     after that.
 //   - A [*Rejections] error names the items the backend refused permanently;
-//     the runtime dead-letters their source records (reason sink_rejected) and
-//     treats the rest of the batch as written.
+//     the runtime dead-letters their source records and treats the rest of
+//     the batch as written. dlq.reason is sink_rejected unless a rejection's
+//     error is classified as a [DeadLetter] with one of the design's reasons,
+//     which is then kept (with its rule when the rejection names none).
+//   - A [Fatal] error stops the runner without committing the batch.
 //   - Any other error is transient: the runtime retries the whole batch with
-//     backoff, never dead-letters it and never commits past it.
+//     backoff (at least a [RetryAfter] error's wait), never dead-letters it
+//     and never commits past it.
 type Sink[T any] interface {
 	Write(ctx context.Context, batch []T) error
 }

@@ -55,7 +55,8 @@ type Sink[T any] struct {
 //     message in dlq.error.)
 //   - A [stages.Retry] or [stages.RetryAfter] error fails the whole Write
 //     with that classification before anything is produced: the runtime
-//     retries the batch with its sink backoff.
+//     retries the batch with its sink backoff, waiting at least a
+//     RetryAfter error's wait.
 //   - A [stages.Fatal] error fails the whole Write as fatal before anything
 //     is produced, so that the runner stops; it is never turned into a
 //     dead letter, which would commit past an item the caller said must not
