@@ -56,6 +56,7 @@ func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	base := log // the runner adds its own "pipeline" attribute
 	log = log.With("pipeline", "ticks")
 	m, err := newMetrics(env.Registerer)
 	if err != nil {
@@ -86,7 +87,7 @@ func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 	runner, err := run.New(cfg.Runtime, decodeTaskIn, w.stage, kafkasink.Records(prod),
 		run.WithKafkaOpts(env.Kafka...),
 		run.WithRegisterer(env.Registerer),
-		run.WithLogger(log),
+		run.WithLogger(base),
 		run.WithStageName("ticks/segment"),
 		run.WithAssignHook(w.restore),
 		run.WithRevokeHook(w.release),
