@@ -179,8 +179,10 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	r.stopRun = stop
 
 	// A short fetch wait bounds how long a resumed partition waits for the
-	// next fetch round; callers may override it.
-	opts := append([]kgo.Opt{kgo.FetchMaxWait(time.Second)}, r.o.kopts...)
+	// next fetch round; a short metadata age bounds how long partitions
+	// added to an input topic go unconsumed (kgo's default is 5 minutes).
+	// Callers may override both.
+	opts := append([]kgo.Opt{kgo.FetchMaxWait(time.Second), kgo.MetadataMaxAge(metadataMaxAge)}, r.o.kopts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(r.cfg.Group),
 		kgo.ConsumeTopics(r.cfg.Topics...),
@@ -386,6 +388,12 @@ func pause(ctx context.Context, d time.Duration) {
 // brought only errors: kgo hands some errors (UNKNOWN_TOPIC_ID of a
 // recreated topic) back at once, poll after poll.
 const fetchErrorBackoff = 250 * time.Millisecond
+
+// metadataMaxAge is how often the runners' clients refresh their metadata
+// at the latest: partitions added to an input topic are assigned (the group
+// rebalances) within about this long. kgo's default is 5 minutes;
+// [WithKafkaOpts] may override it with kgo.MetadataMaxAge.
+const metadataMaxAge = 30 * time.Second
 
 // backpressureWait is how long the poll loop waits for a full partition queue
 // to drain before pausing that partition.

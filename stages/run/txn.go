@@ -76,7 +76,7 @@ func (r *TxRunner[In]) Ready() bool { return r.ready.Load() }
 // Run consumes until ctx is cancelled (returning nil) or a fatal error,
 // a deleted or recreated input topic included (see [Runner.Run]).
 func (r *TxRunner[In]) Run(ctx context.Context) error {
-	opts := append([]kgo.Opt{}, r.o.kopts...)
+	opts := append([]kgo.Opt{kgo.MetadataMaxAge(metadataMaxAge)}, r.o.kopts...)
 	opts = append(opts,
 		kgo.TransactionalID(r.txnID),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
