@@ -180,7 +180,10 @@ func (m *BacklogMonitor) Lag(ctx context.Context, adm *kadm.Client) (int64, erro
 // writes are independent, each with its own time budget: a missing flags
 // topic or an unreachable broker must not keep the flag from PostgreSQL
 // readers, nor PostgreSQL being down keep it from the topic's. The error
-// joins the failures of both.
+// joins the failures of both. In control_flags a value older than the one
+// stored (by updated_at) is ignored, so with several processes a delayed
+// write cannot replace a newer measurement; the topic keeps every value and
+// its latest is the latest produced.
 func (m *BacklogMonitor) Publish(ctx context.Context, cl *kgo.Client, v FlagValue) error {
 	body, err := json.Marshal(v)
 	if err != nil {
@@ -198,7 +201,8 @@ func (m *BacklogMonitor) Publish(ctx context.Context, cl *kgo.Client, v FlagValu
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := m.db.Exec(dctx, `INSERT INTO control_flags (name, value, updated_at) VALUES ($1, $2, $3)
-		ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`,
+		ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at
+		WHERE control_flags.updated_at <= EXCLUDED.updated_at`,
 		FlagScrapeSlow, v.Value, v.UpdatedAt); err != nil {
 		dbErr = fmt.Errorf("mirror %s into control_flags: %w", FlagScrapeSlow, err)
 	}

@@ -101,3 +101,44 @@ func TestBacklogMonitorPublishesEachWayAlone(t *testing.T) {
 		}
 	})
 }
+
+// With several processes publishing, a write that arrives late (measured
+// earlier, delayed on its way) must not replace a newer flag in
+// control_flags; the topic keeps every value anyway.
+func TestBacklogMonitorKeepsNewerFlagInPostgres(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	srv := testkit.NewPostgresServer(t)
+	ctx, pg := migrated(t, srv)
+	env := pipelines.Env{Kafka: k.Opts(t), DB: pg.Pool, Registerer: prometheus.NewRegistry()}
+	flags := k.Topic(t, "flags", 1)
+	m, err := NewBacklogMonitor(env, BacklogConfig{Group: testkit.Name(t, "silver"), Topic: backlogOf(t, k, 1), FlagsTopic: flags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := k.Client(t)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	steps := []struct {
+		v         FlagValue
+		wantValue bool
+		wantAt    time.Time
+	}{
+		{FlagValue{Value: true, Lag: 20000, UpdatedAt: t0}, true, t0},
+		{FlagValue{Value: false, Lag: 3, UpdatedAt: t0.Add(-time.Minute)}, true, t0}, // late: ignored
+		{FlagValue{Value: false, Lag: 3, UpdatedAt: t0}, false, t0},                   // same time: taken
+		{FlagValue{Value: true, Lag: 30000, UpdatedAt: t0.Add(time.Second)}, true, t0.Add(time.Second)},
+	}
+	for i, s := range steps {
+		if err := m.Publish(ctx, cl, s.v); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		var v bool
+		var at time.Time
+		if err := pg.Pool.QueryRow(ctx, "SELECT value, updated_at FROM control_flags WHERE name = 'SCRAPE_SLOW'").Scan(&v, &at); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if v != s.wantValue || !at.Equal(s.wantAt) {
+			t.Errorf("step %d: control_flags = %v at %s, want %v at %s", i, v, at.UTC(), s.wantValue, s.wantAt)
+		}
+	}
+}
