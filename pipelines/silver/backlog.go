@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/pipelines"
@@ -148,7 +149,13 @@ func (m *BacklogMonitor) Lag(ctx context.Context, adm *kadm.Client) (int64, erro
 	if err != nil {
 		return 0, fmt.Errorf("start offsets of %s: %w", m.cfg.Topic, err)
 	}
+	// A group that never committed has no offsets: real Kafka answers with
+	// none, some brokers (kfake) with GROUP_ID_NOT_FOUND.
+	// Either way its lag is the whole retained log.
 	committed, err := adm.FetchOffsets(ctx, m.cfg.Group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		committed, err = kadm.OffsetResponses{}, nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("offsets of group %s: %w", m.cfg.Group, err)
 	}

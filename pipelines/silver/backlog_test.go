@@ -125,7 +125,7 @@ func TestBacklogMonitorKeepsNewerFlagInPostgres(t *testing.T) {
 	}{
 		{FlagValue{Value: true, Lag: 20000, UpdatedAt: t0}, true, t0},
 		{FlagValue{Value: false, Lag: 3, UpdatedAt: t0.Add(-time.Minute)}, true, t0}, // late: ignored
-		{FlagValue{Value: false, Lag: 3, UpdatedAt: t0}, false, t0},                   // same time: taken
+		{FlagValue{Value: false, Lag: 3, UpdatedAt: t0}, false, t0},                  // same time: taken
 		{FlagValue{Value: true, Lag: 30000, UpdatedAt: t0.Add(time.Second)}, true, t0.Add(time.Second)},
 	}
 	for i, s := range steps {
