@@ -24,12 +24,14 @@ func SQLState(err error) string {
 // IsTransient reports whether err is a failure that a later retry of the
 // same statement can be expected to get past:
 //
-//   - server errors: class 08 (connection exception), 40001 serialization
-//     failure, 40003 statement completion unknown, 40P01 deadlock, class 53
+//   - server errors: class 08 (connection exception), 25P03/25P04 idle in
+//     transaction and transaction timeout, 40001 serialization failure,
+//     40003 statement completion unknown, 40P01 deadlock, class 53
 //     insufficient resources (too many connections, disk full, out of
-//     memory), 55P03 lock not available, 55006 object in use, 57014 query
-//     cancelled (statement timeout), 57P01/57P02/57P03 admin shutdown, crash
-//     shutdown, cannot connect now, class 58 system/I/O errors;
+//     memory), 55P03 lock not available (lock_timeout), 55006 object in use,
+//     57014 query cancelled (statement timeout), 57P01/57P02/57P03/57P05
+//     admin shutdown, crash shutdown, cannot connect now, idle session
+//     timeout, class 58 system/I/O errors;
 //   - client side: failures to connect, network errors and timeouts, a
 //     connection closed or reset under a statement, an unexpected EOF, a
 //     context deadline, and anything pgconn marks safe to retry.
@@ -73,7 +75,7 @@ func IsTransient(err error) bool {
 
 func transientState(code string) bool {
 	switch code {
-	case "40001", "40003", "40P01", "55P03", "55006", "57014", "57P01", "57P02", "57P03":
+	case "25P03", "25P04", "40001", "40003", "40P01", "55P03", "55006", "57014", "57P01", "57P02", "57P03", "57P05":
 		return true
 	}
 	return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "53") || strings.HasPrefix(code, "58")
