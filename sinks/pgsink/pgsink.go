@@ -36,9 +36,15 @@
 //     culprits are reported in a [*stages.Rejections] with indexes into the
 //     caller's batch. With k bad rows among n the cost is about
 //     k·log2(n) extra transactions.
-//   - When several items of one key were merged, a refused merged row rejects
-//     every original item of that key (the merged row is what was refused;
-//     the sink does not try the items one by one).
+//   - When several items of one key were merged and the merged row is
+//     refused, the items of that key are written again one at a time, in
+//     batch order, each in its own transaction: every item lands as it would
+//     have in a batch of its own and only the items the database refuses are
+//     rejected (a valid item is never dead-lettered for a later item of its
+//     key). This costs one transaction per item of the refused key. An item
+//     that a later item of its key supersedes in the merged row is not
+//     checked on its own: when the merged row lands, every item of the key
+//     counts as written.
 //   - Any other error (transient ones, see [IsTransient], but also schema
 //     errors such as an undefined table) is returned as an ordinary error:
 //     the runtime retries the whole batch. Halves that landed before such an
@@ -313,7 +319,7 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 	if d := len(batch) - len(groups); d > 0 {
 		s.m.merged.Add(float64(d))
 	}
-	w := writer[T]{s: s}
+	w := writer[T]{s: s, batch: batch}
 	err := w.bisect(ctx, groups, false)
 	s.m.written.Add(float64(w.written))
 	if err != nil {
@@ -376,6 +382,7 @@ func (s *Sink[T]) merge(batch []T) []*group[T] {
 // writer holds the state of one Write.
 type writer[T any] struct {
 	s        *Sink[T]
+	batch    []T
 	written  int
 	rejected []rejected[T]
 }
@@ -400,6 +407,9 @@ func (w *writer[T]) bisect(ctx context.Context, gs []*group[T], knownBad bool) e
 		}
 		w.s.m.txs.WithLabelValues("row_error").Inc()
 		if len(gs) == 1 {
+			if len(gs[0].items) > 1 {
+				return w.itemByItem(ctx, gs[0])
+			}
 			w.rejected = append(w.rejected, rejected[T]{g: gs[0], pe: pe, cause: cause})
 			return nil
 		}
@@ -411,6 +421,21 @@ func (w *writer[T]) bisect(ctx context.Context, gs []*group[T], knownBad bool) e
 		return err
 	}
 	return w.bisect(ctx, gs[mid:], len(w.rejected) == before)
+}
+
+// itemByItem writes the items merged into g, a row the database refused,
+// one at a time in batch order (later items are newer), so that each lands
+// or is rejected on its own, as in a batch of its own.
+func (w *writer[T]) itemByItem(ctx context.Context, g *group[T]) error {
+	w.s.log.Debug("merged row refused, writing its items one at a time", "items", len(g.items))
+	for _, i := range g.items {
+		row := w.batch[i]
+		one := &group[T]{key: g.key, row: row, items: []int{i}, vals: w.s.table.Values(row)}
+		if err := w.bisect(ctx, []*group[T]{one}, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // rowError returns the server error, and the error to report (the server
