@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -247,8 +248,12 @@ func archiveArgs(r Record) []any {
 	if payload == nil {
 		payload = []byte{}
 	}
+	// The attempts column is an INT: a larger count (a hand-written or
+	// corrupt header) would fail the insert on every run and stop the
+	// archiver, so it is stored as the largest value the column holds.
+	attempts := min(r.Attempts, math.MaxInt32)
 	return []any{r.Topic, r.Partition, r.Offset, srcTopic, srcPart, srcOffset,
-		pgText(r.Reason), pgText(r.Rule), pgText(r.Error), pgText(r.Stage), r.Attempts,
+		pgText(r.Reason), pgText(r.Rule), pgText(r.Error), pgText(r.Stage), attempts,
 		key, payload, asJSON, failedAt}
 }
 
