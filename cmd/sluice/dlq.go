@@ -32,6 +32,7 @@ func newDLQCmd(g *globalConfig) *cobra.Command {
 
 // dlqFilterFlags are the record filters shared by inspect and redrive.
 type dlqFilterFlags struct {
+	changed        func(flag string) bool // reports whether a flag was set
 	reasons, rules []string
 	since, until   string
 	sourceTopic    string
@@ -39,15 +40,26 @@ type dlqFilterFlags struct {
 
 func (ff *dlqFilterFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringSliceVar(&ff.reasons, "reason", nil, "only records with this dlq.reason; repeat or comma-separate for several")
-	f.StringSliceVar(&ff.rules, "rule", nil, "only records with this dlq.rule id; repeat or comma-separate for several")
+	ff.changed = f.Changed
+	f.StringSliceVar(&ff.reasons, "reason", nil, "only records with this dlq.reason; repeat or comma-separate for several ('' selects records without one)")
+	f.StringSliceVar(&ff.rules, "rule", nil, "only records with this dlq.rule id; repeat or comma-separate for several ('' selects records without one)")
 	f.StringVar(&ff.since, "since", "", "only records that failed at or after this time: RFC 3339 or a duration ago like -1h")
 	f.StringVar(&ff.until, "until", "", "only records that failed before this time: RFC 3339 or a duration ago")
 	f.StringVar(&ff.sourceTopic, "source-topic", "", "only records that came from this topic")
 }
 
+// filter builds the filter the flags describe. An empty --rule= (or
+// --reason=) selects the records without a rule (reason): the flag parser turns an
+// empty value into an empty list, which would otherwise select every
+// record, a surprise for a redrive.
 func (ff *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
 	f := dlq.Filter{Reasons: ff.reasons, Rules: ff.rules, SourceTopic: ff.sourceTopic}
+	if ff.changed != nil && ff.changed("reason") && len(f.Reasons) == 0 {
+		f.Reasons = []string{""}
+	}
+	if ff.changed != nil && ff.changed("rule") && len(f.Rules) == 0 {
+		f.Rules = []string{""}
+	}
 	var err error
 	if ff.since != "" {
 		if f.Since, err = parseTimeArg(ff.since, now); err != nil {
@@ -258,7 +270,7 @@ started.`,
 			if dryRun {
 				verb = "would send"
 			}
-			fmt.Fprintf(out, "%s: %d\nskipped by filter: %d\nrefused by loop guard (redrive count ≥ %d): %d\nunroutable (no dlq.source.topic): %d\n"+
+			fmt.Fprintf(out, "%s: %d\nskipped by filter: %d\nrefused by loop guard (redrive count ≥ %d): %d\nunroutable (no dlq.source.topic, or that topic does not exist): %d\n"+
 				"not re-driven, value omitted (the original is only at its dlq.source.* coordinates): %d\n",
 				verb, res.Sent, res.Filtered, maxRedrives, res.Refused, res.Unroutable, res.Omitted)
 			if err != nil {

@@ -225,3 +225,25 @@ func TestDLQRedriveCountsOmittedStubs(t *testing.T) {
 		t.Fatalf("source end offset %d, want 1 (only FPT re-driven)", o.Offset)
 	}
 }
+
+// An empty --rule= selects the records without a rule (the flag parser
+// would make it an empty list that selects every record); likewise
+// --reason=.
+func TestDLQEmptyRuleSelectsRecordsWithoutOne(t *testing.T) {
+	t.Parallel()
+	brokers, dlqTopic, _ := dlqFixture(t)
+	out, err := runCLI(t, "dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic, "--rule", "", "--dry-run")
+	if err != nil {
+		t.Fatalf("redrive dry run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "would send: 1\nskipped by filter: 2\n") || !hasRow(out, "send", dlqTopic+"[0]@2", `key="HPG"`) {
+		t.Fatalf("redrive --rule '' output:\n%s", out)
+	}
+	out, err = runCLI(t, "dlq", "inspect", "--brokers", brokers, "--topic", dlqTopic, "--reason=")
+	if err != nil {
+		t.Fatalf("inspect: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "0 record(s)") {
+		t.Fatalf("inspect --reason= output:\n%s", out)
+	}
+}

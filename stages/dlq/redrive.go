@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/stages"
@@ -29,7 +31,8 @@ const (
 	// Refuse skips a record whose redrive count reached the limit (or is
 	// unreadable): the loop guard.
 	Refuse
-	// Unroutable skips a record without a dlq.source.topic header.
+	// Unroutable skips a record without a dlq.source.topic header, or
+	// whose source topic does not exist (any more).
 	Unroutable
 	// Omitted skips the stub of a record that was too large for the DLQ
 	// (dlq.value_omitted): it does not hold the original, and re-sending it
@@ -77,7 +80,8 @@ type RedriveResult struct {
 	Filtered int
 	// Refused is how many matched but hit the loop guard.
 	Refused int
-	// Unroutable is how many matched but carry no source topic.
+	// Unroutable is how many matched but carry no source topic, or one
+	// that does not exist.
 	Unroutable int
 	// Omitted is how many matched but are stubs without the original
 	// record (dlq.value_omitted).
@@ -96,8 +100,12 @@ type RedriveResult struct {
 // headers are dropped). A record goes back to the partition it came from
 // (dlq.source.partition) when that partition exists, so a key keeps its
 // partition and its order; otherwise the key is hashed. Records whose
-// redrive count reached req.MaxRedrives are refused, and stubs of records
-// that were too large for the DLQ (dlq.value_omitted) are skipped. Records are produced
+// redrive count reached req.MaxRedrives are refused, stubs of records
+// that were too large for the DLQ (dlq.value_omitted) are skipped, and so
+// are records whose source topic does not exist (deleted since; they count
+// as Unroutable, with DryRun too): one missing topic does not stop the
+// redrive of the others. Whether a topic exists is asked once per topic
+// and run. Records are produced
 // synchronously in batches, in DLQ partition order; on a produce error
 // Redrive stops and returns the counts so far with the error.
 //
@@ -121,6 +129,32 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 		}
 		defer prod.Close()
 	}
+	metaCl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return res, fmt.Errorf("dlq redrive: kafka client: %w", err)
+	}
+	defer metaCl.Close()
+	adm := kadm.NewClient(metaCl)
+	found := map[string]bool{}
+	exists := func(topic string) (bool, error) {
+		if ok, asked := found[topic]; asked {
+			return ok, nil
+		}
+		td, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			return false, fmt.Errorf("describe source topic %s: %w", topic, err)
+		}
+		d, ok := td[topic]
+		switch {
+		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+			found[topic] = false
+		case d.Err != nil:
+			return false, fmt.Errorf("describe source topic %s: %w", topic, d.Err)
+		default:
+			found[topic] = true
+		}
+		return found[topic], nil
+	}
 	var batch []*kgo.Record
 	flush := func() error {
 		if len(batch) == 0 {
@@ -140,7 +174,7 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 		}
 		return err
 	}
-	err := scan(ctx, opts, req.DLQTopic, func(kr *kgo.Record) error {
+	err = scan(ctx, opts, req.DLQTopic, func(kr *kgo.Record) error {
 		res.Scanned++
 		r, perr := Parse(kr)
 		if !req.Filter.Match(r) {
@@ -158,6 +192,16 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 		case r.RedriveCount >= limit || (perr != nil && hasBadHeader(kr, stages.HeaderRedriveCount)):
 			d = Refuse
 			res.Refused++
+		}
+		if d == Send {
+			ok, err := exists(r.SourceTopic)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				d = Unroutable
+				res.Unroutable++
+			}
 		}
 		if req.Each != nil {
 			req.Each(r, d)
