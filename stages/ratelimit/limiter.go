@@ -198,19 +198,44 @@ func (l *Limiter) Keys(account string) []string {
 }
 
 // Allow asks for one request of account. A granted request is recorded in
-// every window; a denied one is not recorded. Errors are Redis failures.
+// every window; a denied one is not recorded. Errors are Redis failures,
+// or ctx's error: Allow returns as soon as ctx ends, even when the server
+// does not answer (a hung or unreachable Redis), without waiting for the
+// client's timeouts. A call abandoned that way may still be granted on the
+// server, which spends one grant nobody uses (the safe direction).
 func (l *Limiter) Allow(ctx context.Context, account string) (Decision, error) {
 	if account == "" {
 		return Decision{}, errors.New("ratelimit: empty account")
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("ratelimit: %s/%s: %w", l.cfg.Source, account, err)
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	args := make([]any, 0, 1+len(l.args))
 	args = append(args, hex.EncodeToString(id[:]))
 	args = append(args, l.args...)
+	type reply struct {
+		res []int64
+		err error
+	}
+	done := make(chan reply, 1) // buffered: an abandoned call does not leak its goroutine
 	t0 := time.Now()
-	res, err := l.script.Run(ctx, l.rdb, l.Keys(account), args...).Int64Slice()
-	l.m.latency.Observe(time.Since(t0).Seconds())
+	go func() {
+		res, err := l.script.Run(ctx, l.rdb, l.Keys(account), args...).Int64Slice()
+		l.m.latency.Observe(time.Since(t0).Seconds())
+		done <- reply{res, err}
+	}()
+	var rep reply
+	select {
+	case rep = <-done:
+	case <-ctx.Done():
+		return Decision{}, fmt.Errorf("ratelimit: %s/%s: %w", l.cfg.Source, account, ctx.Err())
+	}
+	res, err := rep.res, rep.err
+	if err != nil && ctx.Err() != nil {
+		return Decision{}, fmt.Errorf("ratelimit: %s/%s: %w", l.cfg.Source, account, errors.Join(ctx.Err(), err))
+	}
 	if err != nil {
 		l.m.errors.WithLabelValues(l.cfg.Source).Inc()
 		return Decision{}, fmt.Errorf("ratelimit: %s/%s: %w", l.cfg.Source, account, err)

@@ -11,8 +11,16 @@ import (
 	"github.com/sluicehq/sluice/stages"
 )
 
-// ErrDenied is wrapped by the error a limited stage returns on denial.
+// ErrDenied is wrapped by the error a limited stage returns when it did
+// not get a grant: the limit was reached, or the limiter could not be asked
+// (then ErrUnavailable is wrapped too). Either way the message waits and is
+// tried again; it is not a failure of the message.
 var ErrDenied = errors.New("rate limited")
+
+// ErrUnavailable is wrapped (with ErrDenied and the Redis error) by the
+// error a limited stage returns when the limiter failed (Redis down,
+// restarting, unreachable): the stage fails closed and grants nothing.
+var ErrUnavailable = errors.New("rate limiter unavailable")
 
 // Backoff shapes the wait a stage asks for after a denial: the limiter's
 // computed wait plus a random extra of up to min(Initial·2^(n−1), Max),
@@ -40,13 +48,27 @@ func (b Backoff) withDefaults() Backoff {
 // Wait returns the wait after the n-th consecutive denial (n ≥ 1) when the
 // limiter asked for limiterWait.
 func (b Backoff) Wait(limiterWait time.Duration, n int) time.Duration {
+	extra := b.extra(n)
+	return limiterWait + time.Duration(rand.Int64N(int64(extra)+1))
+}
+
+// FailureWait returns the wait after the n-th consecutive limiter failure
+// (n ≥ 1): between E and 2E, where E = min(Initial·2^(n−1), Max), so that
+// callers retry a Redis that is down or restarting ever more slowly, never
+// in a busy loop, and spread out.
+func (b Backoff) FailureWait(n int) time.Duration {
+	extra := b.extra(n)
+	return extra + time.Duration(rand.Int64N(int64(extra)+1))
+}
+
+// extra returns min(Initial·2^(n−1), Max) with the defaults applied.
+func (b Backoff) extra(n int) time.Duration {
 	b = b.withDefaults()
 	extra := b.Initial
 	for i := 1; i < n && extra < b.Max; i++ {
 		extra *= 2
 	}
-	extra = min(extra, b.Max)
-	return limiterWait + time.Duration(rand.Int64N(int64(extra)+1))
+	return min(extra, b.Max)
 }
 
 // KeyFunc returns the account a message is limited under, or ok=false for
@@ -58,7 +80,15 @@ type KeyFunc[In any] func(m stages.Msg[In]) (account string, ok bool)
 // ErrDenied…) without calling next, where wait follows b (see Backoff); the
 // runtime pauses the partition's fetches for at least wait and then calls
 // the stage again with the same message (no sleep in the poll loop, no busy
-// retry). A Redis failure is returned as a plain retryable error.
+// retry).
+//
+// A limiter failure (Redis down, restarting, unreachable) grants nothing
+// either (the stage fails closed): the stage returns stages.RetryAfter(w,
+// err) where err wraps ErrDenied, ErrUnavailable and the Redis error and w
+// is b.FailureWait(n) for the n-th consecutive failure of the stage, so an
+// outage is waited out like a denial, not counted as a failure of the
+// message. When ctx has ended, the limiter's error is returned as a plain
+// retryable error.
 //
 // Note that the runtime counts denials as attempts of the message
 // (run.Config.Retry.MaxAttempts): a pipeline with a limited stage sets it
@@ -67,6 +97,7 @@ type KeyFunc[In any] func(m stages.Msg[In]) (account string, ok bool)
 func Stage[In, Out any](l *Limiter, key KeyFunc[In], b Backoff, next stages.Func[In, Out]) stages.Func[In, Out] {
 	var mu sync.Mutex
 	denials := map[string]int{}
+	failures := 0 // consecutive limiter failures, over all accounts
 	return func(ctx context.Context, m stages.Msg[In]) ([]Out, error) {
 		account, ok := key(m)
 		if !ok {
@@ -74,9 +105,19 @@ func Stage[In, Out any](l *Limiter, key KeyFunc[In], b Backoff, next stages.Func
 		}
 		d, err := l.Allow(ctx, account)
 		if err != nil {
-			return nil, stages.Retry(err)
+			if ctx.Err() != nil {
+				return nil, stages.Retry(err)
+			}
+			mu.Lock()
+			failures++
+			n := failures
+			mu.Unlock()
+			wait := b.FailureWait(n)
+			return nil, stages.RetryAfter(wait, fmt.Errorf("%w: %w (failure %d, retry in %s): %w",
+				ErrDenied, ErrUnavailable, n, wait.Round(time.Millisecond), err))
 		}
 		mu.Lock()
+		failures = 0
 		if d.Allowed {
 			delete(denials, account)
 			mu.Unlock()
