@@ -152,7 +152,7 @@ func TestMigrateCreatesTablesInSearchPathSchema(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Migrate: %v", err)
 			}
-			if want := schemas.MigrationNames(); !slices.Equal(applied, want) || len(want) != 4 {
+			if want := schemas.MigrationNames(); !slices.Equal(applied, want) || len(want) != 5 {
 				t.Fatalf("applied %v, want %v", applied, want)
 			}
 			want := []string{"control_flags", "dlq_archive", "post_analytics", "sa_silver", schemas.VersionTable, "ta_silver"}
@@ -211,7 +211,8 @@ func TestMigrationDDL(t *testing.T) {
 			"reason": "text not null", "rule_id": "text not null default ''::text", "error_msg": "text not null default ''::text",
 			"stage": "text not null default ''::text", "attempts": "integer not null default 0", "record_key": "text",
 			"payload": "bytea not null", "payload_json": "jsonb", "failed_at": "timestamp with time zone",
-			"created_at": "timestamp with time zone not null default now()",
+			"created_at":   "timestamp with time zone not null default now()",
+			"dlq_topic_id": "uuid not null default '00000000-0000-0000-0000-000000000000'::uuid",
 		},
 		"post_analytics": {
 			"project_id": "text not null", "item_id": "text not null", "platform": "text",
@@ -244,7 +245,7 @@ func TestMigrationDDL(t *testing.T) {
 		{"sa_silver", "UNIQUE", nil},
 		{"control_flags", "PRIMARY KEY", []string{"name"}},
 		{"dlq_archive", "PRIMARY KEY", []string{"id"}},
-		{"dlq_archive", "UNIQUE", []string{"dlq_topic,dlq_partition,dlq_offset"}},
+		{"dlq_archive", "UNIQUE", []string{"dlq_topic,dlq_partition,dlq_offset,dlq_topic_id"}},
 		{"post_analytics", "PRIMARY KEY", []string{"project_id,item_id"}},
 	}
 	for _, k := range keys {

@@ -302,7 +302,8 @@ func newDLQArchiveCmd(g *globalConfig) *cobra.Command {
 		Long: `archive consumes the DLQ topic as a consumer group and inserts every record
 into dlq_archive (created by sluice migrate), committing offsets only after
 the rows are stored; records already archived are ignored, so it is safe to
-repeat. It runs until interrupted; --once archives up to the current end
+repeat. Rows are keyed by the DLQ topic's ID, partition and offset, so the
+records of a DLQ topic deleted and recreated are archived as new rows. It runs until interrupted; --once archives up to the current end
 and exits.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -369,7 +370,7 @@ func topicExists(ctx context.Context, g *globalConfig, topic string) error {
 }
 
 // archivePool connects to PostgreSQL within databaseConnectTimeout and checks
-// that the dlq_archive table exists.
+// that the dlq_archive table exists and is migrated (has dlq_topic_id).
 func archivePool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cctx, cancel := context.WithTimeout(ctx, databaseConnectTimeout)
 	defer cancel()
@@ -381,8 +382,9 @@ func archivePool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	var exists bool
-	if err := pool.QueryRow(cctx, `SELECT to_regclass('dlq_archive') IS NOT NULL`).Scan(&exists); err != nil {
+	var exists, migrated bool
+	if err := pool.QueryRow(cctx, `SELECT to_regclass('dlq_archive') IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute
+		WHERE attrelid = to_regclass('dlq_archive') AND attname = 'dlq_topic_id' AND NOT attisdropped)`).Scan(&exists, &migrated); err != nil {
 		pool.Close()
 		if cctx.Err() != nil {
 			return nil, fmt.Errorf("database unreachable: no answer within %v", databaseConnectTimeout)
@@ -392,6 +394,10 @@ func archivePool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if !exists {
 		pool.Close()
 		return nil, fmt.Errorf("table dlq_archive does not exist: run sluice migrate first")
+	}
+	if !migrated {
+		pool.Close()
+		return nil, fmt.Errorf("table dlq_archive has no dlq_topic_id column: run sluice migrate first")
 	}
 	return pool, nil
 }

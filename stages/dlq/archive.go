@@ -11,9 +11,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // DefaultArchiveGroup is the consumer group Archive and ArchiveOnce use when
@@ -31,15 +33,40 @@ type ArchiveResult struct {
 	// Read is how many DLQ records were consumed.
 	Read int
 	// Inserted is how many rows were new in dlq_archive; a record archived
-	// before (same DLQ topic, partition and offset) is not inserted again.
+	// before (same DLQ topic ID, topic name, partition and offset, or a row
+	// archived before topic IDs were recorded with the same coordinates and
+	// content) is not inserted again.
 	Inserted int
 }
 
+// insertArchive inserts one DLQ record unless dlq_archive already holds it:
+// a row with the same DLQ topic ID and coordinates (the unique key), or,
+// when the record's topic ID is known, a row archived before topic IDs were
+// recorded (zero ID) with the same coordinates and the same content. The
+// content comparison tells a re-read of an old record (a new group, a crash
+// before the offset commit) from a new record of a recreated topic at the
+// same coordinates; every compared column is a deterministic function of
+// the record (archiveArgs).
 const insertArchive = `INSERT INTO dlq_archive (dlq_topic, dlq_partition, dlq_offset,
 	source_topic, source_partition, source_offset, reason, rule_id, error_msg, stage,
-	attempts, record_key, payload, payload_json, failed_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::text::jsonb, $15)
-ON CONFLICT (dlq_topic, dlq_partition, dlq_offset) DO NOTHING`
+	attempts, record_key, payload, payload_json, failed_at, dlq_topic_id)
+SELECT $1::text, $2::int, $3::bigint, $4::text, $5::int, $6::bigint, $7::text, $8::text, $9::text,
+	$10::text, $11::int, $12::text, $13::bytea, $14::text::jsonb, $15::timestamptz, $16::uuid
+WHERE $16::uuid = '00000000-0000-0000-0000-000000000000' OR NOT EXISTS (
+	SELECT 1 FROM dlq_archive o
+	WHERE o.dlq_topic = $1 AND o.dlq_partition = $2 AND o.dlq_offset = $3
+	  AND o.dlq_topic_id = '00000000-0000-0000-0000-000000000000'
+	  AND o.source_topic IS NOT DISTINCT FROM $4 AND o.source_partition IS NOT DISTINCT FROM $5
+	  AND o.source_offset IS NOT DISTINCT FROM $6 AND o.reason = $7 AND o.rule_id = $8
+	  AND o.error_msg = $9 AND o.stage = $10 AND o.attempts = $11
+	  AND o.record_key IS NOT DISTINCT FROM $12 AND o.payload = $13
+	  AND o.failed_at IS NOT DISTINCT FROM $15)
+ON CONFLICT (dlq_topic, dlq_partition, dlq_offset, dlq_topic_id) DO NOTHING`
+
+// errTopicChanged reports that the DLQ topic's ID changed while records were
+// read from a broker that does not name topic IDs in fetch responses, so the
+// incarnation the records came from is unknown.
+var errTopicChanged = errors.New("the topic was deleted and recreated during the run")
 
 // Archive consumes the DLQ topic as consumer group group (default
 // DefaultArchiveGroup) and inserts every record into the dlq_archive table
@@ -49,23 +76,35 @@ ON CONFLICT (dlq_topic, dlq_partition, dlq_offset) DO NOTHING`
 // uncommitted batch, and re-delivered records are ignored by the table's
 // unique key (idempotent). A group new to the topic starts at its earliest
 // record. Rebalances wait until the batch in hand is archived and committed.
-// A database or Kafka error stops Archive and is returned.
+//
+// Rows are keyed by the DLQ topic's Kafka topic ID as well as the record's
+// partition and offset, so the records of a topic deleted and recreated
+// under the same name are archived as new rows although their offsets
+// start at 0 again. When Archive sees the topic recreated (UNKNOWN_TOPIC_ID)
+// it drops the batch in hand, which belongs to the deleted topic, and
+// consumes the new topic from the group's committed offsets (none, as the
+// broker dropped them with the topic: its earliest record).
+// Any other database or Kafka error stops Archive and is returned.
 func Archive(ctx context.Context, opts []kgo.Opt, db DB, topic, group string) error {
-	a, err := newArchiver(opts, db, topic, group)
+	a, err := newArchiver(ctx, opts, db, topic, group)
 	if err != nil {
 		return err
 	}
-	defer a.cl.Close()
+	defer a.close()
 	for {
 		fs := a.cl.PollFetches(ctx)
 		if ctx.Err() != nil {
 			a.cl.AllowRebalance()
 			return nil
 		}
-		if err := a.handleFetches(ctx, fs); err != nil {
-			if ctx.Err() != nil {
-				return nil // uncommitted records are archived again, idempotently
-			}
+		err := a.handleFetches(ctx, fs)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil // uncommitted records are archived again, idempotently
+		case errors.Is(err, kerr.UnknownTopicID) || errors.Is(err, errTopicChanged):
+			a.resubscribe(ctx)
+		default:
 			return err
 		}
 	}
@@ -74,7 +113,9 @@ func Archive(ctx context.Context, opts []kgo.Opt, db DB, topic, group string) er
 // ArchiveOnce archives the records of the DLQ topic that group has not
 // committed yet, up to the end offsets captured when it is called, and
 // returns the counts. It ends early when nothing arrives for a while (for
-// example when another member of the group holds some partitions).
+// example when another member of the group holds some partitions). Rows are
+// keyed as Archive describes; when the topic is deleted and recreated while
+// ArchiveOnce runs it fails, and a new run archives the new topic.
 func ArchiveOnce(ctx context.Context, opts []kgo.Opt, db DB, topic, group string) (ArchiveResult, error) {
 	if group == "" {
 		group = DefaultArchiveGroup
@@ -110,13 +151,13 @@ func ArchiveOnce(ctx context.Context, opts []kgo.Opt, db DB, topic, group string
 		return ArchiveResult{}, nil
 	}
 
-	a, err := newArchiver(opts, db, topic, group)
+	a, err := newArchiver(ctx, opts, db, topic, group)
 	if err != nil {
 		return ArchiveResult{}, err
 	}
-	defer a.cl.Close()
-	err = consumeUntil(ctx, a.cl, ends, pending, func(rs []*kgo.Record) error {
-		return a.archive(ctx, rs)
+	defer a.close()
+	err = consumeUntil(ctx, a.cl, ends, pending, func(fs kgo.Fetches) error {
+		return a.archive(ctx, fs)
 	})
 	if err != nil {
 		return a.res, fmt.Errorf("dlq archive %s: %w", topic, err)
@@ -125,19 +166,33 @@ func ArchiveOnce(ctx context.Context, opts []kgo.Opt, db DB, topic, group string
 }
 
 type archiver struct {
-	cl    *kgo.Client
+	cl    *kgo.Client // the group consumer
+	meta  *kgo.Client // metadata requests, outside the consumer
 	db    DB
 	topic string
 	res   ArchiveResult
+
+	// metaID is the topic's ID from a metadata request made before the
+	// consumer subscribed (metaOK false when it failed). It stands for
+	// fetch responses that carry no topic ID, as long as a later request
+	// still returns it.
+	metaID [16]byte
+	metaOK bool
 }
 
-func newArchiver(opts []kgo.Opt, db DB, topic, group string) (*archiver, error) {
+func newArchiver(ctx context.Context, opts []kgo.Opt, db DB, topic, group string) (*archiver, error) {
 	if topic == "" {
 		return nil, errors.New("dlq archive: no topic")
 	}
 	if group == "" {
 		group = DefaultArchiveGroup
 	}
+	meta, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dlq archive: kafka client: %w", err)
+	}
+	a := &archiver{meta: meta, db: db, topic: topic}
+	a.metaID, a.metaOK = a.lookupID(ctx) // before the consumer learns the topic
 	cl, err := kgo.NewClient(append(opts[:len(opts):len(opts)],
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
@@ -149,9 +204,60 @@ func newArchiver(opts []kgo.Opt, db DB, topic, group string) (*archiver, error) 
 		kgo.FetchMaxWait(fetchMaxWait),
 	)...)
 	if err != nil {
+		meta.Close()
 		return nil, fmt.Errorf("dlq archive: kafka consumer: %w", err)
 	}
-	return &archiver{cl: cl, db: db, topic: topic}, nil
+	a.cl = cl
+	return a, nil
+}
+
+func (a *archiver) close() {
+	a.cl.Close()
+	a.meta.Close()
+}
+
+// lookupID returns the topic's current ID with a metadata request that
+// bypasses the client's metadata cache (which would return the ID of a
+// deleted topic for a while). ok is false when the request failed or the
+// topic does not exist; a broker without topic IDs returns the zero ID.
+func (a *archiver) lookupID(ctx context.Context) (id [16]byte, ok bool) {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(a.topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, a.meta)
+	if err != nil {
+		return id, false
+	}
+	for _, t := range resp.Topics {
+		if t.Topic != nil && *t.Topic == a.topic && t.ErrorCode == 0 {
+			return t.TopicID, true
+		}
+	}
+	return id, false
+}
+
+// resubscribe makes the consumer drop the deleted topic it holds and
+// subscribe to the topic of the same name that exists now (kgo never
+// adopts a recreated topic by itself). The topic ID is looked up before
+// the consumer subscribes again, as newArchiver does.
+func (a *archiver) resubscribe(ctx context.Context) {
+	a.cl.PurgeTopicsFromClient(a.topic)
+	a.metaID, a.metaOK = a.lookupID(ctx)
+	a.cl.AddConsumeTopics(a.topic)
+}
+
+// fallbackID is the topic ID of records whose fetch response named none: the
+// ID looked up before the consumer subscribed, provided the topic still has
+// it. The consumer's records come from the topic it found when it
+// subscribed, after that lookup; topic IDs are never reused, so the same ID
+// before and after means the topic was not recreated in between.
+func (a *archiver) fallbackID(ctx context.Context) ([16]byte, error) {
+	id, ok := a.lookupID(ctx)
+	if !ok || !a.metaOK || id != a.metaID {
+		return [16]byte{}, fmt.Errorf("dlq archive: topic ID of %s: %w", a.topic, errTopicChanged)
+	}
+	return id, nil
 }
 
 // handleFetches archives one poll's records (Archive's loop).
@@ -166,27 +272,55 @@ func (a *archiver) handleFetches(ctx context.Context, fs kgo.Fetches) error {
 	if ferr != nil {
 		return ferr
 	}
-	if err := a.archive(ctx, fs.Records()); err != nil {
+	if err := a.archive(ctx, fs); err != nil {
 		return fmt.Errorf("dlq archive %s: %w", a.topic, err)
 	}
 	return nil
 }
 
-// archive inserts the data records of rs in one transaction, then commits
-// the offsets of all of rs (control records included).
-func (a *archiver) archive(ctx context.Context, rs []*kgo.Record) error {
-	if len(rs) == 0 {
-		return nil
-	}
-	var b pgx.Batch
-	n := 0
-	for _, kr := range rs {
-		if kr.Attrs.IsControl() {
-			continue
+// archive inserts the data records of fs in one transaction, each under the
+// topic ID its fetch response names (fallbackID when it names none), then
+// commits the offsets of all of fs's records (control records included).
+func (a *archiver) archive(ctx context.Context, fs kgo.Fetches) error {
+	var (
+		b        pgx.Batch
+		all      []*kgo.Record
+		n        int
+		fallback *[16]byte
+		err      error
+	)
+	fs.EachTopic(func(ft kgo.FetchTopic) {
+		id := ft.TopicID
+		for _, p := range ft.Partitions {
+			for _, kr := range p.Records {
+				if err != nil {
+					return
+				}
+				all = append(all, kr)
+				if kr.Attrs.IsControl() {
+					continue
+				}
+				if id == [16]byte{} {
+					if fallback == nil {
+						var fid [16]byte
+						if fid, err = a.fallbackID(ctx); err != nil {
+							return
+						}
+						fallback = &fid
+					}
+					id = *fallback
+				}
+				r, _ := Parse(kr) // tolerant: a malformed header leaves its column NULL or zero
+				b.Queue(insertArchive, archiveArgs(r, id)...)
+				n++
+			}
 		}
-		r, _ := Parse(kr) // tolerant: a malformed header leaves its column NULL or zero
-		b.Queue(insertArchive, archiveArgs(r)...)
-		n++
+	})
+	if err != nil {
+		return err
+	}
+	if len(all) == 0 {
+		return nil
 	}
 	inserted := 0
 	if n > 0 {
@@ -206,7 +340,7 @@ func (a *archiver) archive(ctx context.Context, rs []*kgo.Record) error {
 			return err
 		}
 	}
-	if err := a.cl.CommitRecords(ctx, rs...); err != nil {
+	if err := a.cl.CommitRecords(ctx, all...); err != nil {
 		return fmt.Errorf("commit offsets: %w", err)
 	}
 	a.res.Read += n
@@ -214,8 +348,9 @@ func (a *archiver) archive(ctx context.Context, rs []*kgo.Record) error {
 	return nil
 }
 
-// archiveArgs maps r to insertArchive's parameters; absent values are NULL.
-func archiveArgs(r Record) []any {
+// archiveArgs maps r, read from the DLQ topic whose ID is topicID, to
+// insertArchive's parameters; absent values are NULL.
+func archiveArgs(r Record, topicID [16]byte) []any {
 	var (
 		srcTopic    *string
 		srcPart     *int32
@@ -254,7 +389,7 @@ func archiveArgs(r Record) []any {
 	attempts := min(r.Attempts, math.MaxInt32)
 	return []any{r.Topic, r.Partition, r.Offset, srcTopic, srcPart, srcOffset,
 		pgText(r.Reason), pgText(r.Rule), pgText(r.Error), pgText(r.Stage), attempts,
-		key, payload, asJSON, failedAt}
+		key, payload, asJSON, failedAt, pgtype.UUID{Bytes: topicID, Valid: true}}
 }
 
 // jsonColumnOK reports whether v can be stored in a jsonb column: valid

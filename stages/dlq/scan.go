@@ -89,8 +89,8 @@ func scan(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record
 		return fmt.Errorf("kafka consumer: %w", err)
 	}
 	defer cl.Close()
-	return consumeUntil(ctx, cl, ends, from, func(rs []*kgo.Record) error {
-		for _, r := range rs {
+	return consumeUntil(ctx, cl, ends, from, func(fs kgo.Fetches) error {
+		for _, r := range fs.Records() {
 			if r.Attrs.IsControl() || r.Offset >= ends[r.Partition] {
 				continue
 			}
@@ -105,12 +105,12 @@ func scan(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record
 	})
 }
 
-// consumeUntil polls cl and hands each polled batch to handle until every
+// consumeUntil polls cl and hands each polled batch (with records) to handle until every
 // partition in pending has delivered the offset before its end in ends, until
 // nothing arrives for idleTimeout, or until handle returns errStop (both end
 // without error). The records handed over include control records. After
 // every poll it allows a rebalance that BlockRebalanceOnPoll held back.
-func consumeUntil[V any](ctx context.Context, cl *kgo.Client, ends map[int32]int64, pending map[int32]V, handle func([]*kgo.Record) error) error {
+func consumeUntil[V any](ctx context.Context, cl *kgo.Client, ends map[int32]int64, pending map[int32]V, handle func(kgo.Fetches) error) error {
 	defer cl.AllowRebalance()
 	left := len(pending)
 	done := map[int32]bool{}
@@ -138,7 +138,7 @@ func consumeUntil[V any](ctx context.Context, cl *kgo.Client, ends map[int32]int
 			cl.AllowRebalance()
 			continue
 		}
-		err := handle(rs)
+		err := handle(fs)
 		cl.AllowRebalance() // a no-op unless cl is a group member blocking rebalances on poll
 		if err != nil {
 			if errors.Is(err, errStop) {
