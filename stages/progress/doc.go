@@ -9,7 +9,7 @@
 // For a job id and a key prefix P (e.g. "smap:proj:") the tracker keeps:
 //
 //	P{id}         hash  status, total, done, errors, sealed (0/1),
-//	                    pending (0/1), completed_at
+//	                    pending (0/1), pending_by, completed_at
 //	P{id}:items   set   ids of the items already counted
 //	P{id}:found   set   ids of the items discovered (what total counts)
 //
@@ -39,9 +39,13 @@
 // broker acknowledged it, calls [Tracker.MarkDone], which sets status DONE
 // and clears pending. A crash anywhere between the decision and MarkDone
 // leaves pending=1: the input record that triggered the decision was not
-// committed, so it is delivered again, and any Count, Seal or Rebuild of a
-// job whose completion is pending and not DONE asks its caller to publish
-// again ([Decision.Repeat]). Once DONE, nothing is ever published again.
+// committed, so it is delivered again: a Count of the item that took the
+// decision (pending_by), or any Seal, of a job whose completion is pending
+// and not DONE asks its caller to publish again ([Decision.Repeat]); a
+// Rebuild decides afresh. Duplicates of other items (a rebalance
+// redelivering uncommitted records while the completion is being
+// published) do not, so they cannot publish it twice. Once DONE, nothing is
+// ever published again.
 //
 // "Exactly once" therefore means: in normal operation (no crash, no
 // producer retry after an unacknowledged write) consumers see exactly one
@@ -49,8 +53,10 @@
 // may see a second copy, which carries the same deterministic event id
 // (the caller derives it from the job id), so consumers de-duplicate by
 // that id. A completion is never lost: it is either DONE (published and
-// acknowledged) or pending (and re-published by the next redelivery, seal
-// or rebuild).
+// acknowledged) or pending (and re-published by the redelivery of the
+// deciding record, a seal or a rebuild; when the deciding record was
+// dead-lettered after its decision, redriving it or rebuilding the job
+// publishes the completion).
 //
 // # Lost state
 //

@@ -27,7 +27,8 @@ type Completion struct {
 // Stage returns a stage that counts the item of every input record with t
 // and outputs a Completion when the count decides (or re-decides) the job's
 // completion. item extracts the item; its error dead-letters the record
-// (the caller classifies it, e.g. stages.DeadLetter). A job without state
+// (the caller classifies it, e.g. stages.DeadLetter); an item with an empty
+// job or item id is dead-lettered as sanity_fail. A job without state
 // (ErrMissing) is retried after missingWait (≥ 0), like a Redis failure, so
 // that an operator can rebuild the state meanwhile; the runner's retry
 // policy bounds the attempts.
@@ -38,6 +39,9 @@ func Stage[In any](t *Tracker, item func(stages.Msg[In]) (Item, error), missingW
 			return nil, err
 		}
 		d, err := t.Count(ctx, it.Job, it.ID, it.Failed)
+		if errors.Is(err, ErrInvalidID) {
+			return nil, stages.DeadLetter(stages.ReasonSanityFail, "", err)
+		}
 		if errors.Is(err, ErrMissing) {
 			return nil, stages.RetryAfter(missingWait, err)
 		}

@@ -29,6 +29,11 @@ const DefaultTTL = 7 * 24 * time.Hour
 // Redis (never created, expired or flushed).
 var ErrMissing = errors.New("progress: job state missing")
 
+// ErrInvalidID is returned by the mutating calls for an empty job id, and
+// by Count and Discover for an empty item id: such a call can never be
+// right, so it is refused without touching Redis.
+var ErrInvalidID = errors.New("progress: empty job or item id")
+
 // State is a snapshot of one job.
 type State struct {
 	ID     string
@@ -116,7 +121,18 @@ func (t *Tracker) ttlMs() int64 { return t.cfg.TTL.Milliseconds() }
 
 // luaCommon holds the helpers every script shares. ensure creates the hash
 // with zero counters when it does not exist; decide takes the completion
-// decision and returns the state in the shape parseDecision reads.
+// decision and returns the state in the shape parseDecision reads. Counters
+// are returned as stored (integer strings): a Lua number would be formatted
+// with 14 significant digits ("1.1258999068426e+15").
+//
+// decide records in pending_by who took the decision: the item id of the
+// Count that took it, "" for a seal or a rebuild. A pending decision is
+// repeated (publish 2) for a Count only when its item is pending_by (the
+// deciding record, redelivered after a crash), so that duplicates of other
+// items (a rebalance redelivering uncommitted records) do not publish the
+// completion again; every other caller (by nil) repeats it. A pending
+// decision without pending_by (taken before this field existed) is
+// repeated for every caller.
 const luaCommon = `
 local function ensure(key, status, ttl)
   if redis.call('EXISTS', key) == 0 then
@@ -130,8 +146,8 @@ local function follow(key, set)
   local ttl = redis.call('PTTL', key)
   if ttl > 0 then redis.call('PEXPIRE', set, ttl) end
 end
-local function decide(key, counted)
-  local h = redis.call('HMGET', key, 'status', 'total', 'done', 'errors', 'sealed', 'pending', 'completed_at')
+local function decide(key, counted, by)
+  local h = redis.call('HMGET', key, 'status', 'total', 'done', 'errors', 'sealed', 'pending', 'completed_at', 'pending_by')
   local status = h[1] or ''
   local total = tonumber(h[2]) or 0
   local done = tonumber(h[3]) or 0
@@ -140,21 +156,21 @@ local function decide(key, counted)
   local publish = 0
   if status ~= 'DONE' then
     if pending then
-      publish = 2
+      if by == nil or not h[8] or h[8] == by then publish = 2 end
     elseif sealed and done >= total then
-      redis.call('HSET', key, 'pending', 1)
+      redis.call('HSET', key, 'pending', 1, 'pending_by', by or '')
       pending = true
       publish = 1
     end
   end
-  return {status, tostring(total), tostring(done), h[4] or '0', sealed and '1' or '0', pending and '1' or '0', h[7] or '', tostring(publish), tostring(counted)}
+  return {status, h[2] or '0', h[3] or '0', h[4] or '0', sealed and '1' or '0', pending and '1' or '0', h[7] or '', tostring(publish), tostring(counted)}
 end
 `
 
 // KEYS: hash. ARGV: ttl.
 var initScript = redis.NewScript(luaCommon + `
 ensure(KEYS[1], 'INITIALIZING', tonumber(ARGV[1]))
-return decide(KEYS[1], 0)
+return decide(KEYS[1], 0, nil)
 `)
 
 // KEYS: hash. ARGV: ttl. INITIALIZING → CRAWLING; later statuses stay.
@@ -163,7 +179,7 @@ ensure(KEYS[1], 'CRAWLING', tonumber(ARGV[1]))
 if redis.call('HGET', KEYS[1], 'status') == 'INITIALIZING' then
   redis.call('HSET', KEYS[1], 'status', 'CRAWLING')
 end
-return decide(KEYS[1], 0)
+return decide(KEYS[1], 0, nil)
 `)
 
 // KEYS: hash, items, found. ARGV: ttl, item ids…
@@ -181,7 +197,7 @@ if h[2] ~= '1' and h[1] ~= 'DONE' then
     follow(KEYS[1], KEYS[3])
   end
 end
-return decide(KEYS[1], added)
+return decide(KEYS[1], added, nil)
 `)
 
 // KEYS: hash, items, found. ARGV: ttl, total. The sealed total is the
@@ -190,10 +206,12 @@ var sealScript = redis.NewScript(luaCommon + `
 ensure(KEYS[1], 'PROCESSING_WAIT', tonumber(ARGV[1]))
 local h = redis.call('HMGET', KEYS[1], 'status', 'sealed')
 if h[2] ~= '1' and h[1] ~= 'DONE' then
-  local total = math.max(tonumber(ARGV[2]), redis.call('SCARD', KEYS[3]))
+  local total = ARGV[2]
+  local n = redis.call('SCARD', KEYS[3])
+  if tonumber(total) < n then total = string.format('%d', n) end
   redis.call('HSET', KEYS[1], 'total', total, 'sealed', 1, 'status', 'PROCESSING_WAIT')
 end
-return decide(KEYS[1], 0)
+return decide(KEYS[1], 0, nil)
 `)
 
 // KEYS: hash, items. ARGV: item, failed (0/1).
@@ -206,7 +224,7 @@ if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then
   if ARGV[2] == '1' then redis.call('HINCRBY', KEYS[1], 'errors', 1) end
   follow(KEYS[1], KEYS[2])
 end
-return decide(KEYS[1], counted)
+return decide(KEYS[1], counted, ARGV[1])
 `)
 
 // KEYS: hash. ARGV: completed_at.
@@ -214,8 +232,9 @@ var markDoneScript = redis.NewScript(luaCommon + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 if redis.call('HGET', KEYS[1], 'status') ~= 'DONE' then
   redis.call('HSET', KEYS[1], 'status', 'DONE', 'pending', 0, 'completed_at', ARGV[1])
+  redis.call('HDEL', KEYS[1], 'pending_by')
 end
-return decide(KEYS[1], 0)
+return decide(KEYS[1], 0, nil)
 `)
 
 // KEYS: hash, items, found. ARGV: ttl, total, sealed, completed_at (” if
@@ -240,22 +259,26 @@ for i = 5, #ARGV, 2 do
 end
 flush()
 n = redis.call('SCARD', KEYS[2])
-local total = math.max(tonumber(ARGV[2]), n)
+local total = ARGV[2]
+if tonumber(total) < n then total = string.format('%d', n) end
 local status = 'INITIALIZING'
 if ARGV[4] ~= '' then status = 'DONE'
 elseif ARGV[3] == '1' then status = 'PROCESSING_WAIT'
-elseif total > 0 then status = 'CRAWLING' end
-redis.call('HSET', KEYS[1], 'status', status, 'total', total, 'done', n, 'errors', errs, 'sealed', ARGV[3], 'pending', 0)
+elseif tonumber(total) > 0 then status = 'CRAWLING' end
+redis.call('HSET', KEYS[1], 'status', status, 'total', total, 'done', string.format('%d', n), 'errors', string.format('%d', errs), 'sealed', ARGV[3], 'pending', 0)
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'completed_at', ARGV[4]) end
 redis.call('PEXPIRE', KEYS[1], ttl)
 if n > 0 then
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
 end
-return decide(KEYS[1], 0)
+return decide(KEYS[1], 0, nil)
 `)
 
 func (t *Tracker) eval(ctx context.Context, op string, s *redis.Script, id string, keys []string, args ...any) (Decision, error) {
+	if id == "" {
+		return Decision{}, fmt.Errorf("progress: %s: %w", op, ErrInvalidID)
+	}
 	res, err := s.Run(ctx, t.rdb, keys, args...).StringSlice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("progress: %s %s: %w", op, id, err)
@@ -319,11 +342,15 @@ func (t *Tracker) Start(ctx context.Context, id string) (State, error) {
 
 // Discover adds items to the job's total, each distinct item once, while
 // the total is not sealed (after the seal it changes nothing). It returns
-// the state; Decision.Counted is true when at least one item was new.
+// the state; Decision.Counted is true when at least one item was new. An
+// empty item id is refused (ErrInvalidID) and nothing is added.
 func (t *Tracker) Discover(ctx context.Context, id string, items ...string) (Decision, error) {
 	args := make([]any, 0, len(items)+1)
 	args = append(args, t.ttlMs())
 	for _, it := range items {
+		if it == "" {
+			return Decision{}, fmt.Errorf("progress: discover %s: %w", id, ErrInvalidID)
+		}
 		args = append(args, it)
 	}
 	return t.eval(ctx, "discover", discoverScript, id, t.keys(id), args...)
@@ -339,8 +366,15 @@ func (t *Tracker) Seal(ctx context.Context, id string, total int64) (Decision, e
 }
 
 // Count counts item once (failed items also increment errors) and decides
-// completion atomically. A job without state returns ErrMissing.
+// completion atomically. A job without state returns ErrMissing; an empty
+// id or item, ErrInvalidID. While a completion is pending, Count asks to
+// publish it again (Decision.Repeat) only for the item whose count took the
+// decision (its record redelivered after a crash), not for duplicates of
+// other items.
 func (t *Tracker) Count(ctx context.Context, id, item string, failed bool) (Decision, error) {
+	if item == "" {
+		return Decision{}, fmt.Errorf("progress: count %s: %w", id, ErrInvalidID)
+	}
 	f := "0"
 	if failed {
 		f = "1"
@@ -386,6 +420,9 @@ func (t *Tracker) Rebuild(ctx context.Context, id string, snap Snapshot) (Decisi
 	args := make([]any, 0, 4+2*len(snap.Items))
 	args = append(args, t.ttlMs(), snap.Total, sealed, completed)
 	for it, failed := range snap.Items {
+		if it == "" {
+			return Decision{}, fmt.Errorf("progress: rebuild %s: %w", id, ErrInvalidID)
+		}
 		f := "0"
 		if failed {
 			f = "1"
