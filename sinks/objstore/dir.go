@@ -10,16 +10,26 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // Dir is a Store on a local directory. Object key "a/b/c" is the file
 // root/a/b/c. Put writes a temporary "<name>.<random>.tmp" file in the
-// target's directory, fsyncs it, renames it over the target and fsyncs the
-// directory, so a crash leaves either the old object or the new one. List
-// ignores ".tmp" files. Dir is safe for concurrent use; concurrent Puts of
-// one key leave one of the written values.
+// target's directory (<name> cut to 200 bytes), fsyncs it, renames it over
+// the target and fsyncs the directory and every directory up to the root,
+// so a crash leaves either the old object or the new one, and an object
+// whose Put returned nil survives a crash. List ignores ".tmp" files. Dir
+// is safe for concurrent use; concurrent Puts of one key leave one of the
+// written values.
+//
+// Unlike S3, a key cannot name an object and also be a prefix of another
+// object's key followed by "/" ("a" and "a/b"): the second Put fails. A key
+// that is only such a prefix (a directory) is missing for Get, Stat and
+// Delete, as on S3.
 type Dir struct {
 	root string
+	// syncDir fsyncs a directory; a field so that tests can observe it.
+	syncDir func(dir string) error
 }
 
 var _ Store = (*Dir)(nil)
@@ -36,7 +46,10 @@ func NewDir(root string) (*Dir, error) {
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, fmt.Errorf("objstore: create directory %s: %w", abs, err)
 	}
-	return &Dir{root: abs}, nil
+	if err := syncDir(filepath.Dir(abs)); err != nil {
+		return nil, fmt.Errorf("objstore: fsync directory %s: %w", filepath.Dir(abs), err)
+	}
+	return &Dir{root: abs, syncDir: syncDir}, nil
 }
 
 // Root returns the absolute directory of the store.
@@ -62,7 +75,13 @@ func (d *Dir) Put(ctx context.Context, key string, data []byte, _ string) error 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("objstore: put %s: %w", key, err)
 	}
-	f, err := os.CreateTemp(dir, filepath.Base(p)+".*.tmp")
+	// The temporary name adds up to 15 bytes: cut the base so that any
+	// segment of MaxSegmentLen bytes still fits the file-name limit.
+	base := filepath.Base(p)
+	if len(base) > 200 {
+		base = base[:200]
+	}
+	f, err := os.CreateTemp(dir, base+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("objstore: put %s: %w", key, err)
 	}
@@ -87,8 +106,15 @@ func (d *Dir) Put(ctx context.Context, key string, data []byte, _ string) error 
 		return fmt.Errorf("objstore: put %s: rename: %w", key, err)
 	}
 	ok = true
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("objstore: put %s: fsync directory: %w", key, err)
+	// Persist the new entry and the entries of any directory MkdirAll (or a
+	// concurrent Put) created, up to the root.
+	for sd := dir; ; sd = filepath.Dir(sd) {
+		if err := d.syncDir(sd); err != nil {
+			return fmt.Errorf("objstore: put %s: fsync directory: %w", key, err)
+		}
+		if sd == d.root || len(sd) <= len(d.root) {
+			break
+		}
 	}
 	return nil
 }
@@ -137,8 +163,10 @@ func (d *Dir) Stat(ctx context.Context, key string) (Info, error) {
 	return Info{Key: key, Size: fi.Size(), Modified: fi.ModTime()}, nil
 }
 
+// notFound maps a missing file, a missing or non-directory parent, and a
+// directory (a key that is only a prefix of other keys) to ErrNotFound.
 func notFound(key string, err error) error {
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrInvalid) || isNotDir(err) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrInvalid) || isNotDir(err) || errors.Is(err, syscall.EISDIR) {
 		return fmt.Errorf("objstore: %s: %w", key, ErrNotFound)
 	}
 	return fmt.Errorf("objstore: %s: %w", key, err)
@@ -212,10 +240,13 @@ func (d *Dir) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+		return nil // only a prefix of other keys: no object
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) && !isNotDir(err) {
 		return fmt.Errorf("objstore: delete %s: %w", key, err)
 	}
-	if err := syncDir(filepath.Dir(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := d.syncDir(filepath.Dir(p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("objstore: delete %s: fsync directory: %w", key, err)
 	}
 	return nil

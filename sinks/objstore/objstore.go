@@ -19,6 +19,10 @@ import (
 // ErrNotFound is matched (errors.Is) by the error for a missing key.
 var ErrNotFound = errors.New("object not found")
 
+// ErrInvalidKey is matched (errors.Is) by the error for a key or prefix that
+// ValidKey refuses. It is permanent: retrying the same key cannot succeed.
+var ErrInvalidKey = errors.New("invalid object key")
+
 // Info describes a stored object.
 type Info struct {
 	Key      string

@@ -122,8 +122,8 @@ func contract(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 		t.Parallel()
 		s, ctx := newStore(t), testkit.Context(t)
 		for _, k := range []string{"", "/abs", "a/../b", "..", "../x", "a//b", "./a", "a/./b", "a/", "x.tmp", `a\b`} {
-			if err := s.Put(ctx, k, []byte("x"), ""); err == nil {
-				t.Errorf("Put(%q) accepted", k)
+			if err := s.Put(ctx, k, []byte("x"), ""); !errors.Is(err, objstore.ErrInvalidKey) {
+				t.Errorf("Put(%q) = %v, want ErrInvalidKey", k, err)
 			}
 			if _, err := s.Get(ctx, k); err == nil || errors.Is(err, objstore.ErrNotFound) {
 				t.Errorf("Get(%q) = %v, want a key error", k, err)
@@ -134,6 +134,55 @@ func contract(t *testing.T, newStore func(t *testing.T) objstore.Store) {
 		}
 		if _, err := s.List(ctx, "../"); err == nil {
 			t.Error("List(../) accepted")
+		}
+	})
+	t.Run("prefix-of-keys-is-missing", func(t *testing.T) {
+		t.Parallel()
+		s, ctx := newStore(t), testkit.Context(t)
+		if err := s.Put(ctx, "p/q/r", []byte("x"), ""); err != nil {
+			t.Fatal(err)
+		}
+		// "p/q" is only a prefix of another key: no object, like on S3.
+		if _, err := s.Get(ctx, "p/q"); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("Get(p/q) = %v, want ErrNotFound", err)
+		}
+		if _, err := s.Stat(ctx, "p/q"); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("Stat(p/q) = %v, want ErrNotFound", err)
+		}
+		if err := s.Delete(ctx, "p/q"); err != nil {
+			t.Errorf("Delete(p/q) = %v, want nil (missing key)", err)
+		}
+		if b, err := s.Get(ctx, "p/q/r"); err != nil || string(b) != "x" {
+			t.Errorf("Get(p/q/r) = %q, %v after Delete(p/q)", b, err)
+		}
+	})
+	t.Run("key-limits", func(t *testing.T) {
+		t.Parallel()
+		s, ctx := newStore(t), testkit.Context(t)
+		// The longest segment every store (and MinIO) takes: 255 bytes.
+		long := "l/" + strings.Repeat("s", 255)
+		if err := s.Put(ctx, long, []byte("x"), ""); err != nil {
+			t.Fatalf("Put(255-byte segment): %v", err)
+		}
+		if b, err := s.Get(ctx, long); err != nil || string(b) != "x" {
+			t.Fatalf("Get(255-byte segment) = %q, %v", b, err)
+		}
+		if infos, err := s.List(ctx, "l/"); err != nil || len(infos) != 1 || infos[0].Key != long {
+			t.Fatalf("List(l/) = %+v, %v; want the long key only", infos, err)
+		}
+		// Keys no store can hold are rejected up front as invalid keys (a
+		// permanent error), not sent to be refused by the backend.
+		for name, k := range map[string]string{
+			"segment-256": "l/" + strings.Repeat("s", 256),
+			"key-1025":    strings.Repeat("abcdefg/", 128) + "x",
+			"non-utf8":    "l/bad\xff",
+		} {
+			if err := s.Put(ctx, k, []byte("x"), ""); !errors.Is(err, objstore.ErrInvalidKey) {
+				t.Errorf("Put(%s) = %v, want ErrInvalidKey", name, err)
+			}
+			if _, err := s.Get(ctx, k); !errors.Is(err, objstore.ErrInvalidKey) {
+				t.Errorf("Get(%s) = %v, want ErrInvalidKey", name, err)
+			}
 		}
 	})
 	t.Run("concurrent-puts", func(t *testing.T) {
