@@ -21,6 +21,7 @@ import (
 // Rule ids (the dlq.rule header) of analytics failures.
 const (
 	RuleObjectMissing = "smap.raw_object_missing" // reason sanity_fail
+	RuleObjectKey     = "smap.object_key"         // reason sanity_fail: a key no store can hold
 	RuleObjectRead    = "smap.raw_object_read"    // reason retries_exhausted
 	RuleRawJSON       = "smap.raw_json"           // reason decode_error
 	RuleAnalyzer      = "smap.analyzer."          // + analyser name; reason exception
@@ -63,11 +64,14 @@ type analytics struct {
 	log     *slog.Logger
 }
 
-// failure is a classified failure of one item.
+// failure is a classified failure of one item. A fatal failure (a
+// permanent object-store configuration error) is not the item's fault: it
+// stops the runner instead of dead-lettering the item.
 type failure struct {
 	reason stages.Reason
 	rule   string
 	err    error
+	fatal  error // stages.Fatal; reason and rule are then unused
 }
 
 func (a *analytics) stage(ctx context.Context, m stages.Msg[collectedMsg]) ([]analysed, error) {
@@ -76,6 +80,9 @@ func (a *analytics) stage(ctx context.Context, m stages.Msg[collectedMsg]) ([]an
 	res, raw, attempts, f := a.analyse(ctx, p)
 	if f != nil && ctx.Err() != nil {
 		return nil, ctx.Err() // stopping: leave the record for redelivery
+	}
+	if f != nil && f.fatal != nil {
+		return nil, f.fatal // nothing is written or committed for this record
 	}
 	a.m.analyseDur.Observe(time.Since(t0).Seconds())
 	now := a.cfg.Now().UTC()
@@ -117,11 +124,18 @@ func (a *analytics) analyse(ctx context.Context, p DataCollected) (res Result, r
 		if err == nil {
 			break
 		}
-		if errors.Is(err, objstore.ErrNotFound) {
-			return res, raw, attempts, &failure{stages.ReasonSanityFail, RuleObjectMissing, fmt.Errorf("raw object %s: %w", p.ObjectKey, err)}
+		switch {
+		case errors.Is(err, objstore.ErrNotFound):
+			return res, raw, attempts, &failure{reason: stages.ReasonSanityFail, rule: RuleObjectMissing, err: fmt.Errorf("raw object %s: %w", p.ObjectKey, err)}
+		case errors.Is(err, objstore.ErrInvalidKey):
+			// The record names a key no store can hold: no retry helps.
+			return res, raw, attempts, &failure{reason: stages.ReasonSanityFail, rule: RuleObjectKey, err: fmt.Errorf("raw object key %.200q: %w", p.ObjectKey, err)}
+		}
+		if fatal := storeConfigError("raw object "+clipKey(p.ObjectKey), err); fatal != nil {
+			return res, raw, attempts, &failure{fatal: fatal}
 		}
 		if ctx.Err() != nil || attempts >= a.cfg.ObjectAttempts {
-			return res, raw, attempts, &failure{stages.ReasonRetriesExhausted, RuleObjectRead, fmt.Errorf("raw object %s after %d reads: %w", p.ObjectKey, attempts, err)}
+			return res, raw, attempts, &failure{reason: stages.ReasonRetriesExhausted, rule: RuleObjectRead, err: fmt.Errorf("raw object %s after %d reads: %w", p.ObjectKey, attempts, err)}
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -132,12 +146,12 @@ func (a *analytics) analyse(ctx context.Context, p DataCollected) (res Result, r
 		wait *= 2
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return res, raw, attempts, &failure{stages.ReasonDecodeError, RuleRawJSON, fmt.Errorf("raw object %s: %w", p.ObjectKey, err)}
+		return res, raw, attempts, &failure{reason: stages.ReasonDecodeError, rule: RuleRawJSON, err: fmt.Errorf("raw object %s: %w", p.ObjectKey, err)}
 	}
 	in := Input{Item: raw, Keywords: p.Keywords, Tokens: tokenize(raw.Text)}
 	for _, an := range a.cfg.Analyzers {
 		if err := runAnalyzer(an, &in, &res); err != nil {
-			return res, raw, attempts, &failure{stages.ReasonException, RuleAnalyzer + an.Name(), err}
+			return res, raw, attempts, &failure{reason: stages.ReasonException, rule: RuleAnalyzer + an.Name(), err: err}
 		}
 	}
 	return res, raw, attempts, nil

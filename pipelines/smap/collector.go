@@ -110,7 +110,7 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		return nil, nil
 	}
 	if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) { pm.Keywords = p.Keywords }); err != nil {
-		return nil, stages.Retry(err)
+		return nil, storeRetry("project meta "+id, err)
 	}
 	if _, err := c.tr.Start(ctx, id); err != nil {
 		return nil, stages.Retry(err)
@@ -174,7 +174,7 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case errors.As(err, &ee):
-			return nil, stages.Retry(fmt.Errorf("project %s: %w", id, ee.err))
+			return nil, storeRetry("raw objects of project "+id, fmt.Errorf("project %s: %w", id, ee.err))
 		default:
 			// A target that cannot be crawled is skipped: the project
 			// completes with what the other targets yielded.
@@ -195,7 +195,7 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 	if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) {
 		pm.Total, pm.SealedAt = total, c.cfg.Now().UTC()
 	}); err != nil {
-		return nil, stages.Retry(err)
+		return nil, storeRetry("project meta "+id, err)
 	}
 	t0 = time.Now()
 	d, err := c.tr.Seal(ctx, id, total)

@@ -37,6 +37,15 @@
 // attributed to a project: the runtime dead-letters it as decode_error and
 // it is not counted.)
 //
+// An object key that no store can hold (objstore.ErrInvalidKey) is the
+// record's fault: the item fails at once as sanity_fail, rule
+// smap.object_key, after one read. A permanent object-store configuration
+// error (objstore.IsPermanent: AccessDenied, NoSuchBucket, bad
+// credentials…) is nobody's item's fault: analytics and the collector stop
+// their runner with a fatal error naming the S3 code and bucket, writing
+// no dead letter and committing nothing past the record, which is
+// redelivered once the configuration is fixed and the pipeline restarted.
+//
 // # Exactly one job.completed
 //
 // Counting is idempotent per item (a Redis set of counted item ids) and
