@@ -241,6 +241,9 @@ func TestWriteSameRecordAtSeveralPositions(t *testing.T) {
 			want: want{rejected: map[int]string{1: kafkasink.RuleMapping}, last: []string{"a", "b"}, count: 3}},
 	} {
 		for _, via := range []string{"Records", "New"} {
+			if via == "Records" && strings.Contains(tc.layout, "!") {
+				continue // a Records batch has no mapping failures
+			}
 			t.Run(tc.name+"/"+via, func(t *testing.T) {
 				topic := k.Topic(t, "out", 1, map[string]*string{"max.message.bytes": &maxBytes})
 				recs := map[byte]*kgo.Record{}
@@ -257,9 +260,6 @@ func TestWriteSameRecordAtSeveralPositions(t *testing.T) {
 				var err error
 				switch via {
 				case "Records":
-					if strings.Contains(tc.layout, "!") {
-						t.Skip("a Records batch has no mapping failures")
-					}
 					var batch []*kgo.Record
 					for _, c := range []byte(tc.layout) {
 						batch = append(batch, recs[c])
