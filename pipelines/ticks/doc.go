@@ -38,6 +38,11 @@
 // retried with exponential backoff and jitter up to Config.Retry; then the
 // job is FAILED with last_error_type and the task goes to the DLQ topic
 // with reason retries_exhausted. Rate-limit denials are not failures.
+// A permanent object-store configuration error (objstore.IsPermanent:
+// AccessDenied, NoSuchBucket, bad credentials…) is not retried and fails
+// no job: the worker's Run returns a fatal error naming the S3 code and
+// bucket, without committing the task, which is redelivered once the
+// configuration is fixed and the worker restarted.
 //
 // # Supervisor
 //

@@ -433,7 +433,7 @@ func (w *worker) segment(ctx context.Context, p int32, st *JobState, t Task, ran
 		}
 		w.log.Warn("unreadable segment file is rewritten", "key", key)
 	} else if !errors.Is(err, objstore.ErrNotFound) {
-		return Segment{}, 0, &SourceError{Type: ErrTypeStorage, Transient: true, Err: err}
+		return Segment{}, 0, storageErr(err)
 	}
 
 	res, err := w.fetchF(ctx, stages.Msg[fetchReq]{Key: t.JobKey, Value: fetchReq{account: st.AccountID, symbol: st.Symbol, start: t.StartTs, end: rangeEnd}})
@@ -462,7 +462,7 @@ func (w *worker) segment(ctx context.Context, p int32, st *JobState, t Task, ran
 			return Segment{}, 0, errZombie
 		}
 		if err := w.store.Put(ctx, key, data, "application/vnd.apache.parquet"); err != nil {
-			return Segment{}, 0, &SourceError{Type: ErrTypeStorage, Transient: true, Err: err}
+			return Segment{}, 0, storageErr(err)
 		}
 		w.m.segments.WithLabelValues("written").Inc()
 	} else {
@@ -474,6 +474,29 @@ func (w *worker) segment(ctx context.Context, p int32, st *JobState, t Task, ran
 	return seg, seg.Rows, nil
 }
 
+// storageErr classifies an object-store error of a segment task. A
+// permanent configuration error (objstore.IsPermanent: AccessDenied,
+// NoSuchBucket, bad credentials…) is fatal: every segment would fail the
+// same way, so the runner stops — naming the S3 code and bucket — without
+// failing the job or committing the task, which is redelivered once the
+// configuration is fixed. A key no store can hold (objstore.ErrInvalidKey;
+// keys are built from a validated symbol and date, so this is not expected)
+// is a non-transient storage error: the job fails at once. Anything else is
+// a transient storage error, retried.
+func storageErr(err error) error {
+	switch {
+	case errors.Is(err, objstore.ErrInvalidKey):
+		return &SourceError{Type: ErrTypeStorage, Err: err}
+	case objstore.IsPermanent(err):
+		code, bucket := objstore.S3Code(err)
+		if bucket == "" {
+			bucket = "(not named by the server)"
+		}
+		return stages.Fatal(fmt.Errorf("ticks: object store refuses segment files: S3 error %s on bucket %s; fix the object store's configuration (S3_BUCKET, credentials, policy): %w", code, bucket, err))
+	}
+	return &SourceError{Type: ErrTypeStorage, Transient: true, Err: err}
+}
+
 // errZombie stops a task whose instance was replaced while it ran; the
 // runtime retries it and the retry drops it as a zombie.
 var errZombie = errors.New("job instance replaced during the task")
@@ -483,7 +506,7 @@ var errZombie = errors.New("job instance replaced during the task")
 func (w *worker) replaceForeign(ctx context.Context, st *JobState, seg Segment) error {
 	infos, err := w.store.List(ctx, SegmentPrefix(st.Symbol, st.Date))
 	if err != nil {
-		return &SourceError{Type: ErrTypeStorage, Transient: true, Err: err}
+		return storageErr(err)
 	}
 	for _, in := range infos {
 		n, err := ParseSegmentKey(in.Key)
@@ -491,7 +514,7 @@ func (w *worker) replaceForeign(ctx context.Context, st *JobState, seg Segment) 
 			continue
 		}
 		if err := w.store.Delete(ctx, in.Key); err != nil {
-			return &SourceError{Type: ErrTypeStorage, Transient: true, Err: err}
+			return storageErr(err)
 		}
 		w.m.overwritten.Inc()
 	}
