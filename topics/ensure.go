@@ -74,7 +74,8 @@ func Warnings(changes []Change) []Change {
 // specs are validated first. The error reports a failure to talk to the
 // cluster or a rejected create/alter; the changes made before it are
 // returned with it. Ensure is safe to run concurrently from several processes
-// (a topic created by someone else in between is aligned instead).
+// (a topic created by someone else in between is aligned instead; a grow
+// refused because someone else already grew the topic counts as done).
 func Ensure(ctx context.Context, adm *kadm.Client, specs []Spec) ([]Change, error) {
 	if err := Validate(specs); err != nil {
 		return nil, fmt.Errorf("topics: invalid specs: %w", err)
@@ -304,18 +305,30 @@ func align(ctx context.Context, adm *kadm.Client, specs []Spec, details kadm.Top
 
 		n := int32(len(d.Partitions))
 		actual[s.Name] = n
-		switch {
-		case n < s.Partitions:
+		if n < s.Partitions {
 			resps, err := adm.UpdatePartitions(ctx, int(s.Partitions), s.Name)
 			if err == nil {
 				err = resps.Error()
 			}
+			grown := true
+			if errors.Is(err, kerr.InvalidPartitions) {
+				// Brokers refuse a count that is not above the current
+				// one: a concurrent Ensure grew the topic after it was
+				// described. That is success when it now has enough.
+				if now, ok := grownElsewhere(ctx, adm, s.Name, s.Partitions); ok {
+					n, err, grown = now, nil, false
+					actual[s.Name] = n
+				}
+			}
 			if err != nil {
 				return changes, fmt.Errorf("topics: grow %s from %d to %d partitions: %w", s.Name, n, s.Partitions, err)
 			}
-			actual[s.Name] = s.Partitions
-			changes = append(changes, Change{Topic: s.Name, Action: ActionPartitions, Detail: fmt.Sprintf("%d→%d", n, s.Partitions)})
-		case n > s.Partitions:
+			if grown {
+				actual[s.Name] = s.Partitions
+				changes = append(changes, Change{Topic: s.Name, Action: ActionPartitions, Detail: fmt.Sprintf("%d→%d", n, s.Partitions)})
+			}
+		}
+		if n > s.Partitions {
 			changes = append(changes, Change{Topic: s.Name, Action: ActionWarning,
 				Detail: fmt.Sprintf("has %d partitions, catalog wants %d: partitions are never reduced", n, s.Partitions)})
 		}
@@ -370,6 +383,28 @@ func awaitTopics(ctx context.Context, adm *kadm.Client, topics []string) (kadm.T
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w (the topic exists but did not appear in metadata within %v)", unknown, awaitTopicsFor)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// grownElsewhere reports whether topic has (or within awaitTopicsFor comes
+// to have, as broker metadata catches up with the controller) at least want
+// partitions, and how many it has then. Ensure asks after a grow was refused
+// with INVALID_PARTITIONS, which is what a concurrent grow looks like.
+func grownElsewhere(ctx context.Context, adm *kadm.Client, topic string, want int32) (int32, bool) {
+	ctx, cancel := context.WithTimeout(ctx, awaitTopicsFor)
+	defer cancel()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		d, err := describeTopics(ctx, adm, topic)
+		if err == nil && d[topic].Err == nil {
+			if n := int32(len(d[topic].Partitions)); n >= want {
+				return n, true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false
 		case <-time.After(wait):
 		}
 	}
