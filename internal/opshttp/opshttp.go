@@ -42,8 +42,9 @@ func New(g prometheus.Gatherer, log *slog.Logger) *Server {
 	return s
 }
 
-// AddReadiness registers a named readiness check; /readyz answers 200 only
-// when every check returns true.
+// AddReadiness registers a named readiness check (replacing one of the same
+// name); /readyz answers 200 only when every check returns true. A check
+// that panics counts as failing.
 func (s *Server) AddReadiness(name string, ok func() bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -57,19 +58,25 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 func (s *Server) Handler() http.Handler { return s.mux }
 
 func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
+	// Run the checks outside the lock: a slow or panicking check must not
+	// block the other requests or AddReadiness.
 	s.mu.Lock()
-	names := make([]string, 0, len(s.checks))
-	for n := range s.checks {
+	checks := make(map[string]func() bool, len(s.checks))
+	for n, c := range s.checks {
+		checks[n] = c
+	}
+	s.mu.Unlock()
+	names := make([]string, 0, len(checks))
+	for n := range checks {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	var failing []string
 	for _, n := range names {
-		if !s.checks[n]() {
+		if !s.passes(n, checks[n]) {
 			failing = append(failing, n)
 		}
 	}
-	s.mu.Unlock()
 	if len(names) == 0 || len(failing) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		if len(names) == 0 {
@@ -82,28 +89,67 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ready")
 }
 
-// ListenAndServe serves on addr until ctx is done, then shuts down within 5 s.
-// It returns once the listener is bound or failed, serving in the background;
-// the returned channel yields the serve error (nil after a clean shutdown).
+// passes runs one readiness check; a check that panics fails.
+func (s *Server) passes(name string, check func() bool) (ok bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("readiness check panicked", "check", name, "panic", p)
+			ok = false
+		}
+	}()
+	return check()
+}
+
+// shutdownWithin bounds how long ListenAndServe's shutdown waits for
+// in-flight requests before it closes their connections.
+const shutdownWithin = 5 * time.Second
+
+// ListenAndServe serves on addr until ctx is done, then shuts down: it stops
+// accepting connections and waits up to 5 s for in-flight requests to
+// finish, then closes the connections still open. It returns once the
+// listener is bound or failed, serving in the background; the returned
+// channel yields once shutdown is complete (in-flight requests drained or
+// cut), with the serve error or nil (a cut request is logged, not an error).
 func (s *Server) ListenAndServe(ctx context.Context, addr string) (net.Addr, <-chan error, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ops http listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
+	// ReadHeaderTimeout stops clients that never finish their headers;
+	// IdleTimeout closes keep-alive connections nobody uses any more.
+	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	served := make(chan error, 1)
 	go func() {
 		err := srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
-		errc <- err
+		served <- err
 	}()
+	errc := make(chan error, 1)
 	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		// Serve returns as soon as Shutdown starts, before the in-flight
+		// requests are answered: yield only after Shutdown returned.
+		var err error
+		stopped := false // Serve failed before ctx was done
+		select {
+		case err = <-served:
+			stopped = true
+		case <-ctx.Done():
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownWithin)
 		defer cancel()
-		_ = srv.Shutdown(sctx)
+		if serr := srv.Shutdown(sctx); serr != nil {
+			s.log.Warn("ops http: in-flight requests cut at shutdown", "after", shutdownWithin, "err", serr)
+			_ = srv.Close()
+		}
+		if !stopped {
+			err = <-served
+		}
+		if err != nil {
+			err = fmt.Errorf("ops http serve %s: %w", ln.Addr(), err)
+		}
+		errc <- err
 	}()
 	s.log.Info("ops http listening", "addr", ln.Addr().String())
 	return ln.Addr(), errc, nil
