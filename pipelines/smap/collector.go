@@ -83,6 +83,18 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 	if err := checkProjectID(id); err != nil {
 		return nil, stages.DeadLetter(stages.ReasonSanityFail, RuleProjectID, err)
 	}
+	// A project whose completion is recorded in its meta object was
+	// published as completed: when its progress state has expired (a
+	// replay of project.created after the TTL), Init would start it over,
+	// re-crawl it and publish a second completion.
+	pm, err := readMeta(ctx, c.objects, id)
+	if err != nil {
+		return nil, storeRetry("project meta "+id, err)
+	}
+	if !pm.CompletedAt.IsZero() {
+		c.m.projects.WithLabelValues("skipped_done").Inc()
+		return nil, nil
+	}
 	t0 := time.Now()
 	st, err := c.tr.Init(ctx, id)
 	c.timed("init", t0)
@@ -167,7 +179,7 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		}
 	}
 	for _, tg := range p.Targets {
-		err := c.cfg.Crawler.Crawl(ctx, p, tg, emit(tg))
+		err := crawlTarget(ctx, c.cfg.Crawler, p, tg, emit(tg))
 		var ee *emitError
 		switch {
 		case err == nil:
@@ -176,8 +188,9 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		case errors.As(err, &ee):
 			return nil, storeRetry("raw objects of project "+id, fmt.Errorf("project %s: %w", id, ee.err))
 		default:
-			// A target that cannot be crawled is skipped: the project
-			// completes with what the other targets yielded.
+			// A target that cannot be crawled (an error or a panic of the
+			// crawler) is skipped: the project completes with what the
+			// other targets yielded.
 			c.m.crawlErrors.WithLabelValues(platformSlug(tg.Platform)).Inc()
 			c.log.Warn("crawl of target failed", "project_id", id, "platform", tg.Platform, "err", err)
 		}
@@ -211,6 +224,31 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 	}
 	c.m.projects.WithLabelValues("crawled").Inc()
 	return nil, nil
+}
+
+// crawlTarget runs one target's crawl, turning a panic of the crawler into
+// an error of that target. A panic is a bug of the crawler, not of the
+// project: left to the runtime, it would dead-letter the project.created
+// record and leave the project CRAWLING forever, its total never sealed.
+// A panic raised by emit itself (the collector's own effects) is not
+// recovered here.
+func crawlTarget(ctx context.Context, cr Crawler, p ProjectCreated, tg Target, emit func(Item) error) (err error) {
+	inEmit := false
+	guarded := func(it Item) error {
+		inEmit = true
+		err := emit(it)
+		inEmit = false // not deferred: a panic of emit must leave it set
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if inEmit {
+				panic(r)
+			}
+			err = fmt.Errorf("crawler panicked on target %s %.200q: %v", tg.Platform, tg.URL, r)
+		}
+	}()
+	return cr.Crawl(ctx, p, tg, guarded)
 }
 
 // discard is the collector's sink: the stage produces its records itself.

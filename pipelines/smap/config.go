@@ -81,6 +81,7 @@ type Config struct {
 	// Test hooks (nil in production).
 	afterDecision func(ctx context.Context, c progress.Completion) error // counter: after a completion decision, before the publish
 	beforePublish func(ctx context.Context, cs []progress.Completion) error
+	afterSnapshot func(ctx context.Context) // RebuildProgress: after reading the systems of record, before replacing the state
 }
 
 func (c Config) withDefaults() Config {

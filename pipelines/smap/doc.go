@@ -78,5 +78,20 @@
 // That meta object also tells the counter at once about a project without
 // state that is not a lost one: never collected (no meta object) is
 // dead-lettered as sanity_fail, rule smap.unknown_project; completed and
-// expired (a replay) is dropped.
+// expired (a replay) is dropped. The collector reads it too: a
+// project.created of a project whose completion it records is skipped
+// (the replay after the state expired re-crawls nothing and publishes no
+// second completion).
+//
+// RebuildProgress may run while the pipeline works: it reads the systems
+// of record again after replacing the state and re-applies what happened
+// in between (items analysed, a seal, a completion published).
+//
+// # Crawl failures
+//
+// A target whose crawl fails (the crawler returns an error or panics) is
+// skipped and counted in smap_crawl_errors_total: the project completes
+// with the items of the other targets (and those the failed target found
+// before failing). A project without any item completes at its seal and
+// reports 100 %.
 package smap

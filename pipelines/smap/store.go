@@ -78,12 +78,14 @@ func upsertRows(ctx context.Context, db *pgxpool.Pool, rows []row) error {
 	})
 }
 
-// pgText removes NUL characters, which PostgreSQL refuses in text and
-// jsonb values ("invalid byte sequence for encoding UTF8: 0x00"): one such
-// character in a keyword or an error message would make every write of
-// the batch fail, and the analytics partition retry it forever.
+// pgText removes NUL characters and replaces invalid UTF-8 with U+FFFD:
+// PostgreSQL refuses both in text and jsonb values ("invalid byte
+// sequence for encoding UTF8"), so one such character in a keyword or an
+// error message (an analyser's message may cut a character in half) would
+// make every write of the batch fail, and the analytics partition retry
+// it forever.
 func pgText(s string) string {
-	return strings.ReplaceAll(s, "\x00", "")
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
 }
 
 // analysedItems returns every item of project in post_analytics and
