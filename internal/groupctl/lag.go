@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // PartitionLag is one partition's lag in a group.
@@ -67,9 +68,11 @@ func (r Report) Group(name string) (GroupLag, bool) {
 
 // Lag reports the committed offset, end offset and lag of every partition
 // the given groups consume or committed to, with totals per topic and per
-// group. With no groups it reports every (classic-protocol) group the
-// cluster knows. A group that cannot be described is reported with Err set;
-// Lag itself fails only when the cluster cannot be asked at all.
+// group. With no groups it reports every group the cluster knows. Groups of
+// both protocols are reported: classic ones and, on Kafka 4, KIP-848
+// consumer-protocol ones (which the classic describe does not see). A group
+// that cannot be described is reported with Err set; Lag itself fails only
+// when the cluster cannot be asked at all.
 func Lag(ctx context.Context, adm *kadm.Client, groups ...string) (Report, error) {
 	lags, err := adm.Lag(ctx, groups...)
 	var rep Report
@@ -80,6 +83,9 @@ func Lag(ctx context.Context, adm *kadm.Client, groups ...string) (Report, error
 		if lags, err = lagEach(ctx, adm, groups, &rep); err != nil {
 			return Report{}, fmt.Errorf("lag: %w", err)
 		}
+	}
+	if err := addConsumerProtocolGroups(ctx, adm, lags, len(groups) == 0); err != nil {
+		return Report{}, fmt.Errorf("lag: %w", err)
 	}
 	for _, l := range lags.Sorted() {
 		g := GroupLag{Group: l.Group, State: l.State, Members: len(l.Members), Err: l.Error()}
@@ -111,6 +117,129 @@ func Lag(ctx context.Context, adm *kadm.Client, groups ...string) (Report, error
 	}
 	sort.Slice(rep.Groups, func(i, j int) bool { return rep.Groups[i].Group < rep.Groups[j].Group })
 	return rep, nil
+}
+
+// addConsumerProtocolGroups replaces, in lags, the groups the classic
+// describe did not find (GROUP_ID_NOT_FOUND: on Kafka 4 that is also its
+// answer for a KIP-848 consumer-protocol group) or found without members
+// (kfake's answer for such a group) with their lag computed from
+// ConsumerGroupDescribe when that describes them; with all set it also adds every consumer-protocol
+// group the cluster lists. Brokers without the new protocol reject these
+// requests: lags is then left as it is. It fails only on an authorization
+// error or a failure to fetch the offsets of a group that was described.
+func addConsumerProtocolGroups(ctx context.Context, adm *kadm.Client, lags kadm.DescribedGroupLags, all bool) error {
+	var names []string
+	for g, l := range lags {
+		if errors.Is(l.DescribeErr, kerr.GroupIDNotFound) || (l.DescribeErr == nil && len(l.Members) == 0) {
+			names = append(names, g)
+		}
+	}
+	if all {
+		if listed, err := adm.ListGroupsByType(ctx, []string{"consumer"}); err == nil {
+			for _, g := range listed.Groups() {
+				if _, ok := lags[g]; !ok {
+					names = append(names, g)
+				}
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	described, err := adm.DescribeConsumerGroups(ctx, names...)
+	if _, auth := errors.AsType[*kadm.AuthError](err); auth {
+		return err
+	}
+	for _, d := range described {
+		if d.Err != nil {
+			continue // not a consumer-protocol group either: keep the classic answer
+		}
+		l, err := consumerGroupLag(ctx, adm, d)
+		if err != nil {
+			return err
+		}
+		lags[d.Group] = l
+	}
+	return nil
+}
+
+// consumerGroupLag computes the lag of a described consumer-protocol group
+// as kadm does for classic groups: every partition assigned to a member or
+// committed to, lag from the commit (or from the log start without one).
+func consumerGroupLag(ctx context.Context, adm *kadm.Client, d kadm.DescribedConsumerGroup) (kadm.DescribedGroupLag, error) {
+	l := kadm.DescribedGroupLag{Group: d.Group, Coordinator: d.Coordinator, State: d.State, ProtocolType: "consumer", Protocol: d.AssignorName}
+	commits, err := adm.FetchOffsets(ctx, d.Group)
+	if err != nil {
+		if _, auth := errors.AsType[*kadm.AuthError](err); auth {
+			return l, err
+		}
+		l.FetchErr = err
+		return l, nil
+	}
+	// Assigned partitions without a commit count from the log start: give
+	// them an empty commit so that kadm's calculation includes them.
+	owner := map[string]map[int32]int{}
+	l.Members = make([]kadm.DescribedGroupMember, len(d.Members))
+	for i, m := range d.Members {
+		l.Members[i] = kadm.DescribedGroupMember{MemberID: m.MemberID, InstanceID: m.InstanceID, ClientID: m.ClientID, ClientHost: m.ClientHost}
+		for t, ps := range m.Assignment {
+			if t == "" {
+				continue // a broker that names assigned topics by ID only (kfake)
+			}
+			if owner[t] == nil {
+				owner[t] = map[int32]int{}
+			}
+			for p := range ps {
+				owner[t][p] = i
+				if _, ok := commits.Lookup(t, p); !ok {
+					commits.Add(kadm.OffsetResponse{Offset: kadm.Offset{Topic: t, Partition: p, At: -1, LeaderEpoch: -1}})
+				}
+			}
+		}
+	}
+	var topics []string
+	for t := range commits {
+		topics = append(topics, t)
+	}
+	var starts, ends kadm.ListedOffsets
+	if len(topics) > 0 {
+		if starts, err = adm.ListStartOffsets(ctx, topics...); err != nil {
+			return l, fmt.Errorf("group %q: list start offsets: %w", d.Group, err)
+		}
+		if ends, err = adm.ListEndOffsets(ctx, topics...); err != nil {
+			return l, fmt.Errorf("group %q: list end offsets: %w", d.Group, err)
+		}
+		// A topic listed with only partition -1 does not exist (deleted
+		// under the group's commits): say so on each of its partitions.
+		for _, listed := range []kadm.ListedOffsets{starts, ends} {
+			for t, ps := range listed {
+				if e, ok := ps[-1]; ok && len(ps) == 1 {
+					delete(ps, -1)
+					for p := range commits[t] {
+						ps[p] = kadm.ListedOffset{Topic: t, Partition: p, Err: cmpErr(e.Err, kerr.UnknownTopicOrPartition)}
+					}
+				}
+			}
+		}
+	}
+	l.Lag = kadm.CalculateGroupLagWithStartOffsets(kadm.DescribedGroup{Group: d.Group}, commits, starts, ends)
+	for t, ps := range owner {
+		for p, i := range ps {
+			if m, ok := l.Lag[t][p]; ok {
+				m.Member = &l.Members[i]
+				l.Lag[t][p] = m
+			}
+		}
+	}
+	return l, nil
+}
+
+// cmpErr returns err, or def when err is nil.
+func cmpErr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
 }
 
 // lagEach asks the lag of groups (all listed groups when none are named)
