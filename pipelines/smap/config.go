@@ -71,8 +71,9 @@ type Config struct {
 
 	// Runtime holds the runtime settings shared by the three runners
 	// (batching, retries, commit interval, revoke timeout). Name, Group,
-	// Topics and DLQTopic are set per service. The progress counter uses
-	// at least 30 attempts so that a short Redis outage loses nothing.
+	// Topics and DLQTopic are set per service. The collector and the
+	// progress counter use at least 30 attempts so that a short Redis or
+	// object-store outage loses nothing and strands no project.
 	Runtime run.Config
 
 	// Now is the clock of event timestamps (default time.Now).

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/opshttp"
 	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages/progress"
 )
 
@@ -28,6 +30,49 @@ func TestChoreographyEdges(t *testing.T) {
 	t.Run("AnalyserErrorNotUTF8", func(t *testing.T) { t.Parallel(); testAnalyserErrorNotUTF8(t, pgs) })
 	t.Run("ReplayOfExpiredCompletedProject", func(t *testing.T) { t.Parallel(); testReplayExpired(t, pgs) })
 	t.Run("RebuildRacesLiveWork", func(t *testing.T) { t.Parallel(); testRebuildRace(t, pgs) })
+	t.Run("ShortStoreOutageDuringCrawl", func(t *testing.T) { t.Parallel(); testCrawlOutage(t, pgs) })
+}
+
+// flakyPuts fails the first n writes of raw objects, like an object store
+// (or Redis) that is briefly unavailable.
+type flakyPuts struct {
+	objstore.Store
+	mu   sync.Mutex
+	fail int
+}
+
+func (f *flakyPuts) Put(ctx context.Context, key string, data []byte, ct string) error {
+	f.mu.Lock()
+	failing := strings.HasPrefix(key, "raw/") && f.fail > 0
+	if failing {
+		f.fail--
+	}
+	f.mu.Unlock()
+	if failing {
+		return errors.New("injected: connection refused")
+	}
+	return f.Store.Put(ctx, key, data, ct)
+}
+
+// A transient outage of the collector's stores that outlasts the runtime's
+// default retries (five attempts) does not strand the project in CRAWLING
+// behind a dead-lettered project.created: the collector retries as long as
+// the progress counter does, and the project completes.
+func testCrawlOutage(t *testing.T, pgs *testkit.PostgresServer) {
+	h := newHarness(t, pgs, harnessOpts{})
+	h.objects = &flakyPuts{Store: h.objects, fail: 8}
+	h.start(h.cfg)
+	h.createProject(ProjectCreated{ProjectID: "p-outage", Targets: []Target{synthetic("tiktok", 4)}})
+	st := h.waitDone("p-outage", 60*time.Second)
+	if st.Total != 4 || st.Done != 4 || st.Errors != 0 {
+		t.Fatalf("final state %+v", st)
+	}
+	if cs := h.completions("p-outage"); len(cs) != 1 {
+		t.Fatalf("%d completions, want 1", len(cs))
+	}
+	if n := h.count(h.cfg.AnalyticsErrorsTopic); n != 0 {
+		t.Fatalf("%d DLQ records, want none", n)
+	}
 }
 
 // getProgress GETs the progress API of id on srv.

@@ -26,6 +26,14 @@ const (
 	ProgressName  = "smap-progress"
 )
 
+// minStateAttempts is the least number of attempts of a collector or
+// progress-counter record (Config.Runtime.Retry.MaxAttempts is raised to
+// it): with the runtime's default backoff (100ms doubling up to 10s) they
+// span about four minutes, so a short Redis or object-store outage
+// dead-letters no project.created (which would leave its project CRAWLING
+// forever) and loses no count.
+const minStateAttempts = 30
+
 // ProgressRoute is the ops-HTTP route of the progress query.
 const ProgressRoute = "GET /api/v1/projects/{id}/progress"
 
@@ -134,7 +142,12 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	}
 	comp := newCompleter(cfg, tr, cprod, env.Objects, m, log)
 	col := &collector{cfg: cfg, tr: tr, objects: env.Objects, prod: cprod, comp: comp, m: m, log: log.With("service", CollectorName)}
-	crun, err := run.New(cfg.runConfig(CollectorName, cfg.CollectorGroup, cfg.ProjectCreatedTopic),
+	crc := cfg.runConfig(CollectorName, cfg.CollectorGroup, cfg.ProjectCreatedTopic)
+	// A dead-lettered project.created strands its project in CRAWLING (its
+	// total is never sealed): ride out a short Redis or object-store outage
+	// as the progress counter does.
+	crc.Retry.MaxAttempts = max(crc.Retry.MaxAttempts, minStateAttempts)
+	crun, err := run.New(crc,
 		decodeProjectCreated, col.stage, stages.SinkFunc[struct{}](discard), opts(CollectorName)...)
 	if err != nil {
 		cprod.Close()
@@ -163,7 +176,7 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	}
 	pcomp := newCompleter(cfg, tr, pprod, env.Objects, m, log.With("service", ProgressName))
 	prc := cfg.runConfig(ProgressName, cfg.ProgressGroup, cfg.AnalysisFinishedTopic)
-	prc.Retry.MaxAttempts = max(prc.Retry.MaxAttempts, 30)
+	prc.Retry.MaxAttempts = max(prc.Retry.MaxAttempts, minStateAttempts)
 	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, env.Objects, m), pcomp.sink, opts(ProgressName)...)
 	if err != nil {
 		pprod.Close()
