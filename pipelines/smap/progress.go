@@ -17,8 +17,9 @@ import (
 // Progress is the progress of a project as the API reports it (the seed's
 // get_project_progress): processed counts failed items too; percent is
 // processed/total in percent with two decimals, at most 100 (0 while the
-// total is 0), and 100 once the project is DONE, so that a project without
-// items (total 0) ends at 100 %.
+// total is 0), never rounded up to 100 while items remain (99.99 at most),
+// and 100 once the project is DONE, so that a project without items
+// (total 0) ends at 100 %.
 type Progress struct {
 	ProjectID string  `json:"project_id"`
 	Status    string  `json:"status"`
@@ -31,8 +32,11 @@ type Progress struct {
 // ProgressOf converts a tracker state.
 func ProgressOf(s progress.State) Progress {
 	pct := s.Percent()
-	if s.Status == progress.StatusDone {
+	switch {
+	case s.Status == progress.StatusDone:
 		pct = 100
+	case s.Done < s.Total:
+		pct = min(pct, 99.99)
 	}
 	return Progress{ProjectID: s.ID, Status: s.Status, Total: s.Total, Processed: s.Done, Errors: s.Errors, Percent: pct}
 }

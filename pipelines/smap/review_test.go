@@ -351,3 +351,24 @@ func TestProgressAPIEdges(t *testing.T) {
 		t.Errorf("p1: %d %+v, want %+v", code, p, want)
 	}
 }
+
+// Percent is processed/total rounded to two decimals, but never 100 while
+// items remain, never above 100, and 100 once the project is DONE.
+func TestProgressPercent(t *testing.T) {
+	for _, c := range []struct {
+		st   progress.State
+		want float64
+	}{
+		{progress.State{Status: progress.StatusProcessingWait, Total: 3, Done: 2}, 66.67},
+		{progress.State{Status: progress.StatusProcessingWait, Total: 20000, Done: 19999}, 99.99},
+		{progress.State{Status: progress.StatusProcessingWait, Total: 1 << 40, Done: 1<<40 - 1}, 99.99},
+		{progress.State{Status: progress.StatusCrawling, Total: 5, Done: 7}, 100},
+		{progress.State{Status: progress.StatusInitializing}, 0},
+		{progress.State{Status: progress.StatusDone}, 100},
+		{progress.State{Status: progress.StatusDone, Total: 4, Done: 4}, 100},
+	} {
+		if got := ProgressOf(c.st).Percent; got != c.want {
+			t.Errorf("%+v: percent %v, want %v", c.st, got, c.want)
+		}
+	}
+}
