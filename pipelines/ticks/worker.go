@@ -429,6 +429,11 @@ func (w *worker) segment(ctx context.Context, p int32, st *JobState, t Task, ran
 	if data, err := w.store.Get(ctx, key); err == nil {
 		if seg, _, err := DecodeSegment(key, data, false); err == nil && seg.Rows > 0 && seg.RangeStart == t.StartTs {
 			w.m.segments.WithLabelValues("skipped").Inc()
+			// The crash that left this file may have come before the files it
+			// replaces were deleted.
+			if err := w.replaceForeign(ctx, st, seg); err != nil {
+				return Segment{}, 0, err
+			}
 			return seg, seg.Rows, nil
 		}
 		w.log.Warn("unreadable segment file is rewritten", "key", key)

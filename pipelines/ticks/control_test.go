@@ -1,0 +1,92 @@
+package ticks_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/pipelines/ticks"
+)
+
+// produceAt writes records to the partitions set on them (a test plays the
+// part of a crashed member's leftovers: a task log and the state it wrote).
+func (f *fixture) produceAt(t *testing.T, recs ...*kgo.Record) {
+	t.Helper()
+	cl := f.k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := cl.ProduceSync(testkit.Context(t), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stateJSON encodes st with extra fields set (e.g. chain_offset), written
+// as a worker would have written them.
+func stateJSON(t *testing.T, st ticks.JobState, extra map[string]any) []byte {
+	t.Helper()
+	v, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(v, &m); err != nil {
+		t.Fatal(err)
+	}
+	for k, x := range extra {
+		m[k] = x
+	}
+	v, err = json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// segmentStarts counts the segment tasks on the tasks topic after offset
+// `after`, by start.
+func (f *fixture) segmentStarts(t *testing.T, after int64) map[int64]int {
+	t.Helper()
+	n := map[int64]int{}
+	for _, r := range f.k.ReadTopic(t, f.cfg.TasksTopic) {
+		var task ticks.Task
+		if r.Offset <= after || json.Unmarshal(r.Value, &task) != nil || (task.Kind != "" && task.Kind != ticks.KindSegment) {
+			continue
+		}
+		n[task.StartTs]++
+	}
+	return n
+}
+
+// A crash right after a segment file was written (before the files it
+// replaces were deleted and before the cursor moved) leaves the new file
+// and another instance's file over the same range. The redelivered task
+// reuses its file without fetching, and must still delete the other
+// instance's file: otherwise its ticks stay duplicated in the covered range.
+func TestReusedSegmentStillReplacesForeignFile(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, ticks.SyntheticConfig{}, nil)
+	ctx := testkit.Context(t)
+	sess, _ := f.src.TradingHours(ctx, "NG", testDate)
+	inst, old := uuid.NewString(), uuid.NewString()
+	first, err := f.src.HistoricalTicks(ctx, "NG", sess.Start, sess.End, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ticks.WriteSegmentForTest(ctx, f.store, "NG", testDate, old, "U1", sess.Start, first[59].TimeMs, false, first[:60]); err != nil {
+		t.Fatal(err)
+	}
+	if err := ticks.WriteSegmentForTest(ctx, f.store, "NG", testDate, inst, "U1", sess.Start, first[len(first)-1].TimeMs, false, first); err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker(t)
+	key := "NG:" + testDate
+	f.produceAt(t, &kgo.Record{Topic: f.cfg.TasksTopic, Partition: 0, Key: []byte(key), Value: taskJSON(t, ticks.Task{
+		Kind: ticks.KindTrigger, JobKey: key, Symbol: "NG", Date: testDate, JobInstanceID: inst, AccountID: "U1", StartTime: sess.Start, EndTime: sess.End})})
+	f.waitJob(t, key, 60*time.Second, "COMPLETED", func(s *ticks.JobState) bool { return s.Status == ticks.StatusCompleted })
+	f.checkExact(t, "NG", 0)
+	if _, err := f.store.Get(ctx, ticks.SegmentKey("NG", testDate, sess.Start, old)); err == nil {
+		t.Error("the other instance's file over the reused segment's range is still there")
+	}
+}
