@@ -32,7 +32,9 @@ func newReplayCmd(g *globalConfig) *cobra.Command {
 		Long: `replay commits new offsets for a consumer group so that its next consumer
 starts there: the earliest retained record, the end (skip everything), an
 offset (clamped to the partition's range) or the first record at or after a
-time. --to-time takes RFC 3339 (2024-05-01T09:00:00Z) or a duration ago
+time; a partition without a record at or after that time moves to its end
+(nothing of it is re-read), and the NOTE column says so, as it says when an
+offset was clamped. --to-time takes RFC 3339 (2024-05-01T09:00:00Z) or a duration ago
 (-1h, 90m). --partition restricts every --topic to those partitions.
 
 The group must be stopped: replay refuses while it has members, because
@@ -67,9 +69,9 @@ commits nothing.`,
 			}
 			out := cmd.OutOrStdout()
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "TOPIC\tPARTITION\tCURRENT\tNEW")
+			fmt.Fprintln(tw, "TOPIC\tPARTITION\tCURRENT\tNEW\tNOTE")
 			for _, m := range plan.Moves {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", m.Topic, m.Partition, offsetText(m.Current), m.New)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\n", m.Topic, m.Partition, offsetText(m.Current), m.New, m.Note)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

@@ -137,6 +137,11 @@ func TestReplayAndLagCommands(t *testing.T) {
 	if !hasRow(out, group, topic, "0", "4", "10", "6") {
 		t.Fatalf("dry run moved the group:\n%s", out)
 	}
+	// A time after the last record moves to the end, and the plan says why.
+	out, err = runCLI(t, "replay", "--brokers", brokers, "--group", group, "--topic", topic, "--to-time", t0.Add(time.Hour).Format(time.RFC3339), "--dry-run")
+	if err != nil || !hasRow(out, "TOPIC", "PARTITION", "CURRENT", "NEW", "NOTE") || !hasRow(out, topic, "0", "4", "10", "no", "record", "at", "or", "after", "the", "time:") {
+		t.Fatalf("replay dry run after the last record: %v\n%s", err, out)
+	}
 
 	out, err = runCLI(t, "replay", "--brokers", brokers, "--group", group, "--topic", topic, "--partition", "0", "--to-earliest")
 	if err != nil || !hasRow(out, topic, "0", "4", "0") || !strings.Contains(out, "moved to earliest") {

@@ -29,7 +29,9 @@ const (
 	// Offset moves to Target.Offset, clamped to [start, end] per partition.
 	Offset
 	// Timestamp moves to the first offset whose record timestamp is at or
-	// after Target.Time; a partition with no such record moves to its end.
+	// after Target.Time (the log start for a time before the first retained
+	// record); a partition with no such record moves to its end, and its
+	// Move says so in Note.
 	Timestamp
 )
 
@@ -97,6 +99,11 @@ type Move struct {
 	// Start and End are the partition's log start and end offsets when the
 	// plan was made.
 	Start, End int64
+	// Note says why New is not simply the requested target, empty when it
+	// is: a time with no record at or after it in the partition (New is
+	// the end: nothing is re-read there), an empty partition, an offset
+	// clamped to the end or to the log start.
+	Note string
 }
 
 // Plan is the result of [Replay]: the moves sorted by topic then partition,
@@ -204,6 +211,12 @@ func Replay(ctx context.Context, adm *kadm.Client, req ReplayRequest) (Plan, err
 				m.New = m.End
 			case Offset:
 				m.New = min(max(req.To.Offset, m.Start), m.End)
+				switch {
+				case req.To.Offset > m.End:
+					m.Note = fmt.Sprintf("offset %d is past the end: clamped to the end", req.To.Offset)
+				case req.To.Offset < m.Start:
+					m.Note = fmt.Sprintf("offset %d is no longer retained: clamped to the log start", req.To.Offset)
+				}
 			case Timestamp:
 				lo, ok := atTime.Lookup(topic, p)
 				switch {
@@ -215,6 +228,14 @@ func Replay(ctx context.Context, adm *kadm.Client, req ReplayRequest) (Plan, err
 					m.New = m.End
 				default:
 					m.New = lo.Offset
+				}
+				switch {
+				case m.Start == m.End:
+					m.Note = "empty partition"
+				case m.New >= m.End:
+					// kadm answers with the end offset when no record
+					// is at or after the time.
+					m.Note = "no record at or after the time: moved to the end, nothing re-read"
 				}
 			}
 			plan.Moves = append(plan.Moves, m)
