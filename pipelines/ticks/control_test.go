@@ -1,6 +1,7 @@
 package ticks_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -88,5 +89,69 @@ func TestReusedSegmentStillReplacesForeignFile(t *testing.T) {
 	f.checkExact(t, "NG", 0)
 	if _, err := f.store.Get(ctx, ticks.SegmentKey("NG", testDate, sess.Start, old)); err == nil {
 		t.Error("the other instance's file over the reused segment's range is still there")
+	}
+}
+
+// badPageSource corrupts the pages after the first: it repeats the
+// previous segment's last tick in front of the page (a duplicate at the
+// boundary, outside the requested range) or swaps its first two ticks.
+type badPageSource struct {
+	ticks.Source
+	sessionStart int64
+	swap         bool
+}
+
+func (s *badPageSource) HistoricalTicks(ctx context.Context, symbol string, startMs, endMs int64, max int) ([]ticks.Tick, error) {
+	out, err := s.Source.HistoricalTicks(ctx, symbol, startMs, endMs, max)
+	if err != nil || startMs == s.sessionStart || len(out) < 2 {
+		return out, err
+	}
+	if s.swap {
+		out[0], out[1] = out[1], out[0]
+		return out, nil
+	}
+	prev, err := s.Source.HistoricalTicks(ctx, symbol, s.sessionStart, startMs-1, 1000)
+	if err != nil || len(prev) == 0 {
+		return out, err
+	}
+	return append([]ticks.Tick{prev[len(prev)-1]}, out[:len(out)-1]...), nil
+}
+
+// A page holding a tick outside the requested range, or ticks out of time
+// order, is a source error: the job fails and nothing of that page is
+// written (it used to be written when only its last tick was in range,
+// duplicating the boundary tick in the files).
+func TestSourcePageOutsideRangeOrOrderFailsJob(t *testing.T) {
+	t.Parallel()
+	for name, swap := range map[string]bool{"boundary_duplicate": false, "out_of_order": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var src *badPageSource
+			f := newFixture(t, ticks.SyntheticConfig{}, func(c *ticks.Config) {
+				sess, _ := c.Source.TradingHours(context.Background(), "PL", testDate)
+				src = &badPageSource{Source: c.Source, sessionStart: sess.Start, swap: swap}
+				c.Source = src
+			})
+			f.startWorker(t)
+			res := f.trigger(t, "PL")
+			st := f.waitJob(t, res.JobKey, 30*time.Second, "FAILED", func(s *ticks.JobState) bool {
+				return s.Status == ticks.StatusFailed || s.Status == ticks.StatusCompleted
+			})
+			if st.Status != ticks.StatusFailed || st.LastErrorType != ticks.ErrTypeUnknown || st.Segments != 1 {
+				t.Errorf("job ended %s (%s, %d segments); want FAILED with UNKNOWN after the first segment", st.Status, st.LastErrorType, st.Segments)
+			}
+			got, segs, err := ticks.ReadTicks(testkit.Context(t), f.store, "PL", testDate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(segs) != 1 {
+				t.Errorf("%d segment files, want only the first", len(segs))
+			}
+			for i := 1; i < len(got); i++ {
+				if got[i].TimeMs <= got[i-1].TimeMs {
+					t.Fatalf("files hold tick %d at %d after one at %d", i, got[i].TimeMs, got[i-1].TimeMs)
+				}
+			}
+		})
 	}
 }

@@ -449,11 +449,11 @@ func (w *worker) segment(ctx context.Context, p int32, st *JobState, t Task, ran
 	max := w.cfg.SegmentMaxTicks
 	name, _ := ParseSegmentKey(key)
 	seg := Segment{SegmentName: name, Account: st.AccountID, RangeStart: t.StartTs, RangeEnd: rangeEnd, LastTick: t.StartTs - 1, Final: true}
+	if err := checkTicks(ticks, t.StartTs, rangeEnd); err != nil {
+		return Segment{}, 0, err
+	}
 	if n := len(ticks); n > 0 {
 		last := ticks[n-1].TimeMs
-		if last < t.StartTs || last > rangeEnd {
-			return Segment{}, 0, &SourceError{Type: ErrTypeUnknown, Err: fmt.Errorf("source returned a tick at %d outside [%d, %d]", last, t.StartTs, rangeEnd)}
-		}
 		seg.LastTick, seg.Rows = last, int64(n)
 		seg.Final = n < max || last >= rangeEnd
 		if !seg.Final {
@@ -477,6 +477,23 @@ func (w *worker) segment(ctx context.Context, p int32, st *JobState, t Task, ran
 		return Segment{}, 0, err
 	}
 	return seg, seg.Rows, nil
+}
+
+// checkTicks rejects a page the source must not return: a tick outside the
+// requested [start, end] (e.g. one of the previous segment repeated at the
+// boundary) would duplicate or misplace ticks, and ticks out of time order
+// would make the last one's time, where the next segment starts, wrong.
+// Either is a permanent source error: the job fails instead of writing.
+func checkTicks(ticks []Tick, start, end int64) error {
+	for i, tk := range ticks {
+		if tk.TimeMs < start || tk.TimeMs > end {
+			return &SourceError{Type: ErrTypeUnknown, Err: fmt.Errorf("source returned tick %d of %d at %d, outside the requested [%d, %d]", i+1, len(ticks), tk.TimeMs, start, end)}
+		}
+		if i > 0 && tk.TimeMs < ticks[i-1].TimeMs {
+			return &SourceError{Type: ErrTypeUnknown, Err: fmt.Errorf("source returned ticks out of time order: tick %d at %d after one at %d", i+1, tk.TimeMs, ticks[i-1].TimeMs)}
+		}
+	}
+	return nil
 }
 
 // storageErr classifies an object-store error of a segment task. A
