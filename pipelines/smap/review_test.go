@@ -31,6 +31,58 @@ func TestChoreographyEdges(t *testing.T) {
 	t.Run("ReplayOfExpiredCompletedProject", func(t *testing.T) { t.Parallel(); testReplayExpired(t, pgs) })
 	t.Run("RebuildRacesLiveWork", func(t *testing.T) { t.Parallel(); testRebuildRace(t, pgs) })
 	t.Run("ShortStoreOutageDuringCrawl", func(t *testing.T) { t.Parallel(); testCrawlOutage(t, pgs) })
+	t.Run("CollectorCrashBeforeSeal", func(t *testing.T) { t.Parallel(); testCrashBeforeSeal(t, pgs) })
+}
+
+// The collector dies after storing and announcing part of a project's
+// items, before the seal, and a duplicate project.created follows: the
+// restarted crawl counts every item once (total 5, not 5 + 3 or 5 + 5),
+// and the project completes once.
+func testCrashBeforeSeal(t *testing.T, pgs *testkit.PostgresServer) {
+	h := newHarness(t, pgs, harnessOpts{})
+	h.cfg.Runtime.RevokeTimeout = 300 * time.Millisecond
+	crash := h.cfg
+	emitted := make(chan struct{})
+	var once sync.Once
+	syn := &SyntheticCrawler{}
+	crash.Crawler = crawlerFunc(func(ctx context.Context, p ProjectCreated, tg Target, emit func(Item) error) error {
+		n := 0
+		err := syn.Crawl(ctx, p, tg, func(it Item) error {
+			if n == 3 {
+				once.Do(func() { close(emitted) })
+				<-ctx.Done() // the process dies here
+				return ctx.Err()
+			}
+			n++
+			return emit(it)
+		})
+		return err
+	})
+	d := h.start(crash)
+	h.createProject(ProjectCreated{ProjectID: "p-crash-crawl", Targets: []Target{synthetic("tiktok", 5)}})
+	select {
+	case <-emitted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the crawl did not start")
+	}
+	testkit.WaitFor(t, 30*time.Second, "3 items counted", func() bool { return h.state("p-crash-crawl").Done == 3 })
+	d.stop()
+	if st := h.state("p-crash-crawl"); st.Total != 3 || st.Sealed || st.Status != progress.StatusCrawling {
+		t.Fatalf("after the crash: %+v", st)
+	}
+	h.createProject(ProjectCreated{ProjectID: "p-crash-crawl", Targets: []Target{synthetic("tiktok", 5)}}) // a duplicate
+	h.start(h.cfg)
+	st := h.waitDone("p-crash-crawl", 30*time.Second)
+	if st.Total != 5 || st.Done != 5 || st.Errors != 0 {
+		t.Fatalf("final state %+v, want total=done=5", st)
+	}
+	testkit.WaitFor(t, 30*time.Second, "collector caught up", func() bool { return h.caughtUp(h.cfg.CollectorGroup, h.cfg.ProjectCreatedTopic) })
+	if st := h.state("p-crash-crawl"); st.Total != 5 || st.Done != 5 {
+		t.Fatalf("after the duplicate: %+v", st)
+	}
+	if cs := h.completions("p-crash-crawl"); len(cs) != 1 || cs[0].Total != 5 {
+		t.Fatalf("completions %+v, want one with total 5", cs)
+	}
 }
 
 // flakyPuts fails the first n writes of raw objects, like an object store
@@ -369,6 +421,27 @@ func TestProgressPercent(t *testing.T) {
 	} {
 		if got := ProgressOf(c.st).Percent; got != c.want {
 			t.Errorf("%+v: percent %v, want %v", c.st, got, c.want)
+		}
+	}
+}
+
+// The built-in analysers take empty, huge and invalid UTF-8 text (a
+// custom crawler's raw item) without failing or panicking.
+func TestAnalysersOddText(t *testing.T) {
+	huge := strings.Repeat("VinFast VF3 rất tốt nhưng hơi đắt, I love it but not great. ", 80000) // ~5 MB
+	for name, text := range map[string]string{
+		"empty": "", "spaces": " \t\n ", "huge": huge,
+		"not-utf8": "VF3 \xff\xfe rất t\xe1\xbb", "nul": "VF3\x00tốt", "combining": "to\u0301t VF3 e\u0302\u0301",
+	} {
+		in := Input{Item: RawItem{Item: Item{Text: text}}, Keywords: []string{"VF3", "", "\xff", "VinFast VF3"}, Tokens: tokenize(text)}
+		var res Result
+		for _, an := range Builtins() {
+			if err := runAnalyzer(an, &in, &res); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		if res.Language == "" || res.SentimentLabel == "" || res.SentimentScore < -1 || res.SentimentScore > 1 {
+			t.Errorf("%s: result %+v", name, res)
 		}
 	}
 }
