@@ -92,6 +92,74 @@ func TestReusedSegmentStillReplacesForeignFile(t *testing.T) {
 	}
 }
 
+// The known issue "a redelivered segment re-sends its successor": when the
+// successor was not lost, the re-sent copy must be dropped without sending
+// a successor of its own. Otherwise every later segment is chained twice
+// (a second live chain of the same instance, one more per crash) until the
+// job completes. Here the log holds a segment task that already moved the
+// cursor (its redelivery) followed by a second copy of it.
+func TestRedeliveredSegmentDoesNotStartSecondChain(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, ticks.SyntheticConfig{}, nil)
+	ctx := testkit.Context(t)
+	sess, _ := f.src.TradingHours(ctx, "RTY", testDate)
+	inst := uuid.NewString()
+	first, err := f.src.HistoricalTicks(ctx, "RTY", sess.Start, sess.End, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := first[len(first)-1].TimeMs
+	if err := ticks.WriteSegmentForTest(ctx, f.store, "RTY", testDate, inst, "U1", sess.Start, last, false, first); err != nil {
+		t.Fatal(err)
+	}
+	key := "RTY:" + testDate
+	trig := ticks.Task{Kind: ticks.KindTrigger, JobKey: key, Symbol: "RTY", Date: testDate, JobInstanceID: inst, AccountID: "U1", StartTime: sess.Start, EndTime: sess.End}
+	seg := ticks.Task{Kind: ticks.KindSegment, JobKey: key, Symbol: "RTY", Date: testDate, JobInstanceID: inst, AccountID: "U1", StartTs: sess.Start}
+	st := ticks.JobState{JobKey: key, Symbol: "RTY", Date: testDate, AccountID: "U1", Status: ticks.StatusRunning, JobInstanceID: inst,
+		Cursor: last, StartTime: sess.Start, EndTime: sess.End, HeartbeatAt: time.Now().UnixMilli(), LastStart: sess.Start,
+		Segments: 1, Ticks: int64(len(first)), Origin: "trigger"}
+	f.produceAt(t,
+		&kgo.Record{Topic: f.cfg.TasksTopic, Partition: 0, Key: []byte(key), Value: taskJSON(t, trig)}, // offset 0
+		&kgo.Record{Topic: f.cfg.TasksTopic, Partition: 0, Key: []byte(key), Value: taskJSON(t, seg)},  // offset 1: moved the cursor
+		&kgo.Record{Topic: f.cfg.TasksTopic, Partition: 0, Key: []byte(key), Value: taskJSON(t, seg)},  // offset 2: a copy
+		&kgo.Record{Topic: f.cfg.JobsTopic, Partition: 0, Key: []byte(key), Value: stateJSON(t, st, map[string]any{"chain_offset": 1})},
+	)
+	f.startWorker(t)
+	final := f.waitJob(t, key, 60*time.Second, "COMPLETED", func(s *ticks.JobState) bool { return s.Status == ticks.StatusCompleted })
+	segs := f.checkExact(t, "RTY", 0)
+	if final.Segments != len(segs) || final.JobInstanceID != inst {
+		t.Errorf("final state %+v, want %d segments of %s", final, len(segs), inst)
+	}
+	for start, n := range f.segmentStarts(t, 2) {
+		if n > 1 {
+			t.Errorf("segment %d was chained %d times, want once", start, n)
+		}
+	}
+}
+
+// A trigger redelivered after its state was written but with its first
+// segment task lost (the crash hit between the two produces) must send
+// that task again; dropping the redelivery as a duplicate left the job
+// PENDING until the supervisor declared it STALLED.
+func TestRedeliveredTriggerResendsLostFirstSegment(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, ticks.SyntheticConfig{}, nil)
+	ctx := testkit.Context(t)
+	sess, _ := f.src.TradingHours(ctx, "RB", testDate)
+	inst := uuid.NewString()
+	key := "RB:" + testDate
+	trig := ticks.Task{Kind: ticks.KindTrigger, JobKey: key, Symbol: "RB", Date: testDate, JobInstanceID: inst, AccountID: "U1", StartTime: sess.Start, EndTime: sess.End}
+	st := ticks.JobState{JobKey: key, Symbol: "RB", Date: testDate, AccountID: "U1", Status: ticks.StatusPending, JobInstanceID: inst,
+		Cursor: sess.Start - 1, StartTime: sess.Start, EndTime: sess.End, HeartbeatAt: time.Now().UnixMilli(), Origin: "trigger"}
+	f.produceAt(t,
+		&kgo.Record{Topic: f.cfg.TasksTopic, Partition: 0, Key: []byte(key), Value: taskJSON(t, trig)},
+		&kgo.Record{Topic: f.cfg.JobsTopic, Partition: 0, Key: []byte(key), Value: stateJSON(t, st, map[string]any{"chain_offset": 0})},
+	)
+	f.startWorker(t)
+	f.waitJob(t, key, 30*time.Second, "COMPLETED", func(s *ticks.JobState) bool { return s.Status == ticks.StatusCompleted })
+	f.checkExact(t, "RB", 0)
+}
+
 // badPageSource corrupts the pages after the first: it repeats the
 // previous segment's last tick in front of the page (a duplicate at the
 // boundary, outside the requested range) or swaps its first two ticks.

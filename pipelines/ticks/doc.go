@@ -34,6 +34,13 @@
 //     backfill tasks — and the next task starts at last_tick_ts + 1 ms
 //     until the session end, when the job is COMPLETED.
 //
+// The state records the offset of the record that last chained the main
+// line (JobState.ChainOffset: a trigger, stall re-trigger, bootstrap or the
+// segment that last moved the cursor). A crash between the state write and
+// the offset commit redelivers that record: only then is the task it
+// chained sent again (it may have been lost). Any other copy of a done
+// segment is dropped, so a re-sent task never becomes a second live chain.
+//
 // Transient failures (504s, pacing violations, object-store errors) are
 // retried with exponential backoff and jitter up to Config.Retry; then the
 // job is FAILED with last_error_type and the task goes to the DLQ topic

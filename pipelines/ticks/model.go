@@ -135,9 +135,19 @@ type JobState struct {
 	LastError      string     `json:"last_error,omitempty"`
 	// LastStart is the start_ts of the last main-line segment done.
 	LastStart int64 `json:"last_start,omitempty"`
-	Segments  int   `json:"segments"`
-	Ticks     int64 `json:"ticks"`
-	Backfills int   `json:"backfills,omitempty"`
+	// ChainOffset is the tasks-topic offset (in the job's partition) of the
+	// command or segment task that last chained the main line: the trigger,
+	// stall re-trigger or bootstrap that started the instance, or the
+	// segment that last moved the cursor. Only a redelivery of that very
+	// record (a crash after this state was written, before its offset was
+	// committed) re-sends the main-line task from the cursor, which the
+	// crash may have lost; any other duplicate is dropped, so a re-send
+	// never becomes a second live chain. Absent in states written before
+	// the field existed (nothing is re-sent for them).
+	ChainOffset *int64 `json:"chain_offset,omitempty"`
+	Segments    int    `json:"segments"`
+	Ticks       int64  `json:"ticks"`
+	Backfills   int    `json:"backfills,omitempty"`
 	// Origin says how the instance was created: trigger, retrigger or
 	// bootstrap.
 	Origin    string `json:"origin,omitempty"`

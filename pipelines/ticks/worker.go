@@ -166,21 +166,53 @@ func (w *worker) taskRecord(p int32, t Task) (*kgo.Record, error) {
 func (w *worker) stage(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record, error) {
 	t := m.Value.Task
 	p := m.Source.Partition
+	if st := w.state(p, t.JobKey); st != nil && st.ChainOffset != nil && *st.ChainOffset == m.Source.Offset && !t.Backfill {
+		return w.resendChain(p, st, t)
+	}
 	switch t.Kind {
 	case KindTrigger:
-		return w.onTrigger(p, t)
+		return w.onTrigger(p, m.Source.Offset, t)
 	case KindSegment:
 		return w.segmentWithRetry(ctx, m)
 	case KindStall:
-		return w.onStall(p, t)
+		return w.onStall(p, m.Source.Offset, t)
 	case KindBootstrap:
-		return w.onBootstrap(p, t)
+		return w.onBootstrap(p, m.Source.Offset, t)
 	default:
 		return nil, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("task kind %q", clip(t.Kind)))
 	}
 }
 
-func (w *worker) onTrigger(p int32, t Task) ([]*kgo.Record, error) {
+// resendChain handles a redelivery of the record that last chained st's
+// main line (st.ChainOffset): its effects on the state are already durable,
+// but the crash that caused the redelivery may have lost the task it
+// chained, so that task (from the cursor) is sent again — and, for a
+// bootstrap, its backfill tasks. A duplicate of the re-sent task is
+// dropped like any other duplicate: it is not at ChainOffset.
+func (w *worker) resendChain(p int32, st *JobState, t Task) ([]*kgo.Record, error) {
+	w.m.dropped.WithLabelValues("duplicate").Inc()
+	var out []*kgo.Record
+	if t.Kind == KindBootstrap && t.JobInstanceID == st.JobInstanceID {
+		for _, g := range t.Gaps {
+			tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: g[0], EndTs: g[1], Backfill: true})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, tr)
+		}
+	}
+	if !st.Terminal() && st.Cursor < st.EndTime {
+		tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: st.Cursor + 1})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tr)
+	}
+	w.log.Info("redelivered task re-sends its chained task", "job", st.JobKey, "kind", t.Kind, "instance", st.JobInstanceID, "cursor", st.Cursor, "records", len(out))
+	return out, nil
+}
+
+func (w *worker) onTrigger(p int32, offset int64, t Task) ([]*kgo.Record, error) {
 	cur := w.state(p, t.JobKey)
 	if cur != nil && cur.JobInstanceID == t.JobInstanceID {
 		w.m.dropped.WithLabelValues("duplicate").Inc()
@@ -195,6 +227,7 @@ func (w *worker) onTrigger(p int32, t Task) ([]*kgo.Record, error) {
 		Status: StatusPending, JobInstanceID: t.JobInstanceID,
 		Cursor: t.StartTime - 1, StartTime: t.StartTime, EndTime: t.EndTime,
 		HeartbeatAt: now, CriticalRanges: t.CriticalRanges, Origin: "trigger", CreatedAt: now,
+		ChainOffset: &offset,
 	}
 	if t.ResumeFrom != nil {
 		st.Cursor, st.Origin = max(*t.ResumeFrom, t.StartTime-1), "retrigger"
@@ -237,7 +270,7 @@ func (w *worker) startInstance(p int32, st *JobState, prev Status) ([]*kgo.Recor
 // permanent error, the job is FAILED and the task dead-lettered.
 func (w *worker) segmentWithRetry(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record, error) {
 	id := fmt.Sprintf("%d/%d", m.Source.Partition, m.Source.Offset)
-	out, err := w.onSegment(ctx, m.Source.Partition, m.Value.Task)
+	out, err := w.onSegment(ctx, m.Source.Partition, m.Source.Offset, m.Value.Task)
 	if errors.Is(err, errZombie) {
 		w.m.zombies.Inc()
 		return nil, nil
@@ -325,7 +358,7 @@ func (w *worker) dlqRecord(m stages.Msg[taskIn], reason stages.Reason, err error
 
 // onSegment runs one segment task: fence, heartbeat, idempotency check,
 // rate-limited fetch, atomic write, fence again, state and chain.
-func (w *worker) onSegment(ctx context.Context, p int32, t Task) ([]*kgo.Record, error) {
+func (w *worker) onSegment(ctx context.Context, p int32, offset int64, t Task) ([]*kgo.Record, error) {
 	st := w.state(p, t.JobKey)
 	if st == nil || st.JobInstanceID != t.JobInstanceID {
 		w.m.zombies.Inc()
@@ -344,14 +377,11 @@ func (w *worker) onSegment(ctx context.Context, p int32, t Task) ([]*kgo.Record,
 			w.m.dropped.WithLabelValues("stale").Inc()
 			return nil, nil
 		case t.StartTs <= st.Cursor:
+			// Already done. A redelivery of the segment that last moved the
+			// cursor never gets here (stage re-sends its successor); this is
+			// another copy, e.g. such a re-sent successor when the original
+			// was not lost: re-sending from it would start a second chain.
 			w.m.dropped.WithLabelValues("duplicate").Inc()
-			if t.StartTs == st.LastStart {
-				// A redelivery of the latest segment: its successor may have been
-				// lost with the crash that caused the redelivery. Re-sending it is
-				// harmless (a duplicate successor is dropped here).
-				tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: st.Cursor + 1})
-				return []*kgo.Record{tr}, err
-			}
 			return nil, nil
 		case t.StartTs != st.Cursor+1:
 			w.m.dropped.WithLabelValues("out_of_order").Inc()
@@ -382,7 +412,7 @@ func (w *worker) onSegment(ctx context.Context, p int32, t Task) ([]*kgo.Record,
 			next = &Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: seg.RangeEnd + 1, EndTs: t.EndTs, Backfill: true}
 		}
 	} else {
-		st.Cursor, st.LastStart = seg.RangeEnd, t.StartTs
+		st.Cursor, st.LastStart, st.ChainOffset = seg.RangeEnd, t.StartTs, &offset
 		if rows > 0 {
 			st.Segments++
 			st.Ticks += rows
@@ -558,7 +588,7 @@ func (w *worker) fetch(ctx context.Context, m stages.Msg[fetchReq]) ([][]Tick, e
 	return [][]Tick{ticks}, nil
 }
 
-func (w *worker) onStall(p int32, t Task) ([]*kgo.Record, error) {
+func (w *worker) onStall(p int32, offset int64, t Task) ([]*kgo.Record, error) {
 	st := w.state(p, t.JobKey)
 	if st == nil || st.JobInstanceID != t.JobInstanceID || st.HeartbeatAt != t.HeartbeatAt || st.Terminal() {
 		w.m.dropped.WithLabelValues("stale").Inc()
@@ -576,7 +606,7 @@ func (w *worker) onStall(p int32, t Task) ([]*kgo.Record, error) {
 		now := w.cfg.Now().UnixMilli()
 		nst := *st
 		nst.JobInstanceID, nst.Status, nst.Origin = uuid.NewString(), StatusPending, "retrigger"
-		nst.HeartbeatAt, nst.CreatedAt, nst.LastStart = now, now, 0
+		nst.HeartbeatAt, nst.CreatedAt, nst.LastStart, nst.ChainOffset = now, now, 0, &offset
 		more, err := w.startInstance(p, &nst, StatusStalled)
 		if err != nil {
 			return nil, err
@@ -587,7 +617,7 @@ func (w *worker) onStall(p int32, t Task) ([]*kgo.Record, error) {
 	return out, nil
 }
 
-func (w *worker) onBootstrap(p int32, t Task) ([]*kgo.Record, error) {
+func (w *worker) onBootstrap(p int32, offset int64, t Task) ([]*kgo.Record, error) {
 	if w.state(p, t.JobKey) != nil {
 		w.m.dropped.WithLabelValues("has_state").Inc()
 		return nil, nil // bootstrap only fills lost state
@@ -597,7 +627,7 @@ func (w *worker) onBootstrap(p int32, t Task) ([]*kgo.Record, error) {
 	}
 	st := *t.State
 	now := w.cfg.Now().UnixMilli()
-	st.HeartbeatAt, st.Origin = now, "bootstrap"
+	st.HeartbeatAt, st.Origin, st.ChainOffset = now, "bootstrap", &offset
 	if st.CreatedAt == 0 {
 		st.CreatedAt = now
 	}
