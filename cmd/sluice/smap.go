@@ -92,7 +92,7 @@ A project that does not exist (or whose progress expired) fails at once.
 					stopWatch()
 					return
 				}
-				bar.update(p.Processed, p.Total, fmt.Sprintf("%s errors=%d", p.Status, p.Errors))
+				bar.draw(p.Percent, p.Processed, p.Total, fmt.Sprintf("%s errors=%d", p.Status, p.Errors)) // the API's percent: 100 for an empty DONE project, below 100 while items remain
 			})
 			bar.finish()
 			if notFound {
