@@ -223,3 +223,78 @@ func TestSourcePageOutsideRangeOrOrderFailsJob(t *testing.T) {
 		})
 	}
 }
+
+// Bootstrap after the state topic lost a job whose files hold a gap and a
+// second instance's file over ticks another file holds too (a crash
+// between its write and the deletion of the files it replaces): the
+// rebuilt job counts those ticks once, the redundant file is deleted, the
+// gap is backfilled, and the files end up exact. The second instance's
+// file lies inside the range (the first instance stays the job's) or at
+// the latest start (its instance becomes the job's and finishes it).
+func TestBootstrapResolvesOverlappingInstances(t *testing.T) {
+	t.Parallel()
+	for name, atEnd := range map[string]bool{"inside": false, "latest": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, ticks.SyntheticConfig{}, nil)
+			stop := f.startWorker(t)
+			res := f.trigger(t, "HO")
+			f.waitJob(t, res.JobKey, 60*time.Second, "COMPLETED", func(s *ticks.JobState) bool { return s.Status == ticks.StatusCompleted })
+			stop()
+			segs := f.checkExact(t, "HO", 0)
+			ctx := testkit.Context(t)
+			gap := segs[len(segs)/2]
+			if err := f.store.Delete(ctx, gap.Key); err != nil {
+				t.Fatal(err)
+			}
+			// Inside: over a file's first half. Latest: from the last file's
+			// second tick on, which turns the range of its first tick into a
+			// second gap.
+			over, wantGaps := segs[2], 1
+			if atEnd {
+				over, wantGaps = segs[len(segs)-1], 2
+			}
+			rows, err := f.src.HistoricalTicks(ctx, "HO", over.RangeStart, over.RangeEnd, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if atEnd {
+				rows = rows[1:]
+			}
+			rows = rows[:len(rows)/2]
+			from := rows[0].TimeMs
+			other := uuid.NewString()
+			if err := ticks.WriteSegmentForTest(ctx, f.store, "HO", testDate, other, "U1", from, rows[len(rows)-1].TimeMs, false, rows); err != nil {
+				t.Fatal(err)
+			}
+			f.produceAt(t, &kgo.Record{Topic: f.cfg.JobsTopic, Partition: res.Partition, Key: []byte(res.JobKey)}) // tombstone
+			if st := f.job(t, res.JobKey); st != nil {
+				t.Fatalf("state still there after the tombstone: %+v", st)
+			}
+			f.startWorker(t)
+			rep, err := ticks.NewSupervisor(f.cfg, f.coord, f.store, testLogger(t)).Bootstrap(ctx)
+			if err != nil || len(rep.Rebuilt) != 1 || rep.Gaps != wantGaps {
+				t.Fatalf("bootstrap %+v, %v; want one job with %d gap(s)", rep, err, wantGaps)
+			}
+			want := res.JobInstanceID
+			if atEnd {
+				want = other
+			}
+			st := f.waitJob(t, res.JobKey, 60*time.Second, "COMPLETED with the gap backfilled", func(s *ticks.JobState) bool {
+				return s.Status == ticks.StatusCompleted && s.Backfills >= 1
+			})
+			f.checkExact(t, "HO", 0)
+			if st.JobInstanceID != want {
+				t.Errorf("rebuilt job runs instance %s, want %s", st.JobInstanceID, want)
+			}
+			if !atEnd {
+				if _, err := f.store.Get(ctx, ticks.SegmentKey("HO", testDate, from, other)); err == nil {
+					t.Error("the redundant file of the other instance is still there")
+				}
+				if all := mustTicks(t, f, "HO"); st.Ticks != int64(len(all))-gap.Rows {
+					t.Errorf("rebuilt state counts %d ticks, want %d (the files' ticks once, without the gap)", st.Ticks, int64(len(all))-gap.Rows)
+				}
+			}
+		})
+	}
+}

@@ -111,6 +111,10 @@ type Task struct {
 	// ranges, inclusive, without a segment file.
 	State *JobState  `json:"state,omitempty"`
 	Gaps  [][2]int64 `json:"gaps,omitempty"`
+	// Redundant lists segment files of the job whose ticks are in other
+	// files or gaps (bootstrap): the owner deletes them when it applies
+	// the state, so that no tick is held twice.
+	Redundant []string `json:"redundant,omitempty"`
 	// RequestedAt is when the command was created, Unix ms.
 	RequestedAt int64 `json:"requested_at,omitempty"`
 }

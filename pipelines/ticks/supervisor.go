@@ -110,7 +110,9 @@ type BootstrapReport struct {
 // with the latest range becomes the job's instance, the end of the covered
 // ranges its cursor, and every hole between the session start and the
 // cursor becomes a backfill task (backfill=true: it never moves the
-// cursor). The rebuilt state is sent as a bootstrap command; the owner
+// cursor). Files whose ranges overlap others (two instances over the same
+// ticks) count once: the chosen instance's are kept, the others are
+// listed in the command as redundant and deleted by the owner. The rebuilt state is sent as a bootstrap command; the owner
 // applies it only if it still has no state for the job.
 func (s *Supervisor) Bootstrap(ctx context.Context) (BootstrapReport, error) {
 	var rep BootstrapReport
@@ -142,7 +144,7 @@ func (s *Supervisor) Bootstrap(ctx context.Context) (BootstrapReport, error) {
 		if err != nil {
 			continue
 		}
-		st, gaps, bad, err := s.rebuild(ctx, symbol, date)
+		st, gaps, redundant, bad, err := s.rebuild(ctx, symbol, date)
 		rep.Unreadable = append(rep.Unreadable, bad...)
 		if err != nil {
 			return rep, err
@@ -150,47 +152,51 @@ func (s *Supervisor) Bootstrap(ctx context.Context) (BootstrapReport, error) {
 		if st == nil {
 			continue
 		}
-		t := Task{Kind: KindBootstrap, Symbol: symbol, Date: date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, State: st, Gaps: gaps}
+		t := Task{Kind: KindBootstrap, Symbol: symbol, Date: date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, State: st, Gaps: gaps, Redundant: redundant}
 		if _, err := s.coord.send(ctx, t); err != nil {
 			return rep, err
 		}
-		s.log.Info("job state rebuilt", "job", key, "instance", st.JobInstanceID, "cursor", st.Cursor, "status", st.Status, "gaps", gaps)
+		s.log.Info("job state rebuilt", "job", key, "instance", st.JobInstanceID, "cursor", st.Cursor, "status", st.Status, "gaps", gaps, "redundant", len(redundant))
 		rep.Rebuilt = append(rep.Rebuilt, key)
 		rep.Gaps += len(gaps)
 	}
 	return rep, nil
 }
 
-// rebuild derives a job's state and gaps from its segment files.
-func (s *Supervisor) rebuild(ctx context.Context, symbol, date string) (*JobState, [][2]int64, []string, error) {
+// rebuild derives a job's state, its gaps and its redundant files (see
+// resolveOverlaps) from its segment files.
+func (s *Supervisor) rebuild(ctx context.Context, symbol, date string) (*JobState, [][2]int64, []string, []string, error) {
 	segs, bad, err := ListSegments(ctx, s.store, symbol, date)
 	if err != nil || len(segs) == 0 {
-		return nil, nil, bad, err
+		return nil, nil, nil, bad, err
 	}
 	sess, err := s.cfg.Source.TradingHours(ctx, symbol, date)
 	if err != nil {
-		return nil, nil, bad, fmt.Errorf("trading hours of %s on %s: %w", symbol, date, err)
+		return nil, nil, nil, bad, fmt.Errorf("trading hours of %s on %s: %w", symbol, date, err)
 	}
 	latest := segs[0]
+	for _, sg := range segs {
+		if sg.RangeStart >= latest.RangeStart {
+			latest = sg
+		}
+	}
+	kept, redundant := resolveOverlaps(segs, latest.Instance)
 	covered := sess.Start - 1
 	var gaps [][2]int64
 	var ticks int64
-	for _, sg := range segs {
+	for _, sg := range kept {
 		if sg.RangeStart > covered+1 {
 			gaps = append(gaps, [2]int64{covered + 1, sg.RangeStart - 1})
 		}
 		covered = max(covered, sg.RangeEnd)
 		ticks += sg.Rows
-		if sg.RangeStart >= latest.RangeStart {
-			latest = sg
-		}
 	}
 	now := s.cfg.Now().UnixMilli()
 	st := &JobState{
 		JobKey: JobKey(symbol, date), Symbol: symbol, Date: date, AccountID: latest.Account,
 		Status: StatusRunning, JobInstanceID: latest.Instance, Cursor: covered,
 		StartTime: sess.Start, EndTime: sess.End, HeartbeatAt: now, CriticalRanges: sess.CriticalRanges,
-		Segments: len(segs), Ticks: ticks, Origin: "bootstrap", CreatedAt: now,
+		Segments: len(kept), Ticks: ticks, Origin: "bootstrap", CreatedAt: now,
 	}
 	if strings.TrimSpace(st.AccountID) == "" {
 		st.AccountID = s.cfg.DefaultAccount
@@ -198,5 +204,37 @@ func (s *Supervisor) rebuild(ctx context.Context, symbol, date string) (*JobStat
 	if covered >= sess.End {
 		st.Cursor, st.Status = sess.End, StatusCompleted
 	}
-	return st, gaps, bad, nil
+	return st, gaps, redundant, bad, nil
+}
+
+// resolveOverlaps picks the segment files whose ranges do not overlap:
+// first every file of the chosen instance (the one the job is rebuilt
+// with; the seed trusts its files), then the others by range start, each
+// only if it overlaps none picked before. The rest are redundant — their
+// ticks are in picked files or, for a part that is not, in a gap that is
+// backfilled — and are returned to be deleted, since keeping them would
+// duplicate ticks. kept is sorted by range start.
+func resolveOverlaps(segs []Segment, chosen string) (kept []Segment, redundant []string) {
+	overlaps := func(sg Segment) bool {
+		for _, k := range kept {
+			if sg.RangeStart <= k.RangeEnd && k.RangeStart <= sg.RangeEnd {
+				return true
+			}
+		}
+		return false
+	}
+	for _, pass := range []bool{true, false} {
+		for _, sg := range segs {
+			if (sg.Instance == chosen) != pass {
+				continue
+			}
+			if overlaps(sg) {
+				redundant = append(redundant, sg.Key)
+				continue
+			}
+			kept = append(kept, sg)
+		}
+	}
+	sort.Slice(kept, func(i, j int) bool { return kept[i].RangeStart < kept[j].RangeStart })
+	return kept, redundant
 }

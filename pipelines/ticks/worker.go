@@ -177,7 +177,7 @@ func (w *worker) stage(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record
 	case KindStall:
 		return w.onStall(p, m.Source.Offset, t)
 	case KindBootstrap:
-		return w.onBootstrap(p, m.Source.Offset, t)
+		return w.onBootstrap(ctx, p, m.Source.Offset, t)
 	default:
 		return nil, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("task kind %q", clip(t.Kind)))
 	}
@@ -617,13 +617,25 @@ func (w *worker) onStall(p int32, offset int64, t Task) ([]*kgo.Record, error) {
 	return out, nil
 }
 
-func (w *worker) onBootstrap(p int32, offset int64, t Task) ([]*kgo.Record, error) {
+func (w *worker) onBootstrap(ctx context.Context, p int32, offset int64, t Task) ([]*kgo.Record, error) {
 	if w.state(p, t.JobKey) != nil {
 		w.m.dropped.WithLabelValues("has_state").Inc()
 		return nil, nil // bootstrap only fills lost state
 	}
 	if t.State == nil || t.State.JobKey != t.JobKey {
 		return nil, stages.DeadLetter(stages.ReasonSanityFail, "ticks.bootstrap", errors.New("bootstrap without a matching state"))
+	}
+	prefix := SegmentPrefix(t.Symbol, t.Date)
+	for _, key := range t.Redundant {
+		if !strings.HasPrefix(key, prefix) {
+			return nil, stages.DeadLetter(stages.ReasonSanityFail, "ticks.bootstrap", fmt.Errorf("redundant file %q is not under %s", clip(key), prefix))
+		}
+	}
+	for _, key := range t.Redundant {
+		if err := w.store.Delete(ctx, key); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			return nil, storageErr(err)
+		}
+		w.m.overwritten.Inc()
 	}
 	st := *t.State
 	now := w.cfg.Now().UnixMilli()
