@@ -298,3 +298,34 @@ func TestBootstrapResolvesOverlappingInstances(t *testing.T) {
 		})
 	}
 }
+
+// A crash before two triggers of a job were committed redelivers both;
+// the older one must not bring its replaced instance back (state flipping
+// to it, and its chain starting again) before the newer one replaces it
+// once more.
+func TestRedeliveredOlderTriggerDoesNotResurrect(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, ticks.SyntheticConfig{}, nil)
+	ctx := testkit.Context(t)
+	sess, _ := f.src.TradingHours(ctx, "KC", testDate)
+	key := "KC:" + testDate
+	a, b := uuid.NewString(), uuid.NewString()
+	trig := func(inst string) []byte {
+		return taskJSON(t, ticks.Task{Kind: ticks.KindTrigger, JobKey: key, Symbol: "KC", Date: testDate, JobInstanceID: inst, AccountID: "U1", StartTime: sess.Start, EndTime: sess.End})
+	}
+	st := ticks.JobState{JobKey: key, Symbol: "KC", Date: testDate, AccountID: "U1", Status: ticks.StatusPending, JobInstanceID: b,
+		Cursor: sess.Start - 1, StartTime: sess.Start, EndTime: sess.End, HeartbeatAt: time.Now().UnixMilli(), Origin: "trigger"}
+	f.produceAt(t,
+		&kgo.Record{Topic: f.cfg.TasksTopic, Partition: 0, Key: []byte(key), Value: trig(a)}, // offset 0
+		&kgo.Record{Topic: f.cfg.TasksTopic, Partition: 0, Key: []byte(key), Value: trig(b)}, // offset 1, applied
+		&kgo.Record{Topic: f.cfg.JobsTopic, Partition: 0, Key: []byte(key), Value: stateJSON(t, st, map[string]any{"chain_offset": 1})},
+	)
+	f.startWorker(t)
+	f.waitJob(t, key, 60*time.Second, "COMPLETED", func(s *ticks.JobState) bool { return s.Status == ticks.StatusCompleted })
+	f.checkExact(t, "KC", 0)
+	for _, r := range f.k.ReadTopic(t, f.cfg.JobsTopic) {
+		if s := decodeState(t, r); s.JobInstanceID != b {
+			t.Errorf("state of instance %s written (%s), want only %s", s.JobInstanceID, s.Status, b)
+		}
+	}
+}

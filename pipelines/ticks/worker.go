@@ -218,6 +218,13 @@ func (w *worker) onTrigger(p int32, offset int64, t Task) ([]*kgo.Record, error)
 		w.m.dropped.WithLabelValues("duplicate").Inc()
 		return nil, nil // redelivered trigger
 	}
+	if cur != nil && cur.ChainOffset != nil && offset < *cur.ChainOffset {
+		// A redelivered trigger older than the record that started or last
+		// advanced the current instance: applying it would bring back a
+		// replaced instance.
+		w.m.dropped.WithLabelValues("stale").Inc()
+		return nil, nil
+	}
 	if err := checkTrigger(t); err != nil {
 		return nil, err
 	}
