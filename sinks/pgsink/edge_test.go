@@ -104,8 +104,11 @@ func TestSinkCancelledMidWrite(t *testing.T) {
 		switch {
 		case err == nil && n != len(batch):
 			t.Errorf("write returned nil with %d of %d rows", n, len(batch))
-		case err != nil && (errors.As(err, &rej) || !errors.Is(err, context.DeadlineExceeded)):
-			t.Errorf("cancelled write: %v, want a deadline error", err)
+		case err != nil && errors.As(err, &rej):
+			// Any other error is fine: the runtime retries it. pgx reports the
+			// cancellation as the deadline or, when it closed the connection
+			// mid-COPY first, as "use of closed network connection".
+			t.Errorf("cancelled write: %v, want an ordinary (retried) error, not a rejection", err)
 		case err != nil && n != 0:
 			t.Errorf("cancelled write committed %d rows", n)
 		}
