@@ -69,8 +69,10 @@
 //
 // The group uses the cooperative-sticky balancer. On revoke, workers of the
 // revoked partitions finish their current batch (or abandon it after
-// Config.RevokeTimeout), their offsets are committed synchronously, and only
-// then does the callback return and the partitions move. A worker that
+// Config.RevokeTimeout), write their open coalescing windows (see
+// [WindowConfig]), their offsets are committed synchronously, and only
+// then does the callback return and the partitions move. Shutdown does the
+// same for every partition. A worker that
 // does not return within 2s of being cancelled (a sink or stage that
 // ignores its context) is left behind: it never marks an offset, so its
 // batch is redelivered, and neither a rebalance nor the shutdown waits for

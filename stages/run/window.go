@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,17 @@ type Merger[T any] interface {
 // contributed to it is read back from its partition and dead-lettered as
 // sink_rejected, or with the reason of a dead-letter error the rejection
 // carries, as in the batch path (see the package documentation).
+//
+// On revocation and on shutdown an open window is written, not dropped:
+// the worker finishes the batch it is processing, closes its window
+// (write, dead letters, mark) and the offsets are committed before the
+// partition moves or Run returns. A window whose write fails then is not
+// retried: it is dropped uncommitted and redelivered to the next owner, as
+// is a window still unwritten after Config.RevokeTimeout (the worker is
+// cancelled). A partition lost (a fatal group error) drops its window. In
+// every case the window's keys stop counting against MaxTotalKeys, those of
+// an abandoned worker (a sink ignoring its context) as soon as it is
+// abandoned.
 type WindowConfig struct {
 	// MaxKeys closes the window when it holds this many distinct keys (per
 	// partition). 0 disables windows: every batch is written on its own.
@@ -84,6 +96,12 @@ type window[Out any] struct {
 	last    *kgo.Record   // last record processed (for the commit mark)
 	merger  Merger[Out]   // the runner's sink
 	held    *atomic.Int64 // keys held by all the runner's windows (WindowConfig.MaxTotalKeys)
+
+	// mu guards counted and released: release runs on the runner's
+	// goroutine while the worker may still be blocked in the window's write.
+	mu       sync.Mutex
+	counted  int64 // keys this window counts in *held
+	released bool  // release gave the keys back: the window no longer counts in *held
 }
 
 // offsetLink is one record offset behind an output; next is the index of
@@ -139,18 +157,43 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (merged int, h
 	}
 	win.records += len(batch)
 	win.last = batch[len(batch)-1]
-	return merged, win.held.Add(int64(len(p.outs) - merged))
+	n := int64(len(p.outs) - merged)
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	if win.released {
+		return merged, win.held.Load()
+	}
+	win.counted += n
+	return merged, win.held.Add(n)
 }
 
 // reset empties the window (after its write, or to drop it when the
 // partition is lost: its records are then redelivered to the new owner).
 func (win *window[Out]) reset() {
-	win.held.Add(-int64(len(win.outs)))
+	win.mu.Lock()
+	if !win.released {
+		win.held.Add(-win.counted)
+	}
+	win.counted = 0
+	win.mu.Unlock()
 	clear(win.outs)
 	win.outs = win.outs[:0]
 	clear(win.byKey)
 	win.first, win.lastOf, win.links = win.first[:0], win.lastOf[:0], win.links[:0]
 	win.records, win.last = 0, nil
+}
+
+// release gives the window's keys back to the runner's budget for good
+// (WindowConfig.MaxTotalKeys, the gauge sluice_window_keys): the worker was
+// abandoned, blocked in a sink or stage that ignores its context, and may
+// never return to reset its window. Safe to call while the worker runs.
+func (win *window[Out]) release() {
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	if !win.released {
+		win.held.Add(-win.counted)
+		win.counted, win.released = 0, true
+	}
 }
 
 // handleWindowed processes batch into the window and closes the window when

@@ -125,9 +125,10 @@ func (w *worker[In, Out]) setPause(reason uint8, on bool) {
 }
 
 // abandon gives up on a worker that did not return after its cancel: it
-// will never mark an offset, and its partition's fetches are resumed now
-// and never paused by it again (the partition may come back to this member
-// with a new worker).
+// will never mark an offset, its partition's fetches are resumed now and
+// never paused by it again (the partition may come back to this member with
+// a new worker), and its open window's keys no longer count against
+// WindowConfig.MaxTotalKeys.
 func (w *worker[In, Out]) abandon() {
 	w.lost.Store(true)
 	w.pmu.Lock()
@@ -137,6 +138,9 @@ func (w *worker[In, Out]) abandon() {
 		w.paused = 0
 		w.r.cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
 		w.r.m.paused.Dec()
+	}
+	if w.win != nil {
+		w.win.release()
 	}
 }
 
