@@ -52,7 +52,8 @@ type Merger[T any] interface {
 // carries, as in the batch path (see the package documentation).
 //
 // On revocation and on shutdown an open window is written, not dropped:
-// the worker finishes the batch it is processing, closes its window
+// the worker finishes the batch it is processing (or, interrupted in a
+// stage retry, keeps the records before the retried one), closes its window
 // (write, dead letters, mark) and the offsets are committed before the
 // partition moves or Run returns. A window whose write fails then is not
 // retried: it is dropped uncommitted and redelivered to the next owner, as
@@ -201,7 +202,11 @@ func (win *window[Out]) release() {
 func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 	r := w.r
 	p, done, stopErr := w.process(batch)
-	if errors.Is(stopErr, errAbandoned) {
+	// A worker asked to stop (errAbandoned without a cancel: revocation or
+	// shutdown, during a stage retry) keeps the records it did and closes
+	// the window below, as the batch path flushes the done part of its
+	// batch; a cancelled one drops the window (redelivered).
+	if errors.Is(stopErr, errAbandoned) && w.ctx.Err() != nil {
 		return errAbandoned
 	}
 	if len(p.dlq) > 0 {

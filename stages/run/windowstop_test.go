@@ -2,6 +2,7 @@ package run_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -77,5 +78,45 @@ func TestWindowAbandonedWorkerReleasesKeys(t *testing.T) {
 		if got := testkit.Metric(t, reg, "sluice_window_keys"); got != 0 {
 			t.Fatalf("sluice_window_keys = %v after the abandoned worker exited, want 0", got)
 		}
+	}
+}
+
+// A worker asked to stop (shutdown or revocation) while the stage retries
+// a record writes its open window, the records before the retried one
+// included, and commits it, as the batch path flushes the done part of its
+// batch; only the retried record and those after it are redelivered.
+func TestWindowStopDuringStageRetryWritesWindow(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	cfg.Window = run.WindowConfig{MaxKeys: 1000, MaxAge: time.Minute}
+	cfg.Retry = run.RetryPolicy{MaxAttempts: 1000, Initial: time.Minute, Max: time.Minute}
+	cl, adm := k.Client(t), k.Admin(t)
+	const n = 11 // v-10 is retried for ever
+	produce(t, cl, cfg.Topics[0], n, 3, nil)
+	retrying := make(chan struct{})
+	var once sync.Once
+	stage := func(ctx context.Context, m msg) ([]tally, error) {
+		if m.Value == "v-10" {
+			once.Do(func() { close(retrying) })
+			return nil, stages.Retry(errors.New("service unavailable"))
+		}
+		return toTally(ctx, m)
+	}
+	sink := &tallySink{state: map[string]tally{}}
+	_, stop := start(t, k, cfg, stage, stages.Sink[tally](sink))
+	select {
+	case <-retrying:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stage never saw v-10")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.total(); got != n-1 {
+		t.Errorf("sink holds %d records, want the %d before the retried one", got, n-1)
+	}
+	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != n-1 {
+		t.Errorf("committed offset %d, want %d (up to the retried record)", got, n-1)
 	}
 }
