@@ -195,22 +195,50 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 		}
 		services = append(services, ss...)
 	}
+	// The scenarios run under pipeCtx, which ends when the pipelines stop on
+	// their own (a service failed, the ops address is taken): the scenarios
+	// would otherwise wait for records nobody processes until --timeout.
 	runCtx, stopRun := context.WithCancel(ctx)
+	pipeCtx, pipesDown := context.WithCancelCause(ctx)
+	defer pipesDown(nil)
 	served := make(chan error, 1)
-	go func() { served <- serve(runCtx, env, o.opsAddr, services) }()
+	go func() {
+		err := serve(runCtx, env, o.opsAddr, services)
+		if err != nil {
+			pipesDown(err)
+		} else {
+			pipesDown(errPipelinesStopped)
+		}
+		served <- err
+	}()
 	stopAll := func() error {
 		stopRun()
 		return <-served
+	}
+	// pipelinesFailed is the reason the pipelines stopped before the demo
+	// stopped them, or nil.
+	pipelinesFailed := func() error {
+		if ctx.Err() != nil || pipeCtx.Err() == nil {
+			return nil
+		}
+		return context.Cause(pipeCtx)
 	}
 
 	var summary []demoRow
 	for _, s := range scenarios {
 		fmt.Fprintf(out, "\n▶ %s: %s\n", s.name, s.about)
-		sctx, cancel := context.WithTimeout(ctx, o.timeout)
+		sctx, cancel := context.WithTimeout(pipeCtx, o.timeout)
 		rows, err := s.run(sctx, env, adm, cl, out)
 		cancel()
 		if err != nil {
+			perr := pipelinesFailed()
 			_ = stopAll()
+			switch {
+			case perr != nil:
+				return fmt.Errorf("pipelines: %w", perr)
+			case ctx.Err() != nil:
+				return fmt.Errorf("demo interrupted during the %s scenario: %w", s.name, context.Cause(ctx))
+			}
 			return fmt.Errorf("%s scenario: %w", s.name, err)
 		}
 		summary = append(summary, rows...)
@@ -230,14 +258,25 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 			"  kcat -b %[1]s -C -t bronze.dlq -f '%%k %%h\\n%%s\\n\\n' -e\n"+
 			"  echo 'VNM:{\"task_type\":\"ta.bar\",\"payload\":{\"symbol\":\"VNM\",\"trade_date\":\"2024-05-02\",\"open\":1,\"high\":2,\"low\":1,\"close\":2,\"volume\":10}}' | kcat -b %[1]s -P -t bronze.records -K:\n"+
 			"  curl -s http://%[2]s/metrics | grep sluice_\n", strings.Join(g.Kafka.Brokers, ","), o.opsAddr)
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-pipeCtx.Done():
+		}
 	}
+	perr := pipelinesFailed()
 	if err := stopAll(); err != nil {
-		return err
+		return fmt.Errorf("pipelines: %w", err)
+	}
+	if perr != nil {
+		return fmt.Errorf("pipelines: %w", perr)
 	}
 	fmt.Fprintln(out, "demo finished")
 	return nil
 }
+
+// errPipelinesStopped is the cause of the demo's pipeline context when the
+// pipelines returned without an error before the demo stopped them.
+var errPipelinesStopped = errors.New("the pipelines stopped unexpectedly")
 
 type demoRow struct {
 	pipeline, what string
