@@ -3,6 +3,7 @@ package run_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -118,5 +119,58 @@ func TestWindowStopDuringStageRetryWritesWindow(t *testing.T) {
 	}
 	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != n-1 {
 		t.Errorf("committed offset %d, want %d (up to the retried record)", got, n-1)
+	}
+}
+
+// Batches whose records are all dead-lettered (no output) inside an open
+// window still move the offsets when the window closes, MaxKeys reached
+// exactly closes the window, and the window metrics add up: merges are
+// counted and no key is held once every window is written.
+func TestWindowDeadLetterBatchesAdvanceOffsets(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	cfg.BatchMaxRecords = 10
+	cfg.Window = run.WindowConfig{MaxKeys: 5, MaxAge: time.Minute}
+	cl, adm := k.Client(t), k.Admin(t)
+	const n, keys = 60, 5
+	produce(t, cl, cfg.Topics[0], n, keys, nil)
+	stage := func(ctx context.Context, m msg) ([]tally, error) {
+		var i int
+		if _, err := fmt.Sscanf(m.Value, "v-%d", &i); err == nil && i >= 20 {
+			return nil, stages.DeadLetter(stages.ReasonSanityFail, "test.late", errors.New("too late"))
+		}
+		return toTally(ctx, m)
+	}
+	sink := &tallySink{state: map[string]tally{}}
+	reg := prometheus.NewRegistry()
+	_, stop := start(t, k, cfg, stage, stages.Sink[tally](sink), run.WithRegisterer(reg))
+	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
+		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	state, writes := sink.snapshot()
+	if got := sink.total(); got != 20 || len(state) != keys {
+		t.Errorf("sink holds %d records of %d keys, want 20 of %d", got, len(state), keys)
+	}
+	for i, w := range writes {
+		if len(w) > cfg.Window.MaxKeys {
+			t.Errorf("write %d has %d outputs, want ≤ MaxKeys %d", i, len(w), cfg.Window.MaxKeys)
+		}
+	}
+	if dlq := k.ReadTopic(t, cfg.DLQTopic); len(dlq) != n-20 {
+		t.Errorf("DLQ has %d records, want %d", len(dlq), n-20)
+	}
+	if got := testkit.Metric(t, reg, "sluice_window_keys"); got != 0 {
+		t.Errorf("sluice_window_keys = %v, want 0", got)
+	}
+	writtenOutputs := 0
+	for _, w := range writes {
+		writtenOutputs += len(w)
+	}
+	if got := testkit.Metric(t, reg, "sluice_window_merged_total"); int(got) != 20-writtenOutputs {
+		t.Errorf("sluice_window_merged_total = %v, want %d (20 outputs in %d written)", got, 20-writtenOutputs, writtenOutputs)
 	}
 }
