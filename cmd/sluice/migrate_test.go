@@ -3,6 +3,7 @@ package main
 import (
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -84,4 +85,42 @@ func TestHelpHidesSecretsFromEnvironment(t *testing.T) {
 	singleLine(t, err, "no database: set DATABASE_URL or --database-url")
 	_, err = runCLI(t, "smap", "progress", "p1", "--json", "--redis-url", "redis://127.0.0.1:1/x")
 	singleLine(t, err, `invalid database number: "x"`)
+}
+
+// Several sluice migrate against one fresh schema at once (two deploys
+// starting together): each migration is applied exactly once, by one of
+// them, every command succeeds, and the schema ends complete.
+func TestMigrateConcurrent(t *testing.T) {
+	t.Parallel()
+	pg := testkit.NewPostgres(t)
+	const n = 3
+	outs := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { outs[i], errs[i] = runCLI(t, "migrate", "--database-url", pg.URL) })
+	}
+	wg.Wait()
+	count := map[string]int{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("migrate %d: %v\n%s", i, errs[i], outs[i])
+		}
+		for _, l := range strings.Split(strings.TrimSpace(outs[i]), "\n") {
+			if name, ok := strings.CutPrefix(l, "applied "); ok {
+				count[name]++
+			} else if l != "schema up to date" {
+				t.Errorf("migrate %d printed %q", i, l)
+			}
+		}
+	}
+	for _, name := range schemas.MigrationNames() {
+		if count[name] != 1 {
+			t.Errorf("%s applied %d times, want once (outputs %q)", name, count[name], outs)
+		}
+	}
+	out, err := runCLI(t, "migrate", "--database-url", pg.URL, "--status")
+	if err != nil || strings.Contains(out, "pending") || strings.Count(out, " applied ") != len(schemas.MigrationNames()) {
+		t.Fatalf("status after: %v\n%s", err, out)
+	}
 }
