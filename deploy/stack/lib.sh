@@ -74,10 +74,33 @@ stack_timed() {
 # --- provisioning -----------------------------------------------------------
 
 STACK_APT_UPDATED=0
+# Seconds apt-get waits for a lock held by another apt (apt-daily, unattended-upgrades).
+STACK_APT_LOCK_TIMEOUT="${SLUICE_STACK_APT_LOCK_TIMEOUT:-600}"
+STACK_APT_LOCK_POLL=5
+
+# stack_apt LOGFILE APT-GET-ARGS...: runs apt-get (as root, through sudo -n when
+# needed) with its output in LOGFILE, retrying transient download errors. A
+# lock held by another apt is waited for up to STACK_APT_LOCK_TIMEOUT seconds:
+# DPkg::Lock::Timeout covers only the dpkg lock, while `apt-get update` also
+# takes /var/lib/apt/lists/lock and downloads take /var/cache/apt/archives/lock,
+# and on those apt-get fails at once ("Could not get lock").
+stack_apt() {
+	local logfile=$1 start=$SECONDS waited=0 sudo=()
+	shift
+	[[ $(id -u) -eq 0 ]] || sudo=(sudo -n)
+	while true; do
+		"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q \
+			-o DPkg::Lock::Timeout="$STACK_APT_LOCK_TIMEOUT" -o Acquire::Retries=3 "$@" >"$logfile" 2>&1 && return 0
+		grep -q 'Could not get lock' "$logfile" && ((SECONDS - start < STACK_APT_LOCK_TIMEOUT)) || return 1
+		((waited)) || stack_log "apt-get $1: $(grep -m1 -o 'Could not get lock.*' "$logfile"); waiting up to ${STACK_APT_LOCK_TIMEOUT}s"
+		waited=1
+		sleep "$STACK_APT_LOCK_POLL"
+	done
+}
 
 # stack_apt_ensure CMD:PACKAGE...: installs each PACKAGE whose CMD (a command name
 # or an absolute path) is missing. apt-get update runs at most once per up.sh, and
-# only when something is missing. Waits for a dpkg lock held by another apt.
+# only when something is missing. Waits for the apt locks held by another apt.
 stack_apt_ensure() {
 	local spec cmd pkg missing=()
 	for spec in "$@"; do
@@ -90,17 +113,16 @@ stack_apt_ensure() {
 		stack_fail "missing packages ${missing[*]} and not root (install them, then rerun)"
 		return
 	fi
-	local sudo=()
-	[[ $(id -u) -eq 0 ]] || sudo=(sudo -n)
-	local apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=600)
+	mkdir -p "$STACK_DIR"
 	if ((STACK_APT_UPDATED == 0)); then
 		stack_log "apt-get update (missing: ${missing[*]})"
-		"${apt[@]}" update >/dev/null || { stack_fail "apt-get update failed"; return; }
+		stack_apt "$STACK_DIR/apt-update.log" update ||
+			{ stack_fail "apt-get update failed" "$STACK_DIR/apt-update.log"; return; }
 		STACK_APT_UPDATED=1
 	fi
 	stack_log "apt-get install ${missing[*]}"
-	"${apt[@]}" install -y --no-install-recommends "${missing[@]}" >/dev/null ||
-		stack_fail "apt-get install ${missing[*]} failed"
+	stack_apt "$STACK_DIR/apt-install.log" install -y --no-install-recommends "${missing[@]}" ||
+		stack_fail "apt-get install ${missing[*]} failed" "$STACK_DIR/apt-install.log"
 }
 
 # --- processes ----------------------------------------------------------------
