@@ -31,10 +31,22 @@ kafka_provision() {
 	fi
 	mkdir -p "$KAFKA_HOME"
 	stack_log "kafka: resolving the broker classpath with maven"
-	rm -rf "$KAFKA_LIB.new"
-	mvn -B -q -Dstyle.color=never -f "$STACK_SRC/kafka/pom.xml" dependency:copy-dependencies \
-		-DincludeScope=runtime -DoutputDirectory="$KAFKA_LIB.new" >"$KAFKA_HOME/mvn.log" 2>&1 ||
-		{ stack_fail "kafka: maven could not resolve deploy/stack/kafka/pom.xml" "$KAFKA_HOME/mvn.log"; return; }
+	# --strict-checksums: a download whose checksum does not match Maven
+	# Central's fails (Maven's default only warns and uses the file). A failed
+	# resolution (network, Central answering 5xx) is retried: what was already
+	# downloaded stays in ~/.m2.
+	local attempt
+	for attempt in 1 2 3; do
+		rm -rf "$KAFKA_LIB.new"
+		mvn -B -q -C -Dstyle.color=never -f "$STACK_SRC/kafka/pom.xml" dependency:copy-dependencies \
+			-DincludeScope=runtime -DoutputDirectory="$KAFKA_LIB.new" >"$KAFKA_HOME/mvn.log" 2>&1 && break
+		((attempt < 3)) ||
+			{ stack_fail "kafka: maven could not resolve deploy/stack/kafka/pom.xml (3 attempts)" "$KAFKA_HOME/mvn.log"; return; }
+		stack_log "kafka: maven failed (attempt $attempt of 3: $(grep -m1 -E '^\[ERROR\]' "$KAFKA_HOME/mvn.log" | cut -c1-200)); retrying in $((attempt * 10))s"
+		sleep $((attempt * 10))
+	done
+	compgen -G "$KAFKA_LIB.new/kafka_2.13-*.jar" >/dev/null ||
+		{ stack_fail "kafka: maven succeeded but $KAFKA_LIB.new has no kafka_2.13 jar" "$KAFKA_HOME/mvn.log"; return; }
 	rm -rf "$KAFKA_LIB"
 	mv "$KAFKA_LIB.new" "$KAFKA_LIB"
 	kafka_stamp >"$KAFKA_HOME/lib.stamp"
