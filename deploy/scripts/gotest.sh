@@ -5,7 +5,7 @@
 #
 # Usage: deploy/scripts/gotest.sh [extra go test flags]   (used by `make test`)
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || { echo "gotest.sh: cannot cd to the repository root" >&2; exit 2; }
 mkdir -p .test-output
 log=.test-output/test.log
 echo "go test ./... (log: $log)"
