@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/ratelimit"
@@ -543,15 +544,11 @@ func checkTicks(ticks []Tick, start, end int64) error {
 // is a non-transient storage error: the job fails at once. Anything else is
 // a transient storage error, retried.
 func storageErr(err error) error {
-	switch {
-	case errors.Is(err, objstore.ErrInvalidKey):
+	if errors.Is(err, objstore.ErrInvalidKey) {
 		return &SourceError{Type: ErrTypeStorage, Err: err}
-	case objstore.IsPermanent(err):
-		code, bucket := objstore.S3Code(err)
-		if bucket == "" {
-			bucket = "(not named by the server)"
-		}
-		return stages.Fatal(fmt.Errorf("ticks: object store refuses segment files: S3 error %s on bucket %s; fix the object store's configuration (S3_BUCKET, credentials, policy): %w", code, bucket, err))
+	}
+	if fatal := pipelines.StoreConfigError("ticks", "segment files", err); fatal != nil {
+		return fatal
 	}
 	return &SourceError{Type: ErrTypeStorage, Transient: true, Err: err}
 }
