@@ -9,9 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -61,16 +62,9 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 	// Run the checks outside the lock: a slow or panicking check must not
 	// block the other requests or AddReadiness.
 	s.mu.Lock()
-	checks := make(map[string]func() bool, len(s.checks))
-	for n, c := range s.checks {
-		checks[n] = c
-	}
+	checks := maps.Clone(s.checks)
 	s.mu.Unlock()
-	names := make([]string, 0, len(checks))
-	for n := range checks {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(checks))
 	var failing []string
 	for _, n := range names {
 		if !s.passes(n, checks[n]) {
