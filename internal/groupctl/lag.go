@@ -123,10 +123,12 @@ func Lag(ctx context.Context, adm *kadm.Client, groups ...string) (Report, error
 // describe did not find (GROUP_ID_NOT_FOUND: on Kafka 4 that is also its
 // answer for a KIP-848 consumer-protocol group) or found without members
 // (kfake's answer for such a group) with their lag computed from
-// ConsumerGroupDescribe when that describes them; with all set it also adds every consumer-protocol
-// group the cluster lists. Brokers without the new protocol reject these
-// requests: lags is then left as it is. It fails only on an authorization
-// error or a failure to fetch the offsets of a group that was described.
+// ConsumerGroupDescribe when that describes them; with all set it also
+// adds every consumer-protocol group the cluster lists. Brokers without the
+// new protocol reject these requests: lags is then left as it is. It fails
+// only on an authorization error or a failure to list the start or end
+// offsets of a described group's topics; a failure to fetch its committed
+// offsets is reported in the group's FetchErr.
 func addConsumerProtocolGroups(ctx context.Context, adm *kadm.Client, lags kadm.DescribedGroupLags, all bool) error {
 	var names []string
 	for g, l := range lags {
