@@ -87,8 +87,8 @@ type topicWatch struct {
 
 // missRun is a run of consecutive answers saying a topic does not exist.
 type missRun struct {
-	n           int       // answers in the run
-	first, last time.Time // when the first and the last of them came
+	n     int       // answers in the run
+	first time.Time // when the first of them came
 }
 
 func newTopicWatch(topics []string, interval time.Duration) *topicWatch {
@@ -125,8 +125,7 @@ func (w *topicWatch) observe(now time.Time, tds kadm.TopicDetails) error {
 			continue
 		}
 		old, seen := w.ids[topic]
-		switch {
-		case errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+		if errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
 			if !seen {
 				continue
 			}
@@ -135,24 +134,22 @@ func (w *topicWatch) observe(now time.Time, tds kadm.TopicDetails) error {
 				m.first = now
 			}
 			m.n++
-			m.last = now
 			w.misses[topic] = m
-			if m.n >= topicMissChecks && m.last.Sub(m.first) >= w.minSpan {
+			if span := now.Sub(m.first); m.n >= topicMissChecks && span >= w.minSpan {
 				return stages.Fatal(fmt.Errorf("input topic %s (topic ID %s) was deleted: %d metadata answers in a row over %s said it does not exist",
-					topic, old, m.n, m.last.Sub(m.first).Round(time.Millisecond)))
+					topic, old, m.n, span.Round(time.Millisecond)))
 			}
-		case td.Err != nil:
-			delete(w.misses, topic)
-		default:
-			delete(w.misses, topic)
-			switch {
-			case td.ID == kadm.TopicID{}: // a broker without topic IDs
-			case !seen:
-				w.ids[topic] = td.ID
-			case td.ID != old:
-				return stages.Fatal(fmt.Errorf("input topic %s was deleted and recreated (topic ID %s, consumed %s): "+
-					"the Kafka client never consumes a new instance of a topic; restart the runner to consume it", topic, td.ID, old))
-			}
+			continue
+		}
+		delete(w.misses, topic) // listed without UNKNOWN_TOPIC_OR_PARTITION: the topic exists
+		switch {
+		case td.Err != nil: // LEADER_NOT_AVAILABLE, say: no topic ID to compare
+		case td.ID == kadm.TopicID{}: // a broker without topic IDs
+		case !seen:
+			w.ids[topic] = td.ID
+		case td.ID != old:
+			return stages.Fatal(fmt.Errorf("input topic %s was deleted and recreated (topic ID %s, consumed %s): "+
+				"the Kafka client never consumes a new instance of a topic; restart the runner to consume it", topic, td.ID, old))
 		}
 	}
 	return nil
