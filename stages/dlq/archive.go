@@ -282,45 +282,35 @@ func (a *archiver) handleFetches(ctx context.Context, fs kgo.Fetches) error {
 // topic ID its fetch response names (fallbackID when it names none), then
 // commits the offsets of all of fs's records (control records included).
 func (a *archiver) archive(ctx context.Context, fs kgo.Fetches) error {
-	var (
-		b        pgx.Batch
-		all      []*kgo.Record
-		n        int
-		fallback *[16]byte
-		err      error
-	)
-	fs.EachTopic(func(ft kgo.FetchTopic) {
-		id := ft.TopicID
-		for _, p := range ft.Partitions {
-			for _, kr := range p.Records {
-				if err != nil {
-					return
-				}
-				all = append(all, kr)
-				if kr.Attrs.IsControl() {
-					continue
-				}
-				if id == [16]byte{} {
-					if fallback == nil {
-						var fid [16]byte
-						if fid, err = a.fallbackID(ctx); err != nil {
-							return
-						}
-						fallback = &fid
-					}
-					id = *fallback
-				}
-				r, _ := Parse(kr) // tolerant: a malformed header leaves its column NULL or zero
-				b.Queue(insertArchive, archiveArgs(r, id)...)
-				n++
-			}
-		}
-	})
-	if err != nil {
-		return err
-	}
+	all := fs.Records()
 	if len(all) == 0 {
 		return nil
+	}
+	ids := map[string][16]byte{}
+	fs.EachTopic(func(ft kgo.FetchTopic) { ids[ft.Topic] = ft.TopicID })
+	var (
+		b        pgx.Batch
+		n        int
+		fallback *[16]byte // fallbackID, once asked
+	)
+	for _, kr := range all {
+		if kr.Attrs.IsControl() {
+			continue
+		}
+		id := ids[kr.Topic]
+		if id == [16]byte{} {
+			if fallback == nil {
+				fid, err := a.fallbackID(ctx)
+				if err != nil {
+					return err
+				}
+				fallback = &fid
+			}
+			id = *fallback
+		}
+		r, _ := Parse(kr) // tolerant: a malformed header leaves its column NULL or zero
+		b.Queue(insertArchive, archiveArgs(r, id)...)
+		n++
 	}
 	inserted := 0
 	if n > 0 {
