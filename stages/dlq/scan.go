@@ -90,7 +90,7 @@ func scan(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record
 	}
 	defer cl.Close()
 	return consumeUntil(ctx, cl, ends, from, func(fs kgo.Fetches) error {
-		for _, r := range fs.Records() {
+		for r := range fs.RecordsAll() {
 			if r.Attrs.IsControl() || r.Offset >= ends[r.Partition] {
 				continue
 			}
@@ -133,8 +133,7 @@ func consumeUntil[V any](ctx context.Context, cl *kgo.Client, ends map[int32]int
 		if ferr != nil {
 			return ferr
 		}
-		rs := fs.Records()
-		if len(rs) == 0 {
+		if fs.NumRecords() == 0 {
 			cl.AllowRebalance()
 			continue
 		}
@@ -146,7 +145,7 @@ func consumeUntil[V any](ctx context.Context, cl *kgo.Client, ends map[int32]int
 			}
 			return err
 		}
-		for _, r := range rs {
+		for r := range fs.RecordsAll() {
 			if _, ok := pending[r.Partition]; ok && !done[r.Partition] && r.Offset+1 >= ends[r.Partition] {
 				done[r.Partition] = true
 				left--
