@@ -30,8 +30,8 @@ const DefaultTTL = 7 * 24 * time.Hour
 var ErrMissing = errors.New("progress: job state missing")
 
 // ErrInvalidID is returned by the mutating calls for an empty job id, and
-// by Count and Discover for an empty item id: such a call can never be
-// right, so it is refused without touching Redis.
+// by Count, Discover and Rebuild for an empty item id: such a call can
+// never be right, so it is refused without touching Redis.
 var ErrInvalidID = errors.New("progress: empty job or item id")
 
 // State is a snapshot of one job.
@@ -407,7 +407,8 @@ type Snapshot struct {
 // Rebuild replaces the job's state with snap in one script: counted items,
 // done, errors, total, seal and status (DONE when CompletedAt is set). When
 // the rebuilt job is complete but was never marked done, Decision.Publish
-// asks the caller to publish the completion and call MarkDone.
+// asks the caller to publish the completion and call MarkDone. An empty
+// item id in snap is refused (ErrInvalidID) and the state is left as it is.
 func (t *Tracker) Rebuild(ctx context.Context, id string, snap Snapshot) (Decision, error) {
 	completed := ""
 	if !snap.CompletedAt.IsZero() {
