@@ -392,8 +392,6 @@ func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, deadLetter, error)
 	}
 }
 
-// callStage runs the stage, turning a panic into an "exception" dead letter
-// so that one bad record cannot stop its partition.
 // callDecode runs the decoder; a panic is a decode error (the record is
 // dead-lettered as decode_error), as a stage panic is an exception.
 func (w *worker[In, Out]) callDecode(rec *kgo.Record) (in In, err error) {
@@ -406,6 +404,8 @@ func (w *worker[In, Out]) callDecode(rec *kgo.Record) (in In, err error) {
 	return w.r.decode(rec.Key, rec.Value)
 }
 
+// callStage runs the stage, turning a panic into an "exception" dead letter
+// so that one bad record cannot stop its partition.
 func (w *worker[In, Out]) callStage(msg stages.Msg[In]) (outs []Out, err error) {
 	defer func() {
 		if p := recover(); p != nil {
