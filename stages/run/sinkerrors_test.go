@@ -94,9 +94,7 @@ func TestSinkRejectionKeepsDeadLetterReason(t *testing.T) {
 	}))
 	reg := prometheus.NewRegistry()
 	_, stop := start(t, k, cfg, passthrough, stages.Sink[msg](sink), run.WithRegisterer(reg))
-	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
-		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n
-	})
+	waitCommittedAtEnd(t, adm, cfg.Group, cfg.Topics[0], 30*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -147,9 +145,7 @@ func TestWindowRejectionKeepsDeadLetterReason(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink), run.WithRegisterer(reg))
-	testkit.WaitFor(t, 60*time.Second, "commit of every record", func() bool {
-		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n
-	})
+	waitCommittedAtEnd(t, adm, cfg.Group, cfg.Topics[0], 60*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -231,9 +227,7 @@ func TestSinkRetryAfterWaitIsHonoured(t *testing.T) {
 	}))
 	reg := prometheus.NewRegistry()
 	_, stop := start(t, k, cfg, passthrough, stages.Sink[msg](sink), run.WithRegisterer(reg))
-	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
-		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n
-	})
+	waitCommittedAtEnd(t, adm, cfg.Group, cfg.Topics[0], 30*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -274,9 +268,7 @@ func TestWindowSinkRetryAfterWaitIsHonoured(t *testing.T) {
 	sink := &retryAfterTallySink{tallySink: &tallySink{state: map[string]tally{}}, calls: &calls}
 	reg := prometheus.NewRegistry()
 	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink), run.WithRegisterer(reg))
-	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
-		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n
-	})
+	waitCommittedAtEnd(t, adm, cfg.Group, cfg.Topics[0], 30*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -145,9 +145,7 @@ func TestWindowDeadLetterBatchesAdvanceOffsets(t *testing.T) {
 	sink := &tallySink{state: map[string]tally{}}
 	reg := prometheus.NewRegistry()
 	_, stop := start(t, k, cfg, stage, stages.Sink[tally](sink), run.WithRegisterer(reg))
-	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
-		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n
-	})
+	waitCommittedAtEnd(t, adm, cfg.Group, cfg.Topics[0], 30*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
