@@ -84,6 +84,29 @@ func (s stored) String() string {
 	return fmt.Sprintf("{v=%v n=%v note=%s updated=%s xmin=%d}", s.V, s.N, note, s.Updated.UTC().Format(time.RFC3339Nano), s.Xmin)
 }
 
+// num is a row of table nums (k int PRIMARY KEY, v int NOT NULL): int64
+// fields, so that a test can pass values the int columns cannot take.
+type num struct{ K, V int64 }
+
+// numSink creates table nums in pool's schema and returns a sink for it
+// that has already written the row {1, 1}.
+func numSink(t *testing.T, ctx context.Context, pool *pgxpool.Pool) *pgsink.Sink[num] {
+	t.Helper()
+	if _, err := pool.Exec(ctx, "CREATE TABLE nums (k int PRIMARY KEY, v int NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgsink.New(pool, pgsink.Table[num]{Name: "nums", Columns: []string{"k", "v"}, Key: []string{"k"},
+		Update: []pgsink.Set{{Column: "v", Expr: "EXCLUDED.v"}},
+		KeyOf:  func(r num) string { return fmt.Sprint(r.K) }, Values: func(r num) []any { return []any{r.K, r.V} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, []num{{K: 1, V: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func readItems(t *testing.T, ctx context.Context, pool *pgxpool.Pool) map[string]stored {
 	t.Helper()
 	rows, err := pool.Query(ctx, "SELECT k, v::float8, n, note, updated_at, xmin::text::int8 FROM items")
@@ -566,19 +589,7 @@ func TestSink(t *testing.T) {
 		t.Parallel()
 		pg := srv.Postgres(t)
 		ctx := testkit.Context(t)
-		if _, err := pg.Pool.Exec(ctx, "CREATE TABLE nums (k int PRIMARY KEY, v int NOT NULL)"); err != nil {
-			t.Fatal(err)
-		}
-		type num struct{ K, V int64 }
-		s, err := pgsink.New(pg.Pool, pgsink.Table[num]{Name: "nums", Columns: []string{"k", "v"}, Key: []string{"k"},
-			Update: []pgsink.Set{{Column: "v", Expr: "EXCLUDED.v"}},
-			KeyOf:  func(r num) string { return fmt.Sprint(r.K) }, Values: func(r num) []any { return []any{r.K, r.V} }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Write(ctx, []num{{K: 1, V: 1}}); err != nil {
-			t.Fatal(err)
-		}
+		s := numSink(t, ctx, pg.Pool)
 		for _, tc := range []struct {
 			name  string
 			batch []num
@@ -842,19 +853,7 @@ func TestSinkEncodeRejectionUnderAnotherLocale(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, "CREATE TABLE nums (k int PRIMARY KEY, v int NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	type num struct{ K, V int64 }
-	s, err := pgsink.New(pool, pgsink.Table[num]{Name: "nums", Columns: []string{"k", "v"}, Key: []string{"k"},
-		Update: []pgsink.Set{{Column: "v", Expr: "EXCLUDED.v"}},
-		KeyOf:  func(r num) string { return fmt.Sprint(r.K) }, Values: func(r num) []any { return []any{r.K, r.V} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Write(ctx, []num{{K: 1, V: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	s := numSink(t, ctx, pool)
 	for _, tc := range []struct {
 		name  string
 		batch []num
