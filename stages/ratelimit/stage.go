@@ -90,14 +90,84 @@ type KeyFunc[In any] func(m stages.Msg[In]) (account string, ok bool)
 // message. When ctx has ended, the limiter's error is returned as a plain
 // retryable error.
 //
+// The stage remembers, per account, the number of consecutive denials and
+// the time of the last one. An account's streak ends when it is granted,
+// and is also forgotten once the account has not been denied for longer
+// than the stage's horizon, 2·(largest window + b.Max) and at least one
+// minute: twice the longest wait the stage can ask for, so an account that
+// keeps being retried keeps its streak (its backoff grows as described
+// under Backoff), while accounts that stop being retried (their messages
+// dead-lettered, their partitions revoked, their jobs ended) do not stay in
+// memory. Forgotten streaks are swept under the stage's lock during calls,
+// at most once per half horizon, so memory is bounded by the accounts
+// denied within the last 1.5 horizons; an account that comes back after
+// being forgotten starts a new streak.
+//
 // Note that the runtime counts denials as attempts of the message
 // (run.Config.Retry.MaxAttempts): a pipeline with a limited stage sets it
 // high enough for its expected waits. The returned stage is safe for
 // concurrent use.
 func Stage[In, Out any](l *Limiter, key KeyFunc[In], b Backoff, next stages.Func[In, Out]) stages.Func[In, Out] {
-	var mu sync.Mutex
-	denials := map[string]int{}
-	failures := 0 // consecutive limiter failures, over all accounts
+	st, _ := stage(l, key, b, next, time.Now)
+	return st
+}
+
+// forgetAfter returns the horizon after which a stage built with l and b
+// forgets an account's denial streak: 2·(largest window of l + b.Max, with
+// the defaults applied), at least one minute. A denied account is asked to
+// wait at most the largest window (the limiter's wait) plus b.Max (the
+// jitter), so a continuously retried account is never idle that long.
+func forgetAfter(l *Limiter, b Backoff) time.Duration {
+	var largest time.Duration
+	for _, w := range l.cfg.Windows {
+		largest = max(largest, w.Size)
+	}
+	return max(2*(largest+b.withDefaults().Max), time.Minute)
+}
+
+// denial is an account's streak of consecutive denials.
+type denial struct {
+	n    int       // consecutive denials
+	last time.Time // time of the last one (the stage's clock)
+}
+
+// streaks holds a stage's denial and failure streaks; now and horizon are
+// set once, the other fields are guarded by mu.
+type streaks struct {
+	mu       sync.Mutex
+	now      func() time.Time
+	horizon  time.Duration
+	denials  map[string]denial
+	failures int       // consecutive limiter failures, over all accounts
+	swept    time.Time // time of the last sweep
+}
+
+// sweepLocked drops the streaks of accounts not denied for longer than the
+// horizon, when the last sweep is at least half a horizon old. s.mu must be
+// held.
+func (s *streaks) sweepLocked(now time.Time) {
+	if now.Sub(s.swept) < s.horizon/2 {
+		return
+	}
+	s.swept = now
+	for account, d := range s.denials {
+		if now.Sub(d.last) > s.horizon {
+			delete(s.denials, account)
+		}
+	}
+}
+
+// size returns the number of accounts with a remembered denial streak.
+func (s *streaks) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.denials)
+}
+
+// stage is Stage with the clock of the denial streaks injected (tests);
+// it also returns the streaks.
+func stage[In, Out any](l *Limiter, key KeyFunc[In], b Backoff, next stages.Func[In, Out], now func() time.Time) (stages.Func[In, Out], *streaks) {
+	s := &streaks{now: now, horizon: forgetAfter(l, b), denials: map[string]denial{}}
 	return func(ctx context.Context, m stages.Msg[In]) ([]Out, error) {
 		account, ok := key(m)
 		if !ok {
@@ -108,25 +178,31 @@ func Stage[In, Out any](l *Limiter, key KeyFunc[In], b Backoff, next stages.Func
 			if ctx.Err() != nil {
 				return nil, stages.Retry(err)
 			}
-			mu.Lock()
-			failures++
-			n := failures
-			mu.Unlock()
+			s.mu.Lock()
+			s.failures++
+			n := s.failures
+			s.mu.Unlock()
 			wait := b.FailureWait(n)
 			return nil, stages.RetryAfter(wait, fmt.Errorf("%w: %w (failure %d, retry in %s): %w",
 				ErrDenied, ErrUnavailable, n, wait.Round(time.Millisecond), err))
 		}
-		mu.Lock()
-		failures = 0
+		s.mu.Lock()
+		t := s.now()
+		s.failures = 0
+		s.sweepLocked(t)
 		if d.Allowed {
-			delete(denials, account)
-			mu.Unlock()
+			delete(s.denials, account)
+			s.mu.Unlock()
 			return next(ctx, m)
 		}
-		denials[account]++
-		n := denials[account]
-		mu.Unlock()
+		prev, seen := s.denials[account]
+		if !seen || t.Sub(prev.last) > s.horizon {
+			prev = denial{} // forgotten, swept or not yet: a new streak
+		}
+		n := prev.n + 1
+		s.denials[account] = denial{n: n, last: t}
+		s.mu.Unlock()
 		wait := b.Wait(d.Wait, n)
 		return nil, stages.RetryAfter(wait, fmt.Errorf("%w: %s/%s for %s (denial %d)", ErrDenied, l.cfg.Source, account, wait.Round(time.Millisecond), n))
-	}
+	}, s
 }
