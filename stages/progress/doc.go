@@ -13,6 +13,12 @@
 //	P{id}:items   set   ids of the items already counted
 //	P{id}:found   set   ids of the items discovered (what total counts)
 //
+// Because the set keys are the hash key plus a suffix, a job id that ends
+// in ":items" or ":found" is refused ([CheckJobID], [ErrInvalidID]) by
+// every call that takes a job id: the hash of job "x:items" would be the
+// items set of job "x". Every other non-empty id is accepted, and the keys
+// of two different accepted ids never coincide.
+//
 // All three share one TTL (default 7 days, set when the job is created and
 // refreshed on the sets as they grow). Statuses go INITIALIZING → CRAWLING
 // (items are being discovered) → PROCESSING_WAIT (the total is sealed) →

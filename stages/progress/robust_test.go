@@ -3,7 +3,9 @@ package progress_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -145,5 +147,80 @@ func TestEmptyIDsRefused(t *testing.T) {
 		if c := stages.Classify(err); c == nil || c.Kind != stages.KindDeadLetter || c.Reason != stages.ReasonSanityFail {
 			t.Errorf("stage on %+v: %v, want a sanity_fail dead letter", it, err)
 		}
+	}
+}
+
+// A job id ending in ":items" or ":found" is refused by every call that
+// takes a job id: its hash key would be the items or found set of another
+// job ("x:items" is job x's items set), which would fail both jobs with
+// WRONGTYPE errors or corrupt their counts. Neither job's keys are
+// touched, and the stage dead-letters such an item.
+func TestReservedJobIDSuffixesRefused(t *testing.T) {
+	t.Parallel()
+	tr, r := newTracker(t)
+	ctx := testkit.Context(t)
+	must(tr.Init(ctx, "x"))
+	must(tr.Discover(ctx, "x", "a", "b"))
+	must(tr.Count(ctx, "x", "a", false))
+	for _, id := range []string{"x:items", "x:found", "y:items", "y:found", ":items"} {
+		calls := map[string]func() error{
+			"init":      func() error { _, err := tr.Init(ctx, id); return err },
+			"start":     func() error { _, err := tr.Start(ctx, id); return err },
+			"discover":  func() error { _, err := tr.Discover(ctx, id, "i"); return err },
+			"seal":      func() error { _, err := tr.Seal(ctx, id, 1); return err },
+			"count":     func() error { _, err := tr.Count(ctx, id, "i", true); return err },
+			"mark done": func() error { _, err := tr.MarkDone(ctx, id); return err },
+			"rebuild": func() error {
+				_, err := tr.Rebuild(ctx, id, progress.Snapshot{Items: map[string]bool{"i": false}, Total: 1, Sealed: true})
+				return err
+			},
+			"get": func() error { _, err := tr.Get(ctx, id); return err },
+		}
+		for name, call := range calls {
+			if err := call(); !errors.Is(err, progress.ErrInvalidID) {
+				t.Errorf("%s %q: %v, want ErrInvalidID", name, id, err)
+			}
+		}
+		if err := progress.CheckJobID(id); !errors.Is(err, progress.ErrInvalidID) {
+			t.Errorf("CheckJobID(%q) = %v, want ErrInvalidID", id, err)
+		}
+	}
+	// Job x is intact: its sets are still sets with its items only.
+	if st := must(tr.Get(ctx, "x")); st.Total != 2 || st.Done != 1 || st.Errors != 0 || st.Status != progress.StatusCrawling {
+		t.Errorf("job x after the refused calls: %+v, want CRAWLING total=2 done=1 errors=0", st)
+	}
+	for key, want := range map[string]string{tr.Key("x") + ":items": "[a]", tr.Key("x") + ":found": "[a b]"} {
+		typ := must(r.Client.Type(ctx, key).Result())
+		ms := must(r.Client.SMembers(ctx, key).Result())
+		slices.Sort(ms)
+		if typ != "set" || fmt.Sprint(ms) != want {
+			t.Errorf("%s: %s %v, want a set %s", key, typ, ms, want)
+		}
+	}
+	// No key was created for the refused ids, so job y works normally.
+	if n := must(r.Client.Exists(ctx, tr.Key("y:items"), tr.Key("y:found"), tr.Key(":items")).Result()); n != 0 {
+		t.Errorf("%d keys created for refused job ids", n)
+	}
+	must(tr.Init(ctx, "y"))
+	must(tr.Discover(ctx, "y", "a"))
+	must(tr.Seal(ctx, "y", 1))
+	if d := must(tr.Count(ctx, "y", "a", false)); !d.Publish || d.Done != 1 {
+		t.Errorf("job y: %+v, want its completion decided", d)
+	}
+	// Ids that only contain the suffixes elsewhere are ordinary ids.
+	for _, id := range []string{"items", "found", "x:items:1", "x:itemsz", "x:Items", "x:found "} {
+		if st, err := tr.Init(ctx, id); err != nil || st.Status != progress.StatusInitializing {
+			t.Errorf("init %q: %+v, %v; want an INITIALIZING job", id, st, err)
+		}
+	}
+	stage := progress.Stage(tr, func(m stages.Msg[progress.Item]) (progress.Item, error) { return m.Value, nil }, 0)
+	for _, it := range []progress.Item{{Job: "x:items", ID: "c"}, {Job: "x:found", ID: "c"}} {
+		_, err := stage(context.Background(), stages.Msg[progress.Item]{Value: it})
+		if c := stages.Classify(err); c == nil || c.Kind != stages.KindDeadLetter || c.Reason != stages.ReasonSanityFail || !errors.Is(err, progress.ErrInvalidID) {
+			t.Errorf("stage on %+v: %v, want a sanity_fail dead letter wrapping ErrInvalidID", it, err)
+		}
+	}
+	if st := must(tr.Get(ctx, "x")); st.Done != 1 {
+		t.Errorf("job x counted the refused items: %+v", st)
 	}
 }

@@ -27,8 +27,9 @@ type Completion struct {
 // Stage returns a stage that counts the item of every input record with t
 // and outputs a Completion when the count decides (or re-decides) the job's
 // completion. item extracts the item; its error dead-letters the record
-// (the caller classifies it, e.g. stages.DeadLetter); an item with an empty
-// job or item id is dead-lettered as sanity_fail. A job without state
+// (the caller classifies it, e.g. stages.DeadLetter); an item that the
+// tracker refuses (ErrInvalidID: an empty item id, or a job id that
+// CheckJobID refuses) is dead-lettered as sanity_fail. A job without state
 // (ErrMissing) is retried after missingWait (≥ 0), like a Redis failure, so
 // that an operator can rebuild the state meanwhile; the runner's retry
 // policy bounds the attempts.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,10 +30,35 @@ const DefaultTTL = 7 * 24 * time.Hour
 // Redis (never created, expired or flushed).
 var ErrMissing = errors.New("progress: job state missing")
 
-// ErrInvalidID is returned by the mutating calls for an empty job id, and
-// by Count, Discover and Rebuild for an empty item id: such a call can
-// never be right, so it is refused without touching Redis.
-var ErrInvalidID = errors.New("progress: empty job or item id")
+// ErrInvalidID is returned by every call that takes a job id (Get too) for
+// a job id that CheckJobID refuses (empty, or ending in ":items" or
+// ":found"), and by Count, Discover and Rebuild for an empty item id: such
+// a call can never be right, so it is refused without touching Redis.
+var ErrInvalidID = errors.New("progress: invalid job or item id")
+
+// Suffixes of a job's set keys (see the package documentation).
+const (
+	itemsSuffix = ":items"
+	foundSuffix = ":found"
+)
+
+// CheckJobID returns an error wrapping ErrInvalidID when id cannot be a
+// job id: empty, or ending in ":items" or ":found". The keys of job id are
+// P{id}, P{id}:items and P{id}:found, so the hash of a job "x:items" would
+// be the items set of job "x" (and "x:found" its found set): both jobs
+// would fail with WRONGTYPE errors or corrupt each other's counts. Every
+// Tracker call that takes a job id checks it with CheckJobID; callers that
+// accept ids from outside can check them first to refuse a record early.
+func CheckJobID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty job id", ErrInvalidID)
+	case strings.HasSuffix(id, itemsSuffix), strings.HasSuffix(id, foundSuffix):
+		return fmt.Errorf("%w: job id %.100q ends in %q or %q, the suffixes of another job's keys",
+			ErrInvalidID, id, itemsSuffix, foundSuffix)
+	}
+	return nil
+}
 
 // State is a snapshot of one job.
 type State struct {
@@ -109,12 +135,13 @@ func New(rdb redis.Cmdable, cfg Config) (*Tracker, error) {
 	return &Tracker{rdb: rdb, cfg: cfg}, nil
 }
 
-// Key returns the hash key of job id.
+// Key returns the hash key of job id (Prefix + id); it does not check id
+// (see CheckJobID).
 func (t *Tracker) Key(id string) string { return t.cfg.Prefix + id }
 
 func (t *Tracker) keys(id string) []string {
 	k := t.Key(id)
-	return []string{k, k + ":items", k + ":found"}
+	return []string{k, k + itemsSuffix, k + foundSuffix}
 }
 
 func (t *Tracker) ttlMs() int64 { return t.cfg.TTL.Milliseconds() }
@@ -276,8 +303,8 @@ return decide(KEYS[1], 0, nil)
 `)
 
 func (t *Tracker) eval(ctx context.Context, op string, s *redis.Script, id string, keys []string, args ...any) (Decision, error) {
-	if id == "" {
-		return Decision{}, fmt.Errorf("progress: %s: %w", op, ErrInvalidID)
+	if err := CheckJobID(id); err != nil {
+		return Decision{}, fmt.Errorf("progress: %s: %w", op, err)
 	}
 	res, err := s.Run(ctx, t.rdb, keys, args...).StringSlice()
 	if err != nil {
@@ -349,7 +376,7 @@ func (t *Tracker) Discover(ctx context.Context, id string, items ...string) (Dec
 	args = append(args, t.ttlMs())
 	for _, it := range items {
 		if it == "" {
-			return Decision{}, fmt.Errorf("progress: discover %s: %w", id, ErrInvalidID)
+			return Decision{}, fmt.Errorf("progress: discover %.100q: %w: empty item id", id, ErrInvalidID)
 		}
 		args = append(args, it)
 	}
@@ -366,14 +393,14 @@ func (t *Tracker) Seal(ctx context.Context, id string, total int64) (Decision, e
 }
 
 // Count counts item once (failed items also increment errors) and decides
-// completion atomically. A job without state returns ErrMissing; an empty
-// id or item, ErrInvalidID. While a completion is pending, Count asks to
-// publish it again (Decision.Repeat) only for the item whose count took the
-// decision (its record redelivered after a crash), not for duplicates of
-// other items.
+// completion atomically. A job without state returns ErrMissing; a job id
+// that CheckJobID refuses or an empty item, ErrInvalidID. While a
+// completion is pending, Count asks to publish it again (Decision.Repeat)
+// only for the item whose count took the decision (its record redelivered
+// after a crash), not for duplicates of other items.
 func (t *Tracker) Count(ctx context.Context, id, item string, failed bool) (Decision, error) {
 	if item == "" {
-		return Decision{}, fmt.Errorf("progress: count %s: %w", id, ErrInvalidID)
+		return Decision{}, fmt.Errorf("progress: count %.100q: %w: empty item id", id, ErrInvalidID)
 	}
 	f := "0"
 	if failed {
@@ -422,7 +449,7 @@ func (t *Tracker) Rebuild(ctx context.Context, id string, snap Snapshot) (Decisi
 	args = append(args, t.ttlMs(), snap.Total, sealed, completed)
 	for it, failed := range snap.Items {
 		if it == "" {
-			return Decision{}, fmt.Errorf("progress: rebuild %s: %w", id, ErrInvalidID)
+			return Decision{}, fmt.Errorf("progress: rebuild %.100q: %w: empty item id", id, ErrInvalidID)
 		}
 		f := "0"
 		if failed {
@@ -434,8 +461,12 @@ func (t *Tracker) Rebuild(ctx context.Context, id string, snap Snapshot) (Decisi
 }
 
 // Get returns the job's state; a job without state has Status
-// StatusNotFound and zero counters.
+// StatusNotFound and zero counters. A job id that CheckJobID refuses
+// returns its error (wrapping ErrInvalidID): no job can have that id.
 func (t *Tracker) Get(ctx context.Context, id string) (State, error) {
+	if err := CheckJobID(id); err != nil {
+		return State{}, fmt.Errorf("progress: get: %w", err)
+	}
 	m, err := t.rdb.HGetAll(ctx, t.Key(id)).Result()
 	if err != nil {
 		return State{}, fmt.Errorf("progress: get %s: %w", id, err)
