@@ -23,7 +23,7 @@ type metrics struct {
 	errors     *prometheus.CounterVec   // kind: fetch|commit|fatal|abandoned
 	skipped    *prometheus.CounterVec   // topic: offsets deleted before they were consumed
 	batchDur   *prometheus.HistogramVec // phase: process|write|dlq
-	merged     prometheus.Counter       // outputs merged into an earlier one in a window
+	merged     prometheus.Counter       // outputs merged into an earlier one in a window that was written
 	windowKeys atomic.Int64             // keys held by the open windows (gauge sluice_window_keys)
 }
 
@@ -77,7 +77,7 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 			Name: "sluice_batch_phase_duration_seconds", Help: "Batch time per phase (process, write, dlq).", Buckets: lat,
 		}, []string{"phase"}),
 		merged: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_window_merged_total", Help: "Outputs merged into an earlier output of the same key in a coalescing window (writes saved).",
+			Name: "sluice_window_merged_total", Help: "Outputs merged into an earlier output of the same key in a coalescing window, counted when the window is written (writes saved); a window dropped unwritten (abandoned, partition lost, failed write at stop) counts nothing.",
 		}),
 	}
 	windowKeys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -62,6 +62,12 @@ type Merger[T any] interface {
 // every case the window's keys stop counting against MaxTotalKeys, those of
 // an abandoned worker (a sink ignoring its context) as soon as it is
 // abandoned.
+//
+// sluice_window_merged_total counts the outputs merged into an earlier
+// output of their key once their window's write succeeded (with the
+// outputs the sink rejected, if any, dead-lettered): the writes the windows
+// saved. A window dropped unwritten counts nothing; its records
+// are merged again, and counted, by the member that writes them.
 type WindowConfig struct {
 	// MaxKeys closes the window when it holds this many distinct keys (per
 	// partition). 0 disables windows: every batch is written on its own.
@@ -94,6 +100,7 @@ type window[Out any] struct {
 	links   []offsetLink
 	opened  time.Time
 	records int           // records processed into the window
+	merged  int           // outputs merged into an earlier one (sluice_window_merged_total once written)
 	last    *kgo.Record   // last record processed (for the commit mark)
 	merger  Merger[Out]   // the runner's sink
 	held    *atomic.Int64 // keys held by all the runner's windows (WindowConfig.MaxTotalKeys)
@@ -130,13 +137,14 @@ func (win *window[Out]) offsets(i int) []int64 {
 	return out
 }
 
-// add folds the outputs of batch into the window and returns how many
-// merged into an earlier output and the keys held by all the runner's
-// windows afterwards.
-func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (merged int, held int64) {
+// add folds the outputs of batch into the window (counting in win.merged
+// those merged into an earlier output) and returns the keys held by all
+// the runner's windows afterwards.
+func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64) {
 	if win.records == 0 {
 		win.opened = time.Now()
 	}
+	added := int64(0) // new keys
 	for i, o := range p.outs {
 		off := batch[p.owners[i]].Offset
 		k := win.merger.MergeKey(o)
@@ -147,9 +155,10 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (merged int, h
 				win.links[tail].next = int32(len(win.links) - 1)
 				win.lastOf[g] = int32(len(win.links) - 1)
 			}
-			merged++
+			win.merged++
 			continue
 		}
+		added++
 		win.byKey[k] = int32(len(win.outs))
 		win.outs = append(win.outs, o)
 		win.links = append(win.links, offsetLink{off: off, next: -1})
@@ -158,14 +167,13 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (merged int, h
 	}
 	win.records += len(batch)
 	win.last = batch[len(batch)-1]
-	n := int64(len(p.outs) - merged)
 	win.mu.Lock()
 	defer win.mu.Unlock()
 	if win.released {
-		return merged, win.held.Load()
+		return win.held.Load()
 	}
-	win.counted += n
-	return merged, win.held.Add(n)
+	win.counted += added
+	return win.held.Add(added)
 }
 
 // reset empties the window (after its write, or to drop it when the
@@ -181,7 +189,7 @@ func (win *window[Out]) reset() {
 	win.outs = win.outs[:0]
 	clear(win.byKey)
 	win.first, win.lastOf, win.links = win.first[:0], win.lastOf[:0], win.links[:0]
-	win.records, win.last = 0, nil
+	win.records, win.merged, win.last = 0, 0, nil
 }
 
 // release gives the window's keys back to the runner's budget for good
@@ -216,9 +224,7 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 	}
 	held := w.win.held.Load()
 	if done > 0 {
-		var merged int
-		merged, held = w.win.add(batch[:done], p)
-		r.m.merged.Add(float64(merged))
+		held = w.win.add(batch[:done], p)
 	}
 	overBudget := r.cfg.Window.MaxTotalKeys > 0 && held >= int64(r.cfg.Window.MaxTotalKeys)
 	if stopErr != nil || w.win.keys() >= r.cfg.Window.MaxKeys || overBudget ||
@@ -270,6 +276,11 @@ const backlogWait = time.Second
 
 // closeWindow writes the window's merged outputs, dead-letters the records
 // behind rejected outputs, and marks the window's last offset for commit.
+// The window's merges count in sluice_window_merged_total once its write
+// succeeded (rejected outputs included: they were merged and handed to the
+// sink); a window whose write fails for good or is abandoned is dropped
+// uncounted, and the member that gets its records again counts their
+// merges when it writes them.
 func (w *worker[In, Out]) closeWindow() error {
 	r, win := w.r, w.win
 	if win.empty() {
@@ -279,6 +290,7 @@ func (w *worker[In, Out]) closeWindow() error {
 		if err := w.write(win.outs, w.deadLetterRejected); err != nil {
 			return err
 		}
+		r.m.merged.Add(float64(win.merged))
 	}
 	if w.lost.Load() {
 		return errAbandoned

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,6 +235,68 @@ func TestWindowDroppedReleasesKeys(t *testing.T) {
 	}
 	if n := sink.total(); n != 0 {
 		t.Errorf("%d records written by a sink that always fails", n)
+	}
+}
+
+// countingMerger counts the merges the runner's windows perform (Merge
+// calls); the tallySink's own fold of its state does not go through it.
+type countingMerger struct {
+	*tallySink
+	merges atomic.Int64
+}
+
+func (c *countingMerger) Merge(old, next tally) tally {
+	c.merges.Add(1)
+	return c.tallySink.Merge(old, next)
+}
+
+// sluice_window_merged_total counts the merges of windows that were
+// written (writes saved), not those of a window dropped unwritten: a
+// worker stopped while its window's write keeps failing drops the window,
+// and its merges, redone by the member that gets the records again, count
+// there once that member writes them.
+func TestWindowMergedCountsWrittenWindowsOnly(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	cfg.Window = run.WindowConfig{MaxKeys: 1000, MaxAge: time.Minute}
+	cfg.RevokeTimeout = 500 * time.Millisecond
+	cl, adm := k.Client(t), k.Admin(t)
+	const n, keys = 200, 20
+	produce(t, cl, cfg.Topics[0], n, keys, nil)
+
+	failing := &countingMerger{tallySink: &tallySink{state: map[string]tally{}, fails: 1 << 30}}
+	reg := prometheus.NewRegistry()
+	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](failing), run.WithRegisterer(reg))
+	testkit.WaitFor(t, 30*time.Second, "a window with merges whose write fails", func() bool {
+		return failing.merges.Load() > 0 && testkit.Metric(t, reg, "sluice_retries_total", "kind", "sink") > 0
+	})
+	_ = stop() // the worker drops its window; Run may report that
+	if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
+		t.Fatalf("committed %v although no window was written", c)
+	}
+	if got := testkit.Metric(t, reg, "sluice_window_merged_total"); got != 0 {
+		t.Errorf("sluice_window_merged_total = %v after %d merges in windows that were dropped unwritten, want 0", got, failing.merges.Load())
+	}
+
+	sink := &countingMerger{tallySink: &tallySink{state: map[string]tally{}}}
+	reg2 := prometheus.NewRegistry()
+	_, stop2 := start(t, k, cfg, toTally, stages.Sink[tally](sink), run.WithRegisterer(reg2))
+	waitCommittedAtEnd(t, adm, cfg.Group, cfg.Topics[0], 30*time.Second)
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	_, writes := sink.snapshot()
+	written := 0
+	for _, w := range writes {
+		written += len(w)
+	}
+	if got := sink.total(); got != n {
+		t.Fatalf("sink holds %d records, want %d", got, n)
+	}
+	got := testkit.Metric(t, reg2, "sluice_window_merged_total")
+	if int(got) != n-written || int64(got) != sink.merges.Load() {
+		t.Errorf("sluice_window_merged_total = %v, want %d (%d outputs in %d written) = the %d merges performed", got, n-written, n, written, sink.merges.Load())
 	}
 }
 
