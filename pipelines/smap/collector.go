@@ -179,7 +179,7 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		}
 	}
 	for _, tg := range p.Targets {
-		err := crawlTarget(ctx, c.cfg.Crawler, p, tg, emit(tg))
+		attempts, err := c.crawlWithRetry(ctx, p, tg, emit(tg))
 		var ee *emitError
 		switch {
 		case err == nil:
@@ -188,11 +188,12 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		case errors.As(err, &ee):
 			return nil, storeRetry("raw objects of project "+id, fmt.Errorf("project %s: %w", id, ee.err))
 		default:
-			// A target that cannot be crawled (an error or a panic of the
-			// crawler) is skipped: the project completes with what the
-			// other targets yielded.
+			// A target that cannot be crawled (a permanent error or a panic
+			// of the crawler, or a transient error on every attempt) is
+			// skipped: the project completes with what the other targets
+			// yielded.
 			c.m.crawlErrors.WithLabelValues(platformSlug(tg.Platform)).Inc()
-			c.log.Warn("crawl of target failed", "project_id", id, "platform", tg.Platform, "err", err)
+			c.log.Warn("crawl of target failed", "project_id", id, "platform", tg.Platform, "attempts", attempts, "err", err)
 		}
 	}
 	if err := c.prod.Flush(ctx); err != nil {
@@ -224,6 +225,52 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 	}
 	c.m.projects.WithLabelValues("crawled").Inc()
 	return nil, nil
+}
+
+// crawlWithRetry crawls one target, crawling it again after a transient
+// failure (an error classified with stages.Retry or stages.RetryAfter) up
+// to CrawlRetry.MaxAttempts crawls in all, waiting the policy's backoff
+// with jitter — at least the error's RetryAfter, at most CrawlRetry.Max —
+// in between. A permanent error, a panic of the crawler, an error of the
+// collector's own effects (emitError) and the end of ctx end it at once.
+// It returns the number of crawls made and the last crawl's error.
+func (c *collector) crawlWithRetry(ctx context.Context, p ProjectCreated, tg Target, emit func(Item) error) (int, error) {
+	pol := c.cfg.CrawlRetry
+	for attempt := 1; ; attempt++ {
+		err := crawlTarget(ctx, c.cfg.Crawler, p, tg, emit)
+		var ee *emitError
+		if err == nil || ctx.Err() != nil || errors.As(err, &ee) {
+			return attempt, err
+		}
+		after, transient := transientCrawl(err)
+		if !transient || attempt >= pol.MaxAttempts {
+			return attempt, err
+		}
+		wait := min(max(pol.Backoff(attempt), after), pol.Max)
+		c.m.crawlRetry.WithLabelValues(platformSlug(tg.Platform)).Inc()
+		c.log.Warn("crawl of target failed, retrying", "project_id", p.ProjectID, "platform", tg.Platform,
+			"attempt", attempt, "max_attempts", pol.MaxAttempts, "wait", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return attempt, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// transientCrawl reports whether a crawl error is transient (classified
+// with stages.Retry or stages.RetryAfter) and the least wait it asks for.
+// An unclassified error is permanent: unlike the runtime, which retries
+// unclassified stage errors, the collector cannot tell a page that will
+// never load from one that may.
+func transientCrawl(err error) (time.Duration, bool) {
+	var se *stages.Error
+	if errors.As(err, &se) && se.Kind == stages.KindRetry {
+		return se.After, true
+	}
+	return 0, false
 }
 
 // crawlTarget runs one target's crawl, turning a panic of the crawler into

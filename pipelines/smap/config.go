@@ -53,6 +53,15 @@ type Config struct {
 	// Crawler finds items (default: SchemeCrawler with a SyntheticCrawler of
 	// 20 items per target and an HTTPCrawler with its defaults).
 	Crawler Crawler
+	// CrawlRetry bounds the crawls of a target whose crawl fails
+	// transiently (the crawler returned an error classified with
+	// stages.Retry or stages.RetryAfter; see Crawler): MaxAttempts crawls
+	// in all (default 4), the waits between them exponential with jitter
+	// (default 1s doubling up to Max, 30s) and at least the error's
+	// RetryAfter, capped at Max. The waits run inside the collector's stage
+	// and end with its context (revoke, shutdown). A target still failing
+	// after the last crawl is skipped like one failing permanently.
+	CrawlRetry run.RetryPolicy
 	// Analyzers run on every item in order (default Builtins()).
 	Analyzers []Analyzer
 	// ObjectAttempts bounds the reads of a raw object that fail for a
@@ -108,6 +117,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Crawler == nil {
 		c.Crawler = SchemeCrawler{Synthetic: &SyntheticCrawler{}, HTTP: &HTTPCrawler{}}
+	}
+	if c.CrawlRetry.MaxAttempts <= 0 {
+		c.CrawlRetry.MaxAttempts = 4
+	}
+	if c.CrawlRetry.Initial <= 0 {
+		c.CrawlRetry.Initial = time.Second
+	}
+	if c.CrawlRetry.Max <= 0 {
+		c.CrawlRetry.Max = 30 * time.Second
+	}
+	if c.CrawlRetry.Jitter <= 0 {
+		c.CrawlRetry.Jitter = 0.2
 	}
 	if c.Analyzers == nil {
 		c.Analyzers = Builtins()

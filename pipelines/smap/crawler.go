@@ -2,11 +2,13 @@ package smap
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -14,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/stages"
 )
 
 // Item is one post, video or page found by a crawler.
@@ -46,6 +50,15 @@ type RawItem struct {
 // concurrent use and should be deterministic in SourceID: crawling the same
 // target again finds the same items with the same source ids, so that a
 // redelivered project is counted once.
+//
+// A failure that may pass (a timeout, a dropped connection, an HTTP 5xx or
+// 429) should be returned classified with stages.Retry, or with
+// stages.RetryAfter carrying the wait the site asked for: the collector
+// crawls the target again, with backoff and jitter, up to
+// Config.CrawlRetry.MaxAttempts crawls (see there). Any other error — and
+// a panic — is permanent: the target is skipped at once. A retried crawl
+// starts the target over; the items it emitted before failing are emitted
+// again and, having the same source ids, counted once.
 type Crawler interface {
 	Crawl(ctx context.Context, p ProjectCreated, target Target, emit func(Item) error) error
 }
@@ -56,11 +69,82 @@ type Crawler interface {
 // keywords, sentiment words and engagement counts). A target URL
 // "synthetic://PLATFORM?items=N" sets the number of items, otherwise
 // ItemsPerTarget applies.
+//
+// Failures can be injected with more query parameters:
+//   - fail=N: the first N crawls of the target (per project, counted by
+//     this crawler value) fail with a transient error (stages.Retry, like
+//     an HTTP 503), the next ones succeed;
+//   - fail=permanent: every crawl of the target fails with a permanent
+//     error;
+//   - fail_after=K: a failing crawl emits its first K items before it
+//     fails (default 0).
+//
+// The zero value is ready to use; a SyntheticCrawler must not be copied
+// after its first Crawl.
 type SyntheticCrawler struct {
 	// ItemsPerTarget is the default item count per target (default 20).
 	ItemsPerTarget int
 	// Delay is waited before each item, to simulate a slow crawl.
 	Delay time.Duration
+
+	mu    sync.Mutex
+	crawl map[string]int // crawls so far of each target with fail=N
+}
+
+// ErrInjected is wrapped by the failures SyntheticCrawler injects.
+var ErrInjected = errors.New("injected crawl failure")
+
+// syntheticFailure is a target's failure injection (see SyntheticCrawler).
+type syntheticFailure struct {
+	transient int  // fail=N
+	permanent bool // fail=permanent
+	after     int  // fail_after=K
+}
+
+func parseSyntheticFailure(target string, q url.Values) (syntheticFailure, error) {
+	var f syntheticFailure
+	switch s := q.Get("fail"); s {
+	case "":
+	case "permanent":
+		f.permanent = true
+	default:
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			return f, fmt.Errorf("synthetic crawler: target %q: bad fail=%q (want a count or \"permanent\")", target, s)
+		}
+		f.transient = v
+	}
+	if s := q.Get("fail_after"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			return f, fmt.Errorf("synthetic crawler: target %q: bad fail_after=%q", target, s)
+		}
+		f.after = v
+	}
+	return f, nil
+}
+
+// injected returns the error the current crawl of the target must fail
+// with, or nil.
+func (c *SyntheticCrawler) injected(p ProjectCreated, target Target, f syntheticFailure) error {
+	if f.permanent {
+		return fmt.Errorf("synthetic crawler: target %q: 404 Not Found: %w", target.URL, ErrInjected)
+	}
+	if f.transient == 0 {
+		return nil
+	}
+	k := p.ProjectID + "\x00" + target.Platform + "\x00" + target.URL
+	c.mu.Lock()
+	if c.crawl == nil {
+		c.crawl = map[string]int{}
+	}
+	c.crawl[k]++
+	n := c.crawl[k]
+	c.mu.Unlock()
+	if n > f.transient {
+		return nil
+	}
+	return stages.Retry(fmt.Errorf("synthetic crawler: target %q: 503 Service Unavailable (crawl %d of %d failing): %w", target.URL, n, f.transient, ErrInjected))
 }
 
 var (
@@ -78,18 +162,27 @@ func (c *SyntheticCrawler) Crawl(ctx context.Context, p ProjectCreated, target T
 	if n <= 0 {
 		n = 20
 	}
+	var fail syntheticFailure
 	if target.URL != "" {
 		u, err := url.Parse(target.URL)
 		if err != nil {
 			return fmt.Errorf("synthetic crawler: target %q: %w", target.URL, err)
 		}
-		if s := u.Query().Get("items"); s != "" {
+		q := u.Query()
+		if s := q.Get("items"); s != "" {
 			v, err := strconv.Atoi(s)
 			if err != nil || v < 0 {
 				return fmt.Errorf("synthetic crawler: target %q: bad items=%q", target.URL, s)
 			}
 			n = v
 		}
+		if fail, err = parseSyntheticFailure(target.URL, q); err != nil {
+			return err
+		}
+	}
+	failErr := c.injected(p, target, fail)
+	if failErr != nil && fail.after < n {
+		n = fail.after
 	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s\x00%s\x00%s", p.ProjectID, target.Platform, target.URL)
@@ -124,7 +217,7 @@ func (c *SyntheticCrawler) Crawl(ctx context.Context, p ProjectCreated, target T
 			return err
 		}
 	}
-	return nil
+	return failErr
 }
 
 func syntheticText(rng *rand.Rand, keywords []string) string {
@@ -166,6 +259,14 @@ func syntheticText(rng *rand.Rand, keywords []string) string {
 // stripped from HTML) becomes the item text and the URL its source id. It
 // is polite: requests to one host are released at least HostDelay apart,
 // across all goroutines using the crawler. It is safe for concurrent use.
+//
+// Failures that may pass are returned as stages.Retry (see Crawler and
+// Config.CrawlRetry): timeouts, refused, reset or dropped connections, DNS
+// failures other than an unknown host, and the statuses 408, 425, 429 and
+// 5xx except 501 and 505 — with the Retry-After header's wait, when sent,
+// as stages.RetryAfter. Other statuses (404, 403…), a body over MaxBytes,
+// certificate errors and a target that is not an http(s) URL are
+// permanent.
 type HTTPCrawler struct {
 	// Client is the HTTP client (default: a client with Timeout).
 	Client *http.Client
@@ -217,11 +318,19 @@ func (c *HTTPCrawler) Crawl(ctx context.Context, _ ProjectCreated, target Target
 	}
 	resp, err := cl.Do(req)
 	if err != nil {
-		return fmt.Errorf("http crawler: GET %s: %w", u.Redacted(), err)
+		err = fmt.Errorf("http crawler: GET %s: %w", u.Redacted(), err)
+		if ctx.Err() == nil && transportTransient(err) {
+			return stages.Retry(err)
+		}
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("http crawler: GET %s: status %s", u.Redacted(), resp.Status)
+		err := fmt.Errorf("http crawler: GET %s: status %s", u.Redacted(), resp.Status)
+		if statusTransient(resp.StatusCode) {
+			return stages.RetryAfter(retryAfter(resp.Header.Get("Retry-After"), time.Now()), err)
+		}
+		return err
 	}
 	limit := c.MaxBytes
 	if limit <= 0 {
@@ -229,7 +338,11 @@ func (c *HTTPCrawler) Crawl(ctx context.Context, _ ProjectCreated, target Target
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return fmt.Errorf("http crawler: read %s: %w", u.Redacted(), err)
+		err = fmt.Errorf("http crawler: read %s: %w", u.Redacted(), err)
+		if ctx.Err() == nil {
+			return stages.Retry(err) // the connection broke or timed out mid-body
+		}
+		return err
 	}
 	if int64(len(body)) > limit {
 		return fmt.Errorf("http crawler: %s: %w (limit %d bytes)", u.Redacted(), ErrTooLarge, limit)
@@ -239,6 +352,64 @@ func (c *HTTPCrawler) Crawl(ctx context.Context, _ ProjectCreated, target Target
 		text = htmlText(text)
 	}
 	return emit(Item{SourceID: u.String(), Platform: target.Platform, URL: u.String(), Text: text})
+}
+
+// statusTransient reports whether an HTTP status may pass on a later
+// request: 408 Request Timeout, 425 Too Early, 429 Too Many Requests and
+// the 5xx server errors but 501 Not Implemented and 505 HTTP Version Not
+// Supported.
+func statusTransient(code int) bool {
+	switch {
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests:
+		return true
+	case code == http.StatusNotImplemented, code == http.StatusHTTPVersionNotSupported:
+		return false
+	default:
+		return code >= 500 && code <= 599
+	}
+}
+
+// transportTransient reports whether a failed request (no response) may
+// pass on a later one: a timeout, a refused, reset or dropped connection,
+// or a DNS failure other than "no such host". TLS certificate errors,
+// unknown hosts, bad redirects and the like are permanent.
+func transportTransient(err error) bool {
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return !dnsErr.IsNotFound
+	}
+	var certErr *tls.CertificateVerificationError
+	if errors.As(err, &certErr) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op != "remote error" // a TLS alert from the server
+}
+
+// retryAfter parses a Retry-After header (delay seconds or an HTTP date)
+// into a wait from now; 0 when absent, invalid or in the past.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(min(s, int64(24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // hostGate serialises the requests to one host: sem is held while a

@@ -89,9 +89,17 @@
 //
 // # Crawl failures
 //
-// A target whose crawl fails (the crawler returns an error or panics) is
-// skipped and counted in smap_crawl_errors_total: the project completes
-// with the items of the other targets (and those the failed target found
-// before failing). A project without any item completes at its seal and
-// reports 100 %.
+// A target whose crawl fails transiently (the crawler returns an error
+// classified with stages.Retry or stages.RetryAfter: a timeout, a dropped
+// connection, an HTTP 5xx or 429) is crawled again with exponential
+// backoff and jitter, up to Config.CrawlRetry.MaxAttempts crawls (default
+// 4), each retry counted in smap_crawl_retries_total; a retried crawl
+// re-emits the items found before the failure, which are counted once.
+// A target whose crawl fails permanently (any other error, or a panic of
+// the crawler) or on every attempt is skipped and counted once in
+// smap_crawl_errors_total: the project completes with the items of the
+// other targets (and those the failed target found before failing). A
+// skipped target is not an item: it changes neither the total nor the
+// errors count of the progress state. A project without any item
+// completes at its seal and reports 100 %.
 package smap

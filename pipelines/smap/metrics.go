@@ -11,6 +11,7 @@ type metrics struct {
 	projects    *prometheus.CounterVec   // outcome: crawled|skipped_done|resealed
 	collected   *prometheus.CounterVec   // platform
 	crawlErrors *prometheus.CounterVec   // platform
+	crawlRetry  *prometheus.CounterVec   // platform
 	analysed    *prometheus.CounterVec   // result: ok | <dlq reason>
 	analyseDur  prometheus.Histogram     // per item
 	completions *prometheus.CounterVec   // repeat: false|true
@@ -30,7 +31,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smap_items_collected_total", Help: "Items stored and announced on smap.data.collected, per platform (re-crawls included).",
 		}, []string{"platform"}),
 		crawlErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smap_crawl_errors_total", Help: "Targets whose crawl failed, per platform.",
+			Name: "smap_crawl_errors_total", Help: "Targets skipped because their crawl failed (permanently, or transiently on every attempt), per platform.",
+		}, []string{"platform"}),
+		crawlRetry: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smap_crawl_retries_total", Help: "Crawls of a target retried after a transient failure, per platform.",
 		}, []string{"platform"}),
 		analysed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smap_items_analysed_total", Help: "Items analysed, per result (ok or the DLQ reason).",
@@ -50,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"op"}),
 	}
-	for _, c := range []prometheus.Collector{m.projects, m.collected, m.crawlErrors, m.analysed, m.analyseDur, m.completions, m.counted, m.stateWrites} {
+	for _, c := range []prometheus.Collector{m.projects, m.collected, m.crawlErrors, m.crawlRetry, m.analysed, m.analyseDur, m.completions, m.counted, m.stateWrites} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("smap: register metrics: %w", err)
 		}

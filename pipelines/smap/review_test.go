@@ -32,6 +32,7 @@ func TestChoreographyEdges(t *testing.T) {
 	t.Run("RebuildRacesLiveWork", func(t *testing.T) { t.Parallel(); testRebuildRace(t, pgs) })
 	t.Run("ShortStoreOutageDuringCrawl", func(t *testing.T) { t.Parallel(); testCrawlOutage(t, pgs) })
 	t.Run("CollectorCrashBeforeSeal", func(t *testing.T) { t.Parallel(); testCrashBeforeSeal(t, pgs) })
+	t.Run("CrawlRetries", func(t *testing.T) { t.Parallel(); testCrawlRetries(t, pgs) })
 }
 
 // The collector dies after storing and announcing part of a project's
