@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/sinks/kafkasink"
+	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages/ratelimit"
 	"github.com/sluicehq/sluice/stages/run"
 )
@@ -43,7 +44,9 @@ func (p coPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 }
 
 // NewWorker builds the worker. env.Kafka and env.Objects are required;
-// env.Redis too unless cfg.RateLimit.Disabled.
+// env.Redis too unless cfg.RateLimit.Disabled. Its metrics, the
+// object-store ones included (sluice_objstore_*{pipeline="ticks"}), go to
+// env.Registerer.
 func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -61,6 +64,10 @@ func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 	m, err := newMetrics(env.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("ticks: metrics: %w", err)
+	}
+	store, err := objstore.Instrument(env.Objects, env.Registerer, cfg.Runtime.Name)
+	if err != nil {
+		return nil, fmt.Errorf("ticks: %w", err)
 	}
 	var lim *ratelimit.Limiter
 	if !cfg.RateLimit.Disabled {
@@ -83,7 +90,7 @@ func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ticks: producer: %w", err)
 	}
-	w := newWorker(cfg, env.Objects, lim, env.Kafka, m, log)
+	w := newWorker(cfg, store, lim, env.Kafka, m, log)
 	runner, err := run.New(cfg.Runtime, decodeTaskIn, w.stage, kafkasink.Records(prod),
 		run.WithKafkaOpts(env.Kafka...),
 		run.WithRegisterer(env.Registerer),
@@ -140,6 +147,12 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The supervisor's calls count with the worker's (same labels, shared
+	// series).
+	store, err := objstore.Instrument(env.Objects, env.Registerer, cfg.Runtime.Name)
+	if err != nil {
+		return nil, fmt.Errorf("ticks: %w", err)
+	}
 	cl, err := kgo.NewClient(env.Kafka...)
 	if err != nil {
 		return nil, fmt.Errorf("ticks: coordinator client: %w", err)
@@ -147,7 +160,7 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	coord := NewCoordinator(cl, env.Kafka, cfg)
 	svcs := []pipelines.Service{closer{Service: wk, close: cl.Close}}
 	if cfg.Supervisor.Enabled {
-		svcs = append(svcs, NewSupervisor(cfg, coord, env.Objects, env.Logger))
+		svcs = append(svcs, NewSupervisor(cfg, coord, store, env.Logger))
 	}
 	if env.Ops != nil {
 		for pattern, h := range coord.Routes() {

@@ -64,6 +64,9 @@ func TestStoreConfigErrorIsFatal(t *testing.T) {
 	if n := ds.puts.Load(); n != 1 {
 		t.Errorf("%d segment writes, want 1 (no retry)", n)
 	}
+	if n := testkit.Metric(t, f.reg, "sluice_objstore_operations_total", "pipeline", "ticks", "op", "put", "result", "permanent_error"); n != 1 {
+		t.Errorf("sluice_objstore_operations_total{pipeline=ticks,op=put,result=permanent_error} = %v, want 1", n)
+	}
 	if st := f.job(t, res.JobKey); st == nil || st.Status == ticks.StatusFailed {
 		t.Errorf("job state %+v, want it not FAILED", st)
 	}

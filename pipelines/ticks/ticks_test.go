@@ -69,6 +69,27 @@ func TestTriggeredJobCompletesWithExactTicks(t *testing.T) {
 	if n := testkit.Metric(t, f.reg, "sluice_dlq_records_total"); n != 0 {
 		t.Errorf("%v records dead-lettered", n)
 	}
+	// The worker's object-store calls are counted on its registry: one Put
+	// per segment file, with the files' bytes, and no failure.
+	infos, err := f.store.List(testkit.Context(t), ticks.SegmentPrefix("NQ", testDate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size int64
+	for _, in := range infos {
+		size += in.Size
+	}
+	if got := testkit.Metric(t, f.reg, "sluice_objstore_operations_total", "pipeline", "ticks", "op", "put", "result", "ok"); got != float64(len(segs)) || len(infos) != len(segs) {
+		t.Errorf("sluice_objstore_operations_total{pipeline=ticks,op=put,result=ok} = %v, want %d (%d files)", got, len(segs), len(infos))
+	}
+	if got := testkit.Metric(t, f.reg, "sluice_objstore_written_bytes_total", "pipeline", "ticks"); got != float64(size) {
+		t.Errorf("sluice_objstore_written_bytes_total{pipeline=ticks} = %v, want %d (the files' sizes)", got, size)
+	}
+	for _, res := range []string{"permanent_error", "transient_error"} {
+		if got := testkit.Metric(t, f.reg, "sluice_objstore_operations_total", "pipeline", "ticks", "result", res); got != 0 {
+			t.Errorf("sluice_objstore_operations_total{pipeline=ticks,result=%s} = %v, want 0", res, got)
+		}
+	}
 }
 
 func mux(c *ticks.Coordinator) http.Handler {

@@ -3,6 +3,8 @@ package ticks_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -152,6 +154,17 @@ func TestServicesAndDemoScenario(t *testing.T) {
 	}
 	if sum.Ticks != total {
 		t.Errorf("summary counts %d ticks, want %d", sum.Ticks, total)
+	}
+	// The ops server exposes the worker's object-store calls: one Put per
+	// segment file (the fixture's store wrapper is backend "other").
+	resp, err = http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf(`sluice_objstore_operations_total{backend="other",op="put",pipeline="ticks",result="ok"} %d`+"\n", sum.Segments); !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %q", want)
 	}
 	resp, err = http.Get(srv.URL + "/api/v1/ingest/jobs/AAPL:" + testDate)
 	if err != nil || resp.StatusCode != http.StatusOK {
