@@ -115,6 +115,7 @@ func testChickenAndEgg(t *testing.T, pgs *testkit.PostgresServer) {
 		}
 	}
 	// Raw objects are where data.collected says.
+	var rawBytes int
 	for _, r := range h.k.ReadTopic(t, h.cfg.DataCollectedTopic) {
 		e, err := DecodeDataCollected(r.Value)
 		if err != nil {
@@ -127,6 +128,7 @@ func testChickenAndEgg(t *testing.T, pgs *testkit.PostgresServer) {
 		if err != nil {
 			t.Fatalf("raw object: %v", err)
 		}
+		rawBytes += len(b)
 		var raw RawItem
 		if err := json.Unmarshal(b, &raw); err != nil || raw.ItemID != e.Payload.ItemID || raw.ProjectID != "p-slow" || raw.Text == "" {
 			t.Fatalf("raw object %s: %v %+v", e.Payload.ObjectKey, err, raw)
@@ -160,6 +162,23 @@ func testChickenAndEgg(t *testing.T, pgs *testkit.PostgresServer) {
 	}
 	if v := testkit.Metric(t, d.reg, "smap_items_analysed_total", "result", "ok"); v < n {
 		t.Errorf("smap_items_analysed_total{result=ok} = %v, want ≥ %d", v, n)
+	}
+	// Each service's object-store calls are counted under its name: the
+	// collector stored every raw item (and the project meta), analytics
+	// read every raw item back, and nothing failed.
+	if v := testkit.Metric(t, d.reg, "sluice_objstore_operations_total", "pipeline", CollectorName, "op", "put", "result", "ok"); v < n+1 {
+		t.Errorf("sluice_objstore_operations_total{pipeline=%s,op=put,result=ok} = %v, want ≥ %d", CollectorName, v, n+1)
+	}
+	if v := testkit.Metric(t, d.reg, "sluice_objstore_operations_total", "pipeline", AnalyticsName, "op", "get", "result", "ok"); v < n {
+		t.Errorf("sluice_objstore_operations_total{pipeline=%s,op=get,result=ok} = %v, want ≥ %d", AnalyticsName, v, n)
+	}
+	if v := testkit.Metric(t, d.reg, "sluice_objstore_read_bytes_total", "pipeline", AnalyticsName); v < float64(rawBytes) {
+		t.Errorf("sluice_objstore_read_bytes_total{pipeline=%s} = %v, want ≥ %d (the raw items' sizes)", AnalyticsName, v, rawBytes)
+	}
+	for _, res := range []string{"permanent_error", "transient_error"} {
+		if v := testkit.Metric(t, d.reg, "sluice_objstore_operations_total", "result", res); v != 0 {
+			t.Errorf("sluice_objstore_operations_total{result=%s} = %v, want 0", res, v)
+		}
 	}
 }
 

@@ -75,8 +75,10 @@ func NewTracker(rdb *redis.Client, cfg Config) (*progress.Tracker, error) {
 // env.DB (with the post_analytics migration applied), env.Redis and
 // env.Objects are required. When env.Ops is set, the progress query is
 // mounted on it at ProgressRoute (so call Services once per ops server).
-// Metrics go to env.Registerer. Each service closes the clients it owns
-// when its Run returns; Run may be called once per service.
+// Metrics go to env.Registerer, the object-store calls of each service
+// (sluice_objstore_*) with the service's name as their pipeline label. Each
+// service closes the clients it owns when its Run returns; Run may be
+// called once per service.
 func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -103,6 +105,14 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	m, err := newMetrics(env.Registerer)
 	if err != nil {
 		return nil, err
+	}
+	// Each service counts its object-store calls under its own pipeline
+	// label, the one its runtime metrics carry.
+	objects := map[string]objstore.Store{}
+	for _, name := range []string{CollectorName, AnalyticsName, ProgressName} {
+		if objects[name], err = objstore.Instrument(env.Objects, env.Registerer, name); err != nil {
+			return nil, fmt.Errorf("smap: %w", err)
+		}
 	}
 	rdb, closeRedis := StateClient(env.Redis, cfg)
 	shared := &refCloser{close: closeRedis, n: 3}
@@ -140,8 +150,8 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	if err != nil {
 		return fail(err)
 	}
-	comp := newCompleter(cfg, tr, cprod, env.Objects, m, log)
-	col := &collector{cfg: cfg, tr: tr, objects: env.Objects, prod: cprod, comp: comp, m: m, log: log.With("service", CollectorName)}
+	comp := newCompleter(cfg, tr, cprod, objects[CollectorName], m, log)
+	col := &collector{cfg: cfg, tr: tr, objects: objects[CollectorName], prod: cprod, comp: comp, m: m, log: log.With("service", CollectorName)}
 	crc := cfg.runConfig(CollectorName, cfg.CollectorGroup, cfg.ProjectCreatedTopic)
 	// A dead-lettered project.created strands its project in CRAWLING (its
 	// total is never sealed): ride out a short Redis or object-store outage
@@ -160,7 +170,7 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	if err != nil {
 		return fail(err)
 	}
-	an := &analytics{cfg: cfg, objects: env.Objects, m: m, log: log.With("service", AnalyticsName)}
+	an := &analytics{cfg: cfg, objects: objects[AnalyticsName], m: m, log: log.With("service", AnalyticsName)}
 	arun, err := run.New(cfg.runConfig(AnalyticsName, cfg.AnalyticsGroup, cfg.DataCollectedTopic),
 		decodeCollected, an.stage, &analyticsSink{db: env.DB, prod: aprod, m: m}, opts(AnalyticsName)...)
 	if err != nil {
@@ -174,10 +184,10 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	if err != nil {
 		return fail(err)
 	}
-	pcomp := newCompleter(cfg, tr, pprod, env.Objects, m, log.With("service", ProgressName))
+	pcomp := newCompleter(cfg, tr, pprod, objects[ProgressName], m, log.With("service", ProgressName))
 	prc := cfg.runConfig(ProgressName, cfg.ProgressGroup, cfg.AnalysisFinishedTopic)
 	prc.Retry.MaxAttempts = max(prc.Retry.MaxAttempts, minStateAttempts)
-	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, env.Objects, m), pcomp.sink, opts(ProgressName)...)
+	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, objects[ProgressName], m), pcomp.sink, opts(ProgressName)...)
 	if err != nil {
 		pprod.Close()
 		return fail(fmt.Errorf("smap progress: %w", err))
