@@ -65,9 +65,14 @@ const RuleProjectID = "smap.project_id"
 const maxProjectIDLen = 80
 
 // checkProjectID refuses a project id that some store downstream cannot
-// hold: too long for an object name, or with control characters (NUL is
-// refused by PostgreSQL and would stop the analytics partition).
+// hold: too long for an object name, with control characters (NUL is
+// refused by PostgreSQL and would stop the analytics partition), or one
+// the progress tracker refuses (progress.CheckJobID: ending in ":items" or
+// ":found", whose progress hash would be another project's set).
 func checkProjectID(id string) error {
+	if err := progress.CheckJobID(id); err != nil {
+		return err
+	}
 	if len(id) > maxProjectIDLen {
 		return fmt.Errorf("project_id of %d bytes: want at most %d", len(id), maxProjectIDLen)
 	}

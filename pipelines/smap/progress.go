@@ -42,8 +42,8 @@ func ProgressOf(s progress.State) Progress {
 }
 
 // ProgressHandler serves ProgressRoute: 200 with the Progress JSON, 404
-// with status NOT_FOUND for a project without state, 503 when Redis
-// cannot be read.
+// with status NOT_FOUND for a project without state or an id no project
+// can have (progress.ErrInvalidID), 503 when Redis cannot be read.
 func ProgressHandler(tr *progress.Tracker, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.Default()
@@ -57,6 +57,9 @@ func ProgressHandler(tr *progress.Tracker, log *slog.Logger) http.Handler {
 			return
 		}
 		st, err := tr.Get(r.Context(), id)
+		if errors.Is(err, progress.ErrInvalidID) {
+			st, err = progress.State{ID: id, Status: progress.StatusNotFound}, nil
+		}
 		if err != nil {
 			log.Warn("progress query failed", "project_id", id, "err", err)
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -221,6 +221,10 @@ func counterStage(cfg Config, tr *progress.Tracker, objects objstore.Store, m *m
 	}, cfg.MissingStateWait)
 	return func(ctx context.Context, msg stages.Msg[Event[AnalysisFinished]]) ([]progress.Completion, error) {
 		cs, err := inner(ctx, msg)
+		if errors.Is(err, progress.ErrInvalidID) {
+			// The decoder refuses empty ids: the project id is the culprit.
+			return nil, stages.DeadLetter(stages.ReasonSanityFail, RuleProjectID, err)
+		}
 		if errors.Is(err, progress.ErrMissing) {
 			return missingState(ctx, objects, msg.Value.Payload.ProjectID, err)
 		}
