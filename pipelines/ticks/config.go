@@ -41,6 +41,14 @@ type Config struct {
 	// PacingBackoff is the minimum wait after a pacing violation
 	// (default 15s).
 	PacingBackoff time.Duration
+	// SessionSettle is how long after a session's end the Coordinator
+	// accepts a trigger for it (default 1m): a job is ingested once its
+	// session has ended, since a source returns only the ticks up to now
+	// and the job would otherwise be COMPLETED with part of the day. The
+	// worker refuses (sanity_fail, rule ticks.session) a trigger command
+	// whose session has not ended by its own clock, so
+	// SessionSettle also absorbs that much clock skew between them.
+	SessionSettle time.Duration
 	// Runtime holds optional runtime knobs (batching, commit interval,
 	// revoke timeout). Name, Group, Topics and DLQTopic are set by the
 	// pipeline; Retry.MaxAttempts is raised so that rate-limit waits never
@@ -123,6 +131,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PacingBackoff <= 0 {
 		c.PacingBackoff = 15 * time.Second
+	}
+	if c.SessionSettle <= 0 {
+		c.SessionSettle = time.Minute
 	}
 	if c.Supervisor.Interval <= 0 {
 		c.Supervisor.Interval = 30 * time.Second

@@ -51,6 +51,16 @@
 // bucket, without committing the task, which is redelivered once the
 // configuration is fixed and the worker restarted.
 //
+// # Session end
+//
+// A job is ingested once its session has ended: during (or before) a
+// session a source returns only the ticks up to now, and the job would be
+// COMPLETED with part of the day. The Coordinator refuses a trigger until
+// Config.SessionSettle (default 1 min) after the session end (HTTP 400,
+// the CLI exits with the error) and sends nothing; the worker dead-letters
+// a trigger command whose session ends after its own clock
+// (sanity_fail, rule ticks.session).
+//
 // # Supervisor
 //
 // The Supervisor marks RUNNING jobs whose heartbeat is older than

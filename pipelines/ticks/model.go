@@ -202,30 +202,45 @@ func decodeTask(key, value []byte) (Task, error) {
 const sessionSlack = 48 * time.Hour
 
 // checkTrigger rejects a trigger command the Coordinator would not have
-// sent: an invalid symbol, date or account (rules ticks.symbol, ticks.date,
-// ticks.account), or a session that is empty, reversed or not around its
-// date (ticks.session) — such a session would make the job page through
-// the source far outside the day it names.
-func checkTrigger(t Task) error {
+// sent (see checkJob).
+func checkTrigger(t Task, now time.Time) error {
+	return checkJob("trigger", now, t.Symbol, t.Date, t.AccountID, t.StartTime, t.EndTime)
+}
+
+// checkJob rejects the job a trigger command describes (what
+// names the command in the error) as sanity_fail: an invalid symbol, date
+// or account (rules ticks.symbol, ticks.date, ticks.account), a session
+// that is empty, reversed or not around its date (ticks.session) — such a
+// session would make the job page through the source far outside the day
+// it names — or a session that has not ended at now (ticks.session): a
+// source returns only the ticks up to now, and the job would be COMPLETED
+// with part of the day. The Coordinator refuses a trigger until
+// SessionSettle after the session end, so a worker clock up to that much
+// behind the Coordinator's does not refuse the commands it sends.
+func checkJob(what string, now time.Time, symbol, date, account string, start, end int64) error {
 	dead := func(rule, format string, args ...any) error {
-		return stages.DeadLetter(stages.ReasonSanityFail, rule, fmt.Errorf("trigger: "+format, args...))
+		return stages.DeadLetter(stages.ReasonSanityFail, rule, fmt.Errorf(what+": "+format, args...))
 	}
-	if ValidateSymbol(t.Symbol) != nil {
-		return dead("ticks.symbol", "symbol %q: want 1-16 characters of A-Z, 0-9, '.', '-'", clip(t.Symbol))
+	if ValidateSymbol(symbol) != nil {
+		return dead("ticks.symbol", "symbol %q: want 1-16 characters of A-Z, 0-9, '.', '-'", clip(symbol))
 	}
-	day, err := time.Parse(time.DateOnly, t.Date)
+	day, err := time.Parse(time.DateOnly, date)
 	if err != nil {
-		return dead("ticks.date", "date %q: want YYYY-MM-DD", clip(t.Date))
+		return dead("ticks.date", "date %q: want YYYY-MM-DD", clip(date))
 	}
-	if t.AccountID != "" && ValidateAccount(t.AccountID) != nil {
-		return dead("ticks.account", "account_id %q: want 1-64 characters of A-Z, a-z, 0-9, '_', '-'", clip(t.AccountID))
+	if account != "" && ValidateAccount(account) != nil {
+		return dead("ticks.account", "account_id %q: want 1-64 characters of A-Z, a-z, 0-9, '_', '-'", clip(account))
 	}
-	if t.StartTime <= 0 || t.EndTime < t.StartTime {
-		return dead("ticks.session", "no valid session [%d, %d]", t.StartTime, t.EndTime)
+	if start <= 0 || end < start {
+		return dead("ticks.session", "no valid session [%d, %d]", start, end)
 	}
 	lo, hi := day.Add(-sessionSlack).UnixMilli(), day.Add(24*time.Hour+sessionSlack).UnixMilli()
-	if t.StartTime < lo || t.EndTime >= hi {
-		return dead("ticks.session", "session [%d, %d] is not around %s (want within [%d, %d))", t.StartTime, t.EndTime, t.Date, lo, hi)
+	if start < lo || end >= hi {
+		return dead("ticks.session", "session [%d, %d] is not around %s (want within [%d, %d))", start, end, date, lo, hi)
+	}
+	if end >= now.UnixMilli() {
+		return dead("ticks.session", "session of %s on %s ends at %s, after now (%s): a job is ingested once its session has ended",
+			symbol, date, time.UnixMilli(end+1).UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

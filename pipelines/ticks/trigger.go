@@ -51,6 +51,7 @@ type Coordinator struct {
 	kopts     []kgo.Opt
 	now       func() time.Time
 	maxFuture time.Duration
+	settle    time.Duration
 }
 
 // NewCoordinator returns a coordinator producing with cl (any partitioner
@@ -58,12 +59,15 @@ type Coordinator struct {
 // cfg.TasksTopic; kopts are used to read cfg.JobsTopic for status queries.
 func NewCoordinator(cl *kgo.Client, kopts []kgo.Opt, cfg Config) *Coordinator {
 	cfg = cfg.withDefaults()
-	return &Coordinator{cl: cl, source: cfg.Source, tasks: cfg.TasksTopic, jobs: cfg.JobsTopic, kopts: kopts, now: cfg.Now, maxFuture: 48 * time.Hour}
+	return &Coordinator{cl: cl, source: cfg.Source, tasks: cfg.TasksTopic, jobs: cfg.JobsTopic, kopts: kopts, now: cfg.Now, maxFuture: 48 * time.Hour, settle: cfg.SessionSettle}
 }
 
 // Trigger validates req, creates a new job_instance_id, asks the source for
 // the session's trading hours and sends the trigger command. Invalid input
-// is an *InputError.
+// is an *InputError, and so is a session that has not ended at least
+// Config.SessionSettle ago: during (or before) a session a source returns
+// only the ticks up to now, and the job would be COMPLETED with part of
+// the day.
 func (c *Coordinator) Trigger(ctx context.Context, req TriggerRequest) (TriggerResult, error) {
 	var errs []error
 	if err := ValidateSymbol(req.Symbol); err != nil {
@@ -87,6 +91,14 @@ func (c *Coordinator) Trigger(ctx context.Context, req TriggerRequest) (TriggerR
 			return TriggerResult{}, &InputError{Err: err}
 		}
 		return TriggerResult{}, fmt.Errorf("trading hours of %s on %s: %w", req.Symbol, req.Date, err)
+	}
+	if end, now := time.UnixMilli(sess.End+1), c.now(); now.Before(end.Add(c.settle)) {
+		state := "has not ended yet"
+		if !now.Before(end) {
+			state = fmt.Sprintf("ended less than %s ago", c.settle)
+		}
+		return TriggerResult{}, &InputError{Err: fmt.Errorf("the session of %s on %s ends at %s and %s: trigger it from %s",
+			req.Symbol, req.Date, end.UTC().Format(time.RFC3339), state, end.Add(c.settle).UTC().Format(time.RFC3339))}
 	}
 	t := Task{
 		Kind: KindTrigger, JobKey: JobKey(req.Symbol, req.Date), Symbol: req.Symbol, Date: req.Date,

@@ -226,7 +226,7 @@ func (w *worker) onTrigger(p int32, offset int64, t Task) ([]*kgo.Record, error)
 		w.m.dropped.WithLabelValues("stale").Inc()
 		return nil, nil
 	}
-	if err := checkTrigger(t); err != nil {
+	if err := checkTrigger(t, w.cfg.Now()); err != nil {
 		return nil, err
 	}
 	now := w.cfg.Now().UnixMilli()
