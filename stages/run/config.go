@@ -56,9 +56,22 @@ type Config struct {
 	// finish its batch before it is abandoned (default 20s).
 	RevokeTimeout time.Duration
 	// StartOffset is where a partition starts when the group has no
-	// committed offset for it: "earliest" (default: the log start) or
+	// committed offset for it, so it applies only before the group's first
+	// commit of that partition: "earliest" (default: the log start) or
 	// "latest" (the log end; records produced before the group first
 	// consumed the partition are never processed).
+	//
+	// "latest" is resolved once, when a member of the group is assigned the
+	// partition and finds no commit, and that end offset is committed for
+	// the group then, before any record of the partition is processed (a
+	// group commit fenced by the member's generation, so a member whose
+	// generation went stale cannot make it; a partition with a commit is
+	// never touched). A member that stops or loses the partition before its
+	// own first commit (a crash, a shutdown while its sink is down, a
+	// rebalance) thus leaves the next owner that start rather than the log
+	// end of its own time: the records produced after the group started are
+	// not skipped. "earliest" needs no such commit: an owner resolving it
+	// again loses nothing.
 	//
 	// It never moves a partition that has a commit. A committed offset
 	// below the log start (retention or DeleteRecords removed records the

@@ -26,6 +26,13 @@
 // runner logs a WARN with the deleted offset range and counts it in
 // sluice_offsets_skipped_total. See Config.StartOffset.
 //
+// With Config.StartOffset "latest", a partition the group has no commit for
+// starts at its end, and that offset is committed for the group when the
+// partition is assigned, before any of its records is processed: a member
+// that stops or loses the partition before its first commit of a processed
+// record leaves the next owner that start, not a later log end, so the
+// records produced in between are not skipped.
+//
 // # Errors
 //
 // A decode error or a decoder panic dead-letters the record as decode_error;

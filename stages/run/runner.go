@@ -194,10 +194,13 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 		kgo.OnPartitionsLost(r.onLost),
 	)
 	opts = append(opts, r.cfg.offsetOpts()...)
+	latest, setClient := latestOpts(r.cfg, r.o.log)
+	opts = append(opts, latest...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("pipeline %s: kafka client: %w", r.cfg.Name, err)
 	}
+	setClient(cl)
 	r.cl = cl
 	r.o.log.Info("pipeline starting", "group", r.cfg.Group, "topics", r.cfg.Topics)
 	watched := make(chan struct{})

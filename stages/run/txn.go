@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/stages"
@@ -36,9 +35,11 @@ import (
 // are reported as by [Runner]: a WARN with the offset range and
 // sluice_offsets_skipped_total (see Config.StartOffset). With StartOffset
 // "latest", a partition the group has no commit for starts at its end (its
-// last stable offset) listed when it is assigned, and a transaction aborted
-// before the group's first commit polls again from there, never from the
-// log start. Config's batch settings do not apply.
+// last stable offset) listed when it is assigned, which is committed for the
+// group then (see Config.StartOffset): a transaction aborted before the
+// group's first transaction committed polls again from there, never from
+// the log start, and a member that stops before it committed one leaves the
+// next owner that position. Config's batch settings do not apply.
 type TxRunner[In any] struct {
 	cfg    Config
 	txnID  string
@@ -90,27 +91,14 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 		kgo.RequireStableFetchOffsets(),
 	)
 	opts = append(opts, r.cfg.offsetOpts()...)
-	// The hook pinning "latest" (see pinLatest) runs on kgo's group
-	// goroutine once the member joined, after the session exists.
-	var sessCl *kgo.Client
-	created := make(chan struct{})
-	if r.cfg.StartOffset == "latest" {
-		opts = append(opts, kgo.AdjustFetchOffsetsFn(func(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-			select {
-			case <-created:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			return r.pinLatest(ctx, sessCl, offsets)
-		}))
-	}
+	latest, setClient := latestOpts(r.cfg, r.o.log)
+	opts = append(opts, latest...)
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		return fmt.Errorf("pipeline %s: transactional client: %w", r.cfg.Name, err)
 	}
 	defer sess.Close()
-	sessCl = sess.Client()
-	close(created)
+	setClient(sess.Client())
 	// A deleted or recreated input topic stops the runner (see
 	// watchTopics): watchErr is set before ctx is cancelled.
 	ctx, stopWatch := context.WithCancel(ctx)
@@ -248,54 +236,6 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 		return fmt.Errorf("pipeline %s: %w", r.cfg.Name, watchErr)
 	}
 	return nil
-}
-
-// pinLatest replaces the start offset of the partitions in offsets that the
-// group has no commit for (kgo passes them as the "latest" start offset,
-// unresolved) with the concrete offset it stands for: the partition's last
-// stable offset, where a read_committed consumer starting at the end
-// starts. kgo then counts that offset as the partition's committed
-// position, so a transaction that aborts before the group's first commit
-// rewinds the partition to it. Left unresolved, kgo rewinds such a
-// partition to offset 0 (its placeholder for "no commit"), that is to the
-// log start, and the runner would process and produce every record
-// produced before it started. Partitions with a commit are left alone.
-// Called by kgo (kgo.AdjustFetchOffsetsFn) when partitions are assigned,
-// with StartOffset "latest" only.
-func (r *TxRunner[In]) pinLatest(ctx context.Context, cl *kgo.Client, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	var topics []string
-	for topic, ps := range offsets {
-		for _, o := range ps {
-			if o.EpochOffset().Offset < 0 {
-				topics = append(topics, topic)
-				break
-			}
-		}
-	}
-	if len(topics) == 0 {
-		return offsets, nil
-	}
-	ends, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topics...)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pipeline %s: list the end offsets of %v to start at (StartOffset latest): %w", r.cfg.Name, topics, err)
-	}
-	for _, topic := range topics {
-		for p, o := range offsets[topic] {
-			if o.EpochOffset().Offset >= 0 {
-				continue
-			}
-			end, ok := ends.Lookup(topic, p)
-			if !ok {
-				return nil, fmt.Errorf("pipeline %s: no end offset listed for %s/%d (StartOffset latest)", r.cfg.Name, topic, p)
-			}
-			offsets[topic][p] = kgo.NewOffset().At(end.Offset)
-			r.o.log.Info("partition without a commit starts at its end (StartOffset latest)", "topic", topic, "partition", p, "offset", end.Offset)
-		}
-	}
-	return offsets, nil
 }
 
 // noteSkipped is the transactional runner's [Runner.noteSkipped]: it logs
