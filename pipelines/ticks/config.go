@@ -45,8 +45,8 @@ type Config struct {
 	// accepts a trigger for it (default 1m): a job is ingested once its
 	// session has ended, since a source returns only the ticks up to now
 	// and the job would otherwise be COMPLETED with part of the day. The
-	// worker refuses (sanity_fail, rule ticks.session) a trigger command
-	// whose session has not ended by its own clock, so
+	// worker refuses (sanity_fail, rule ticks.session) a trigger or
+	// bootstrap command whose session has not ended by its own clock, so
 	// SessionSettle also absorbs that much clock skew between them.
 	SessionSettle time.Duration
 	// Runtime holds optional runtime knobs (batching, commit interval,

@@ -58,7 +58,7 @@
 // COMPLETED with part of the day. The Coordinator refuses a trigger until
 // Config.SessionSettle (default 1 min) after the session end (HTTP 400,
 // the CLI exits with the error) and sends nothing; the worker dead-letters
-// a trigger command whose session ends after its own clock
+// a trigger or bootstrap command whose session ends after its own clock
 // (sanity_fail, rule ticks.session).
 //
 // # Supervisor
@@ -67,7 +67,13 @@
 // StallAfter STALLED (optionally re-triggering them from the cursor under a
 // new instance), and Bootstrap rebuilds lost job states from the segment
 // files' names and metadata, sending backfill tasks for holes. Both only
-// send commands; the owner applies them.
+// send commands; the owner applies them. The owner checks a bootstrap
+// command before applying any of it (checkBootstrap): a state of another
+// job, an invalid symbol, date, account, session or instance, a cursor or
+// gap outside the session, or a redundant file that is not a valid
+// segment key of the job is dead-lettered as sanity_fail (rules
+// ticks.symbol, ticks.date, ticks.account, ticks.session or
+// ticks.bootstrap).
 //
 // # Known limits
 //

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
 )
 
@@ -207,7 +208,7 @@ func checkTrigger(t Task, now time.Time) error {
 	return checkJob("trigger", now, t.Symbol, t.Date, t.AccountID, t.StartTime, t.EndTime)
 }
 
-// checkJob rejects the job a trigger command describes (what
+// checkJob rejects the job a trigger or bootstrap command describes (what
 // names the command in the error) as sanity_fail: an invalid symbol, date
 // or account (rules ticks.symbol, ticks.date, ticks.account), a session
 // that is empty, reversed or not around its date (ticks.session) — such a
@@ -241,6 +242,62 @@ func checkJob(what string, now time.Time, symbol, date, account string, start, e
 	if end >= now.UnixMilli() {
 		return dead("ticks.session", "session of %s on %s ends at %s, after now (%s): a job is ingested once its session has ended",
 			symbol, date, time.UnixMilli(end+1).UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// RuleBootstrap is the dlq.rule of a bootstrap command whose rebuilt state
+// does not fit its job (reason sanity_fail).
+const RuleBootstrap = "ticks.bootstrap"
+
+// checkBootstrap rejects a bootstrap command the Supervisor would not have
+// sent, before any of it is applied: the job and session of its state as
+// checkJob does for a trigger; a missing state, or one of another job
+// (its tasks would go to another job key and the job would stay RUNNING
+// with nothing chained); an instance that is not a UUID (every task it
+// chains would be a decode error); a cursor outside [start−1, end]; a gap
+// that is reversed or does not start inside the session; a redundant file
+// that is not a segment file of the job or that no object store accepts
+// (rule ticks.bootstrap). Such a command is typed by hand (kcat): without
+// these checks its symbol could make segment keys no store accepts, and a
+// bad redundant key would be retried by the runtime for ever, blocking
+// the partition.
+func checkBootstrap(t Task, now time.Time) error {
+	dead := func(format string, args ...any) error {
+		return stages.DeadLetter(stages.ReasonSanityFail, RuleBootstrap, fmt.Errorf("bootstrap: "+format, args...))
+	}
+	st := t.State
+	if st == nil || st.JobKey != t.JobKey {
+		return dead("without a matching state")
+	}
+	if st.Symbol != t.Symbol || st.Date != t.Date {
+		return dead("state of %q on %q for the job %q", clip(st.Symbol), clip(st.Date), clip(t.JobKey))
+	}
+	if err := checkJob("bootstrap", now, st.Symbol, st.Date, st.AccountID, st.StartTime, st.EndTime); err != nil {
+		return err
+	}
+	if _, err := uuid.Parse(st.JobInstanceID); err != nil {
+		return dead("job_instance_id %q: %w", clip(st.JobInstanceID), err)
+	}
+	if st.Cursor < st.StartTime-1 || st.Cursor > st.EndTime {
+		return dead("cursor %d outside the session [%d, %d]", st.Cursor, st.StartTime, st.EndTime)
+	}
+	for _, g := range t.Gaps {
+		if g[0] > g[1] || g[0] < st.StartTime || g[0] > st.EndTime {
+			return dead("gap [%d, %d] does not start inside the session [%d, %d]", g[0], g[1], st.StartTime, st.EndTime)
+		}
+	}
+	for _, key := range t.Redundant {
+		n, err := ParseSegmentKey(key)
+		if err == nil {
+			err = objstore.ValidKey(key)
+		}
+		if err == nil && (n.Symbol != st.Symbol || n.Date != st.Date) {
+			err = fmt.Errorf("not under %s", SegmentPrefix(st.Symbol, st.Date))
+		}
+		if err != nil {
+			return dead("redundant file %q: %w", clip(key), err)
+		}
 	}
 	return nil
 }

@@ -18,6 +18,122 @@ import (
 	"github.com/sluicehq/sluice/stages"
 )
 
+// A bootstrap command (kcat can produce one on ingest.tasks) whose state
+// or redundant files would make object keys no store accepts is refused
+// as sanity_fail before anything is applied: it writes no job state, fails
+// no job with reason exception, and does not block its partition (an
+// invalid redundant key used to be retried by the runtime forever). The
+// good jobs behind the bad commands complete.
+func TestBadBootstrapRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, ticks.SyntheticConfig{}, nil)
+	ctx := testkit.Context(t)
+	sess, err := f.src.TradingHours(ctx, "NQ", testDate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boot := func(sym string, mod func(*ticks.Task)) []byte {
+		st := ticks.JobState{JobKey: ticks.JobKey(sym, testDate), Symbol: sym, Date: testDate, AccountID: "U1", Status: ticks.StatusRunning,
+			JobInstanceID: uuid.NewString(), Cursor: sess.Start - 1, StartTime: sess.Start, EndTime: sess.End}
+		task := ticks.Task{Kind: ticks.KindBootstrap, JobKey: st.JobKey, Symbol: sym, Date: testDate, JobInstanceID: st.JobInstanceID, AccountID: "U1", State: &st}
+		if mod != nil {
+			mod(&task)
+		}
+		return taskJSON(t, task)
+	}
+	type bad struct {
+		badTask
+		partition int32
+	}
+	cases := []bad{
+		{badTask{"state with an empty symbol", "BSE:" + testDate, boot("BSE", func(t *ticks.Task) { t.State.Symbol = "" }), stages.ReasonSanityFail, "ticks.bootstrap"}, 1},
+		{badTask{"state with symbol ..", "BSD:" + testDate, boot("BSD", func(t *ticks.Task) { t.State.Symbol = ".." }), stages.ReasonSanityFail, "ticks.bootstrap"}, 1},
+		{badTask{"state of another date", "BSO:" + testDate, boot("BSO", func(t *ticks.Task) { t.State.Date = "2025-11-19" }), stages.ReasonSanityFail, "ticks.bootstrap"}, 1},
+		{badTask{"state instance not a UUID", "BSI:" + testDate, boot("BSI", func(t *ticks.Task) { t.State.JobInstanceID, t.JobInstanceID = `a\b`, `a\b` }), stages.ReasonSanityFail, "ticks.bootstrap"}, 1},
+		{badTask{"state with a reversed session", "BSS:" + testDate, boot("BSS", func(t *ticks.Task) { t.State.StartTime, t.State.EndTime = sess.End, sess.Start }), stages.ReasonSanityFail, "ticks.session"}, 1},
+		{badTask{"state with a bad account", "BSA:" + testDate, boot("BSA", func(t *ticks.Task) { t.State.AccountID = "U1 OR 1=1" }), stages.ReasonSanityFail, "ticks.account"}, 1},
+		{badTask{"state cursor outside the session", "BSC:" + testDate, boot("BSC", func(t *ticks.Task) { t.State.Cursor = sess.End + 5 }), stages.ReasonSanityFail, "ticks.bootstrap"}, 1},
+		{badTask{"gap outside the session", "BSG:" + testDate, boot("BSG", func(t *ticks.Task) { t.Gaps = [][2]int64{{sess.Start - 100, sess.Start - 1}} }), stages.ReasonSanityFail, "ticks.bootstrap"}, 1},
+		{badTask{"invalid symbol", "b/s:" + testDate, boot("b/s", nil), stages.ReasonSanityFail, "ticks.symbol"}, 1},
+		// Its segment keys would be ticks/../DATE/…: objstore.ErrInvalidKey,
+		// and the job FAILED with reason exception.
+		{badTask{"symbol ..", "..:" + testDate, boot("..", nil), stages.ReasonSanityFail, "ticks.symbol"}, 1},
+		{badTask{"empty symbol", ":" + testDate, boot("", nil), stages.ReasonSanityFail, "ticks.symbol"}, 1},
+		{badTask{"redundant key with ..", "BRD:" + testDate, boot("BRD", func(t *ticks.Task) {
+			t.Redundant = []string{"ticks/BRD/" + testDate + "/../../x/part_1_" + uuid.NewString() + ".parquet"}
+		}), stages.ReasonSanityFail, "ticks.bootstrap"}, 2},
+		{badTask{"redundant key with a backslash", "BRB:" + testDate, boot("BRB", func(t *ticks.Task) {
+			t.Redundant = []string{"ticks/BRB/" + testDate + `/part_1_a\b.parquet`}
+		}), stages.ReasonSanityFail, "ticks.bootstrap"}, 2},
+		{badTask{"redundant key too long", "BRL:" + testDate, boot("BRL", func(t *ticks.Task) {
+			t.Redundant = []string{"ticks/BRL/" + testDate + "/part_1_" + strings.Repeat("a", 300) + ".parquet"}
+		}), stages.ReasonSanityFail, "ticks.bootstrap"}, 2},
+	}
+	good := map[int32]ticks.Task{}
+	for _, p := range []int32{1, 2} {
+		sym := []string{"", "GA", "GB"}[p]
+		good[p] = ticks.Task{Kind: ticks.KindTrigger, Symbol: sym, Date: testDate, JobKey: ticks.JobKey(sym, testDate), JobInstanceID: uuid.NewString(), AccountID: "U1", StartTime: sess.Start, EndTime: sess.End}
+	}
+	var recs []*kgo.Record
+	want := map[string]bad{}
+	for _, c := range cases {
+		recs = append(recs, &kgo.Record{Topic: f.cfg.TasksTopic, Partition: c.partition, Key: []byte(c.key), Value: c.value})
+		want[c.key] = c
+	}
+	for p, g := range good {
+		recs = append(recs, &kgo.Record{Topic: f.cfg.TasksTopic, Partition: p, Key: []byte(g.JobKey), Value: taskJSON(t, g)})
+	}
+	prod := f.k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker(t)
+	for _, g := range good {
+		// Waits at most 30 s: a blocked partition fails here.
+		testkit.WaitFor(t, 30*time.Second, "good job "+g.JobKey+" COMPLETED behind the bad bootstraps", func() bool {
+			all, err := ticks.ReadJobs(ctx, f.env.Kafka, f.cfg.JobsTopic, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := ticks.Flatten(all)[g.JobKey]
+			return st != nil && st.Status == ticks.StatusCompleted
+		})
+	}
+	var dlq []*kgo.Record
+	testkit.WaitFor(t, 20*time.Second, "every bad bootstrap dead-lettered", func() bool {
+		dlq = f.k.ReadTopic(t, f.cfg.DLQTopic)
+		return len(dlq) >= len(want)
+	})
+	seen := map[string]bool{}
+	for _, r := range dlq {
+		c, ok := want[string(r.Key)]
+		if !ok || seen[c.key] {
+			t.Errorf("unexpected DLQ record key %.40q reason %q rule %q error %q", r.Key, testkit.Headers(r)[stages.HeaderReason],
+				testkit.Headers(r)[stages.HeaderRule], testkit.Headers(r)[stages.HeaderError])
+			continue
+		}
+		seen[c.key] = true
+		h := testkit.Headers(r)
+		if h[stages.HeaderReason] != string(c.reason) || h[stages.HeaderRule] != c.rule {
+			t.Errorf("%s: reason %q rule %q (%s); want %q %q", c.name, h[stages.HeaderReason], h[stages.HeaderRule], h[stages.HeaderError], c.reason, c.rule)
+		}
+	}
+	for k, c := range want {
+		if !seen[k] {
+			t.Errorf("%s: no DLQ record", c.name)
+		}
+	}
+	all, err := ticks.ReadJobs(ctx, f.env.Kafka, f.cfg.JobsTopic, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, st := range ticks.Flatten(all) {
+		if k != good[1].JobKey && k != good[2].JobKey {
+			t.Errorf("a bad bootstrap wrote job state %.60q (status %s, last error %s)", k, st.Status, st.LastErrorType)
+		}
+	}
+}
+
 // A trigger for a session that has not ended is refused: the Coordinator
 // answers 400 (the CLI prints the error) until SessionSettle after the
 // session end and sends nothing, and the worker dead-letters a raw trigger

@@ -539,9 +539,11 @@ func checkTicks(ticks []Tick, start, end int64) error {
 // NoSuchBucket, bad credentials…) is fatal: every segment would fail the
 // same way, so the runner stops — naming the S3 code and bucket — without
 // failing the job or committing the task, which is redelivered once the
-// configuration is fixed. A key no store can hold (objstore.ErrInvalidKey;
-// keys are built from a validated symbol and date, so this is not expected)
-// is a non-transient storage error: the job fails at once. Anything else is
+// configuration is fixed. A key no store can hold (objstore.ErrInvalidKey)
+// is a non-transient storage error: the job fails at once. It is not
+// expected: keys are built from the symbol, date and instance that
+// checkTrigger and checkBootstrap validated, so only a state record
+// written to the jobs topic by hand can lead here. Anything else is
 // a transient storage error, retried.
 func storageErr(err error) error {
 	if errors.Is(err, objstore.ErrInvalidKey) {
@@ -626,14 +628,8 @@ func (w *worker) onBootstrap(ctx context.Context, p int32, offset int64, t Task)
 		w.m.dropped.WithLabelValues("has_state").Inc()
 		return nil, nil // bootstrap only fills lost state
 	}
-	if t.State == nil || t.State.JobKey != t.JobKey {
-		return nil, stages.DeadLetter(stages.ReasonSanityFail, "ticks.bootstrap", errors.New("bootstrap without a matching state"))
-	}
-	prefix := SegmentPrefix(t.Symbol, t.Date)
-	for _, key := range t.Redundant {
-		if !strings.HasPrefix(key, prefix) {
-			return nil, stages.DeadLetter(stages.ReasonSanityFail, "ticks.bootstrap", fmt.Errorf("redundant file %q is not under %s", clip(key), prefix))
-		}
+	if err := checkBootstrap(t, w.cfg.Now()); err != nil {
+		return nil, err
 	}
 	for _, key := range t.Redundant {
 		if err := w.store.Delete(ctx, key); err != nil && !errors.Is(err, objstore.ErrNotFound) {
