@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -72,10 +73,11 @@ func latestOpts(cfg Config, log *slog.Logger) (opts []kgo.Opt, setClient func(*k
 // transactions (kgo.GroupTransactSession): it carries no record, and the
 // transactions' own offset commits then move it forward.
 //
-// An error (listing the ends, or the commit refused) fails the hook: kgo
-// ends the group session (the runner sees the partitions lost and a fetch
-// error) and rejoins, so a partition is never consumed from a start the
-// group has not recorded. Called by kgo (kgo.AdjustFetchOffsetsFn, see
+// An error (listing the end of a partition to pin, or the commit refused;
+// the listing errors of the topics' other partitions do not count) fails
+// the hook: kgo ends the group session (the runner sees the partitions lost
+// and a fetch error) and rejoins, so a partition is never consumed from a
+// start the group has not recorded. Called by kgo (kgo.AdjustFetchOffsetsFn, see
 // latestOpts) when partitions are assigned, with StartOffset "latest" only.
 func pinLatest(ctx context.Context, cl *kgo.Client, name string, log *slog.Logger, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	var topics []string
@@ -95,13 +97,11 @@ func pinLatest(ctx context.Context, cl *kgo.Client, name string, log *slog.Logge
 	if readsCommitted(cl) {
 		list, what = adm.ListCommittedOffsets, "last stable offsets"
 	}
-	ends, err := list(ctx, topics...)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pipeline %s: list the %s of %v to start at (StartOffset latest): %w", name, what, topics, err)
-	}
+	// The listing covers every partition of topics; only the ends of the
+	// partitions to pin matter, so the error of another one (its leader
+	// down, its broker unreachable: a shard error with the others listed)
+	// does not fail the hook.
+	ends, listErr := list(ctx, topics...)
 	pinned := map[string]map[int32]kgo.EpochOffset{}
 	for _, topic := range topics {
 		for p, o := range offsets[topic] {
@@ -110,7 +110,17 @@ func pinLatest(ctx context.Context, cl *kgo.Client, name string, log *slog.Logge
 			}
 			end, ok := ends.Lookup(topic, p)
 			if !ok {
-				return nil, fmt.Errorf("pipeline %s: no end offset listed for %s/%d (StartOffset latest)", name, topic, p)
+				err := listErr
+				if te, ok := ends.Lookup(topic, -1); ok && te.Err != nil {
+					err = te.Err // the topic's own error
+				}
+				if err == nil {
+					err = errors.New("not listed")
+				}
+				return nil, fmt.Errorf("pipeline %s: list the %s of %s/%d to start at (StartOffset latest): %w", name, what, topic, p, err)
+			}
+			if end.Err != nil {
+				return nil, fmt.Errorf("pipeline %s: list the %s of %s/%d to start at (StartOffset latest): %w", name, what, topic, p, end.Err)
 			}
 			if pinned[topic] == nil {
 				pinned[topic] = map[int32]kgo.EpochOffset{}
