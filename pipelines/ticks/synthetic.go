@@ -79,7 +79,9 @@ func (s *Synthetic) TradingHours(_ context.Context, symbol, date string) (Sessio
 	if err != nil {
 		return Session{}, &SourceError{Type: ErrTypeNoContract, Err: fmt.Errorf("date %q: %w", date, err)}
 	}
-	start := day.Add(s.cfg.Open).UnixMilli()
+	// Open is wall-clock time: on a day the clocks change, local midnight
+	// plus Open as a duration would be an hour off.
+	start := time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, int(s.cfg.Open), s.cfg.Location).UnixMilli()
 	end := start + s.cfg.Length.Milliseconds() - 1
 	return Session{Start: start, End: end, CriticalRanges: [][2]int64{{start, end}}}, nil
 }

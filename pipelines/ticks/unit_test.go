@@ -172,3 +172,23 @@ func TestServicesAndDemoScenario(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// The session opens at Open local time also on the days the exchange's
+// clocks change (US DST starts 2025-03-09 and ends 2025-11-02).
+func TestSyntheticOpensAtLocalTimeOnDSTDays(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Skipf("no time zone data: %v", err)
+	}
+	src := ticks.NewSynthetic(ticks.SyntheticConfig{Location: ny})
+	for _, date := range []string{"2025-03-07", "2025-03-09", "2025-11-02", "2025-11-03"} {
+		sess, err := src.TradingHours(context.Background(), "NQ", date)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := time.UnixMilli(sess.Start).In(ny)
+		if got := open.Format("2006-01-02 15:04"); got != date+" 09:30" {
+			t.Errorf("%s: session opens at %s local, want %s 09:30", date, got, date)
+		}
+	}
+}
