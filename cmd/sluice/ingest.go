@@ -248,10 +248,10 @@ backfill task per hole. A running ticks worker applies them.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
 			rep, err := sup.Bootstrap(ctx)
+			fmt.Fprintf(cmd.OutOrStdout(), "rebuilt %d job(s) %v, %d backfill task(s)\n", len(rep.Rebuilt), rep.Rebuilt, rep.Gaps)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rebuilt %d job(s) %v, %d backfill task(s)\n", len(rep.Rebuilt), rep.Rebuilt, rep.Gaps)
 			if len(rep.Unreadable) > 0 {
 				return errors.New("unreadable segment files: " + strings.Join(rep.Unreadable, ", "))
 			}

@@ -3,6 +3,9 @@ package ticks_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -327,5 +330,56 @@ func TestRedeliveredOlderTriggerDoesNotResurrect(t *testing.T) {
 		if s := decodeState(t, r); s.JobInstanceID != b {
 			t.Errorf("state of instance %s written (%s), want only %s", s.JobInstanceID, s.Status, b)
 		}
+	}
+}
+
+// hoursFailing refuses the trading hours of one symbol.
+type hoursFailing struct {
+	ticks.Source
+	symbol string
+}
+
+func (h hoursFailing) TradingHours(ctx context.Context, symbol, date string) (ticks.Session, error) {
+	if symbol == h.symbol {
+		return ticks.Session{}, &ticks.SourceError{Type: ticks.ErrTypeNoContract, Err: errors.New("no such contract")}
+	}
+	return h.Source.TradingHours(ctx, symbol, date)
+}
+
+// A job whose trading hours the source refuses does not stop the bootstrap
+// of the others: it is reported as failed and the rest are rebuilt.
+func TestBootstrapContinuesPastAFailedJob(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, ticks.SyntheticConfig{}, nil)
+	ctx := testkit.Context(t)
+	for _, sym := range []string{"AAA", "ZZZ"} {
+		sess, err := f.src.TradingHours(ctx, sym, testDate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := f.src.HistoricalTicks(ctx, sym, sess.Start, sess.End, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ticks.WriteSegmentForTest(ctx, f.store, sym, testDate, uuid.NewString(), "U1", sess.Start, rows[len(rows)-1].TimeMs, false, rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := f.cfg
+	cfg.Source = hoursFailing{Source: f.src, symbol: "AAA"}
+	rep, err := ticks.NewSupervisor(cfg, f.coord, f.store, testLogger(t)).Bootstrap(ctx)
+	bad, good := ticks.JobKey("AAA", testDate), ticks.JobKey("ZZZ", testDate)
+	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "no such contract") {
+		t.Errorf("bootstrap error %v, want one naming %s and the source's refusal", err, bad)
+	}
+	if fmt.Sprint(rep.Rebuilt) != "["+good+"]" || fmt.Sprint(rep.Failed) != "["+bad+"]" || rep.Gaps != 0 {
+		t.Fatalf("bootstrap report %+v, want %s rebuilt and %s failed", rep, good, bad)
+	}
+	var sent []string
+	for _, r := range f.k.ReadTopic(t, f.cfg.TasksTopic) {
+		sent = append(sent, string(r.Key))
+	}
+	if fmt.Sprint(sent) != "["+good+"]" {
+		t.Errorf("commands sent for %v, want one bootstrap command for %s", sent, good)
 	}
 }

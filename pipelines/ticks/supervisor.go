@@ -2,6 +2,7 @@ package ticks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -44,7 +45,7 @@ func (s *Supervisor) Ready() bool { return s.ready.Load() }
 func (s *Supervisor) Run(ctx context.Context) error {
 	if s.cfg.Supervisor.BootstrapOnStart {
 		if rep, err := s.Bootstrap(ctx); err != nil {
-			s.log.Error("bootstrap failed", "err", err)
+			s.log.Error("bootstrap failed", "err", err, "rebuilt", rep.Rebuilt, "failed", rep.Failed)
 		} else {
 			s.log.Info("bootstrap done", "rebuilt", rep.Rebuilt, "gaps", rep.Gaps)
 		}
@@ -103,6 +104,10 @@ type BootstrapReport struct {
 	Gaps int
 	// Unreadable lists segment files that could not be read.
 	Unreadable []string
+	// Failed lists the job keys that could not be rebuilt (their segment
+	// files could not be listed, or the source refused their trading
+	// hours); Bootstrap's error says why.
+	Failed []string
 }
 
 // Bootstrap rebuilds the state of every job that has segment files in the
@@ -112,10 +117,16 @@ type BootstrapReport struct {
 // cursor becomes a backfill task (backfill=true: it never moves the
 // cursor). Files whose ranges overlap others (two instances over the same
 // ticks) count once: the chosen instance's are kept, the others are
-// listed in the command as redundant and deleted by the owner. The rebuilt state is sent as a bootstrap command; the owner
-// applies it only if it still has no state for the job.
+// listed in the command as redundant and deleted by the owner. The
+// rebuilt state is sent as a bootstrap command; the owner applies it only
+// if it still has no state for the job.
+//
+// A job that cannot be rebuilt does not stop the others: it is listed in
+// the report's Failed and its error is part of the returned one. Reading
+// the jobs topic, listing the store or sending a command fails the run.
 func (s *Supervisor) Bootstrap(ctx context.Context) (BootstrapReport, error) {
 	var rep BootstrapReport
+	var failed []error
 	all, err := ReadJobs(ctx, s.coord.kopts, s.cfg.JobsTopic, nil)
 	if err != nil {
 		return rep, err
@@ -147,7 +158,13 @@ func (s *Supervisor) Bootstrap(ctx context.Context) (BootstrapReport, error) {
 		st, gaps, redundant, bad, err := s.rebuild(ctx, symbol, date)
 		rep.Unreadable = append(rep.Unreadable, bad...)
 		if err != nil {
-			return rep, err
+			if ctx.Err() != nil {
+				return rep, err
+			}
+			s.log.Error("job state not rebuilt", "job", key, "err", err)
+			rep.Failed = append(rep.Failed, key)
+			failed = append(failed, fmt.Errorf("%s: %w", key, err))
+			continue
 		}
 		if st == nil {
 			continue
@@ -159,6 +176,9 @@ func (s *Supervisor) Bootstrap(ctx context.Context) (BootstrapReport, error) {
 		s.log.Info("job state rebuilt", "job", key, "instance", st.JobInstanceID, "cursor", st.Cursor, "status", st.Status, "gaps", gaps, "redundant", len(redundant))
 		rep.Rebuilt = append(rep.Rebuilt, key)
 		rep.Gaps += len(gaps)
+	}
+	if len(failed) > 0 {
+		return rep, fmt.Errorf("bootstrap: %d job(s) not rebuilt: %w", len(failed), errors.Join(failed...))
 	}
 	return rep, nil
 }
