@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -383,4 +384,22 @@ func BenchmarkLimiterAllow(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+}
+
+// A huge Max (or Initial) never overflows the doubling into a negative or
+// panicking wait: both are capped at MaxBackoff.
+func TestBackoffHugeValuesCapped(t *testing.T) {
+	for _, b := range []ratelimit.Backoff{
+		{Initial: time.Millisecond, Max: 150 * 365 * 24 * time.Hour},
+		{Initial: time.Millisecond, Max: time.Duration(math.MaxInt64)},
+		{Initial: time.Duration(math.MaxInt64), Max: time.Duration(math.MaxInt64)},
+	} {
+		for _, n := range []int{1, 2, 40, 70, 100, 1000} {
+			w := b.Wait(time.Second, n)
+			f := b.FailureWait(n)
+			if w < time.Second || w > time.Second+ratelimit.MaxBackoff || f < 0 || f > 2*ratelimit.MaxBackoff {
+				t.Fatalf("%+v n=%d: wait %s, failure wait %s; want within [1s, 1s+%s] and [0, %s]", b, n, w, f, ratelimit.MaxBackoff, 2*ratelimit.MaxBackoff)
+			}
+		}
+	}
 }

@@ -29,11 +29,17 @@ var ErrUnavailable = errors.New("rate limiter unavailable")
 // while a key keeps being denied; the wait is never shorter than the
 // limiter's.
 type Backoff struct {
-	// Initial is the extra of the first denial (default 50ms).
+	// Initial is the extra of the first denial (default 50ms, at most
+	// MaxBackoff).
 	Initial time.Duration
-	// Max caps the extra (default 5s).
+	// Max caps the extra (default 5s, at most MaxBackoff).
 	Max time.Duration
 }
+
+// MaxBackoff is the largest Backoff.Initial or Backoff.Max honoured:
+// larger values are capped to it (so the doubled extra, and the jitter on
+// top of it, never overflow).
+const MaxBackoff = time.Hour
 
 func (b Backoff) withDefaults() Backoff {
 	if b.Initial <= 0 {
@@ -42,6 +48,8 @@ func (b Backoff) withDefaults() Backoff {
 	if b.Max <= 0 {
 		b.Max = 5 * time.Second
 	}
+	b.Initial = min(b.Initial, MaxBackoff)
+	b.Max = min(b.Max, MaxBackoff)
 	return b
 }
 
