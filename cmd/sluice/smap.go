@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages/progress"
+	"github.com/sluicehq/sluice/topics"
 )
 
 func newSmapCmd(g *globalConfig) *cobra.Command {
@@ -112,7 +113,7 @@ A project that does not exist (or whose progress expired) fails at once.
 }
 
 func newSmapRebuildCmd(g *globalConfig) *cobra.Command {
-	var prefix string
+	var prefix, completedTopic string
 	cmd := &cobra.Command{
 		Use:   "rebuild-progress PROJECT_ID",
 		Short: "Rebuild a project's Redis progress from post_analytics and its project record",
@@ -122,7 +123,8 @@ count as errors) and the sealed total and completion time from the
 project's record in the object store (projects/ID.json). Use it when Redis
 lost the state (flushed, evicted, expired). When the rebuilt project is
 complete and its completion was never published, smap.job.completed is
-published now (same event id as the original would have had).`,
+published now on --job-completed-topic (same event id as the original would
+have had).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(args[0]) == "" {
@@ -139,7 +141,7 @@ published now (same event id as the original would have had).`,
 			if err := smapProjectKnown(ctx, env, args[0]); err != nil {
 				return err
 			}
-			st, err := smap.RebuildProgress(ctx, env, smap.Config{KeyPrefix: prefix}, args[0])
+			st, err := smap.RebuildProgress(ctx, env, smap.Config{KeyPrefix: prefix, JobCompletedTopic: completedTopic}, args[0])
 			if err != nil {
 				return err
 			}
@@ -150,6 +152,8 @@ published now (same event id as the original would have had).`,
 		},
 	}
 	cmd.Flags().StringVar(&prefix, "key-prefix", smap.DefaultKeyPrefix, "Redis key prefix of the progress state")
+	cmd.Flags().StringVar(&completedTopic, "job-completed-topic", topics.SmapJobCompleted,
+		"topic a completion is published on (P"+topics.SmapJobCompleted+" for a copy run with sluice run --topic-prefix P)")
 	return cmd
 }
 

@@ -248,3 +248,52 @@ func TestSmapRebuildProgressUnknownProject(t *testing.T) {
 		t.Fatalf("rebuild of p7: %v\n%s", err, out)
 	}
 }
+
+// rebuild-progress of a copy run with `sluice run smap --topic-prefix P`
+// must publish the completion on P's job-completed topic: it used to
+// publish on the fixed smap.job.completed, where no consumer of the copy
+// reads it (or, on a shared cluster, where another deployment's do).
+func TestSmapRebuildProgressJobCompletedTopic(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	r := testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK())
+	pg := testkit.NewPostgres(t)
+	ctx := testkit.Context(t)
+	if _, err := schemas.Migrate(ctx, pg.URL); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	prefix := r.Prefix + "smap:proj:"
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO post_analytics (project_id, item_id) VALUES ('p5', 'i1'), ('p5', 'i2')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "projects"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	meta := `{"project_id":"p5","total":2,"sealed_at":"2025-01-01T00:00:00Z"}`
+	if err := os.WriteFile(filepath.Join(dir, "projects", "p5.json"), []byte(meta), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	copyTopic := "copy1." + topics.SmapJobCompleted
+	if _, err := k.Admin(t).CreateTopic(ctx, 1, -1, nil, copyTopic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Admin(t).CreateTopic(ctx, 1, -1, nil, topics.SmapJobCompleted); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, "smap", "rebuild-progress", "p5", "--job-completed-topic", copyTopic, "--brokers", strings.Join(k.Brokers, ","),
+		"--database-url", pg.URL, "--redis-url", r.URL, "--s3-endpoint", "", "--object-store-dir", dir, "--key-prefix", prefix)
+	if err != nil {
+		t.Fatalf("rebuild-progress: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "project p5 rebuilt: DONE, 2/2 processed, 0 errors (100.00%), sealed=true") {
+		t.Fatalf("output %q", out)
+	}
+	recs := k.ReadTopic(t, copyTopic)
+	if len(recs) != 1 || string(recs[0].Key) != "p5" {
+		t.Fatalf("records on %s: %v, want one job.completed for p5", copyTopic, recs)
+	}
+	if recs := k.ReadTopic(t, topics.SmapJobCompleted); len(recs) != 0 {
+		t.Fatalf("records on %s: %v, want none", topics.SmapJobCompleted, recs)
+	}
+}
