@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -45,6 +46,9 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			g.secretsFromEnv(cmd)
+			if err := g.boolsFromEnv(cmd); err != nil {
+				return err
+			}
 			if err := g.finish(); err != nil {
 				return err
 			}
@@ -109,6 +113,33 @@ func (g *globalConfig) secretsFromEnv(cmd *cobra.Command) {
 			*s.dst = os.Getenv(s.env)
 		}
 	}
+}
+
+// boolsFromEnv sets the boolean settings from the environment when their
+// flag was not given, parsed as the flag parses them (1, t, true, TRUE, 0,
+// f, false…); a value that is not a boolean is an error naming the variable.
+func (g *globalConfig) boolsFromEnv(cmd *cobra.Command) error {
+	for _, b := range []struct {
+		flag, env string
+		dst       *bool
+	}{
+		{"kafka-tls", "KAFKA_TLS", &g.Kafka.TLS},
+		{"s3-secure", "S3_SECURE", &g.S3Secure},
+	} {
+		if f := cmd.Flags().Lookup(b.flag); f != nil && f.Changed {
+			continue
+		}
+		v := os.Getenv(b.env)
+		if v == "" {
+			continue
+		}
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("invalid %s=%q (want true or false)", b.env, v)
+		}
+		*b.dst = on
+	}
+	return nil
 }
 
 // finish validates the global settings after flags were parsed.
