@@ -88,5 +88,13 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 			return nil, err
 		}
 	}
+	// Export the fixed kinds at 0 from the start: a series that appears only
+	// with its first event, at 1, is invisible to increase() and rate().
+	for _, kind := range []string{"fetch", "commit", "fatal", "abandoned"} {
+		m.errors.WithLabelValues(kind)
+	}
+	for _, kind := range []string{"stage", "sink", "dlq"} {
+		m.retries.WithLabelValues(kind)
+	}
 	return m, nil
 }

@@ -1,0 +1,78 @@
+package run_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/sinks/memsink"
+	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/run"
+)
+
+// The counters with a fixed set of kinds are exported at 0 for every kind
+// as soon as a runner exists: a series that appears only with its first
+// error (at 1) makes increase()/rate() alerts, such as the shipped
+// sluice_runtime_errors_total{kind="commit"} one, miss that error, and a
+// scrape of /metrics did not show the names the README lists.
+func TestRuntimeCountersExportedAtZero(t *testing.T) {
+	t.Parallel()
+	decode := func(_, v []byte) ([]byte, error) { return v, nil }
+	pass := func(_ context.Context, m stages.Msg[[]byte]) ([][]byte, error) { return [][]byte{m.Value}, nil }
+	txStage := func(_ context.Context, m stages.Msg[[]byte]) ([]*kgo.Record, error) { return nil, nil }
+	brokers := run.WithKafkaOpts(kgo.SeedBrokers("127.0.0.1:1"))
+	for _, tc := range []struct {
+		name  string
+		build func(reg prometheus.Registerer) error
+	}{
+		{"batch", func(reg prometheus.Registerer) error {
+			_, err := run.New(run.Config{Name: "p", Topics: []string{"in"}, DLQTopic: "in.dlq"},
+				decode, pass, memsink.New[[]byte](), brokers, run.WithRegisterer(reg))
+			return err
+		}},
+		{"transactional", func(reg prometheus.Registerer) error {
+			_, err := run.NewTransactional(run.Config{Name: "p", Topics: []string{"in"}, DLQTopic: "in.dlq"}, "p-tx",
+				decode, txStage, brokers, run.WithRegisterer(reg))
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			if err := tc.build(reg); err != nil {
+				t.Fatal(err)
+			}
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]map[string]bool{}
+			for _, mf := range mfs {
+				for _, m := range mf.GetMetric() {
+					labels := map[string]string{}
+					for _, l := range m.GetLabel() {
+						labels[l.GetName()] = l.GetValue()
+					}
+					if labels["pipeline"] != "p" || m.GetCounter() == nil || m.GetCounter().GetValue() != 0 {
+						continue
+					}
+					if got[mf.GetName()] == nil {
+						got[mf.GetName()] = map[string]bool{}
+					}
+					got[mf.GetName()][labels["kind"]] = true
+				}
+			}
+			for name, kinds := range map[string][]string{
+				"sluice_runtime_errors_total": {"fetch", "commit", "fatal", "abandoned"},
+				"sluice_retries_total":        {"stage", "sink", "dlq"},
+			} {
+				for _, k := range kinds {
+					if !got[name][k] {
+						t.Errorf("%s{pipeline=\"p\",kind=%q} is not exported at 0 (exported: %v)", name, k, got[name])
+					}
+				}
+			}
+		})
+	}
+}
