@@ -15,7 +15,7 @@ type metrics struct {
 	zombies     prometheus.Counter
 	dropped     *prometheus.CounterVec // why: stale|duplicate|out_of_order|has_state
 	sourceErrs  *prometheus.CounterVec // type
-	jobs        *prometheus.CounterVec // status reached: PENDING|COMPLETED|FAILED|STALLED
+	jobs        *prometheus.CounterVec // status reached: PENDING|RUNNING|COMPLETED|FAILED|STALLED
 	stalled     prometheus.Counter
 	bootstraps  prometheus.Counter
 	fetchTime   prometheus.Histogram
@@ -75,6 +75,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.overwritten = reg2(m.overwritten).(prometheus.Counter)
 	if err != nil {
 		return nil, err
+	}
+	// Every status at 0 from the start: a series that appears only with its
+	// first transition, at 1, is invisible to increase() (the FAILED alert).
+	for _, s := range []Status{StatusPending, StatusRunning, StatusCompleted, StatusFailed, StatusStalled} {
+		m.jobs.WithLabelValues(string(s))
 	}
 	return m, nil
 }
