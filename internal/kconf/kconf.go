@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -37,17 +38,20 @@ type Config struct {
 	ClientID string
 }
 
-// FromEnv reads the KAFKA_* variables.
+// FromEnv reads the KAFKA_* variables. KAFKA_TLS takes 1, t, true, 0, f,
+// false and their capitalised forms; another value is false.
 func FromEnv() Config {
 	c := Config{
 		SASLMechanism: os.Getenv("KAFKA_SASL_MECHANISM"),
 		SASLUser:      os.Getenv("KAFKA_SASL_USER"),
 		SASLPassword:  os.Getenv("KAFKA_SASL_PASSWORD"),
-		TLS:           strings.EqualFold(os.Getenv("KAFKA_TLS"), "true"),
 		TLSCAFile:     os.Getenv("KAFKA_TLS_CA_FILE"),
 		ClientID:      "sluice",
 	}
 	c.Brokers = SplitBrokers(os.Getenv("KAFKA_BROKERS"))
+	// The values strconv.ParseBool takes, as the CLI's --kafka-tls flag;
+	// anything else is false here (the CLI refuses it).
+	c.TLS, _ = strconv.ParseBool(os.Getenv("KAFKA_TLS"))
 	return c
 }
 

@@ -58,3 +58,15 @@ func TestFromEnvAndRedaction(t *testing.T) {
 		t.Fatalf("String() leaks or hides the password wrongly: %s", s)
 	}
 }
+
+// KAFKA_TLS takes the values the CLI's --kafka-tls flag takes.
+func TestFromEnvTLSValues(t *testing.T) {
+	for v, want := range map[string]bool{"1": true, "t": true, "True": true, "true": true, "0": false, "false": false, "": false, "yes": false} {
+		t.Run(v, func(t *testing.T) {
+			t.Setenv("KAFKA_TLS", v)
+			if got := kconf.FromEnv().TLS; got != want {
+				t.Errorf("KAFKA_TLS=%q: TLS %v, want %v", v, got, want)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,7 +60,8 @@ func NewObjectStore(t testing.TB, opts ...Option) *ObjectStore {
 	s := &ObjectStore{Prefix: Name(t, "t") + "/"}
 	var why reasons
 	if ep := os.Getenv("S3_ENDPOINT"); ep != "" {
-		s.Endpoint, s.Secure = ep, strings.EqualFold(os.Getenv("S3_SECURE"), "true")
+		s.Endpoint = ep
+		s.Secure, _ = strconv.ParseBool(os.Getenv("S3_SECURE")) // as the CLI's --s3-secure
 		if rest, ok := strings.CutPrefix(ep, "https://"); ok {
 			s.Endpoint, s.Secure = rest, true
 		} else if rest, ok := strings.CutPrefix(ep, "http://"); ok {
