@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/stages"
 )
 
 // metrics are the runtime's Prometheus collectors for one pipeline. They
@@ -12,6 +14,7 @@ type metrics struct {
 	in         *prometheus.CounterVec   // topic
 	out        prometheus.Counter       // outputs handed to the sink
 	dlq        *prometheus.CounterVec   // reason, rule
+	dlqReasons *prometheus.CounterVec   // reason: dlq without the rule (see deadLettered)
 	retries    *prometheus.CounterVec   // kind: stage|sink|dlq
 	stageDur   prometheus.Histogram     // per record
 	sinkDur    prometheus.Histogram     // per Write
@@ -43,6 +46,10 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_dlq_records_total", Help: "Records dead-lettered, per reason and rule.",
 		}, []string{"reason", "rule"}),
+		dlqReasons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_dlq_records_by_reason_total",
+			Help: "Records dead-lettered, per reason: sluice_dlq_records_total summed over rules, with every DLQ reason of the design exported at 0 from the start (alert on this one).",
+		}, []string{"reason"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_retries_total", Help: "Retries, per kind (stage, sink, dlq).",
 		}, []string{"kind"}),
@@ -83,7 +90,7 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 	windowKeys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_window_keys", Help: "Keys held by the open coalescing windows of all assigned partitions (memory under a backlog).",
 	}, func() float64 { return float64(m.windowKeys.Load()) })
-	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.retries, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.skipped, m.batchDur, m.merged, windowKeys} {
+	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.dlqReasons, m.retries, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.skipped, m.batchDur, m.merged, windowKeys} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -96,5 +103,20 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 	for _, kind := range []string{"stage", "sink", "dlq"} {
 		m.retries.WithLabelValues(kind)
 	}
+	// The rule label of sluice_dlq_records_total is open-ended, so its
+	// series cannot be exported in advance; the per-reason counter can.
+	for _, reason := range designReasons() {
+		m.dlqReasons.WithLabelValues(string(reason))
+	}
 	return m, nil
+}
+
+// deadLettered counts one dead letter, produced (acknowledged by the DLQ
+// topic, or committed with its transaction), of the given reason and rule.
+// It is the only writer of both DLQ counters, so that
+// sluice_dlq_records_by_reason_total{reason} always equals the sum over rules
+// of sluice_dlq_records_total{reason,rule}.
+func (m *metrics) deadLettered(reason stages.Reason, rule string) {
+	m.dlq.WithLabelValues(string(reason), rule).Inc()
+	m.dlqReasons.WithLabelValues(string(reason)).Inc()
 }

@@ -491,7 +491,7 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 		}
 	}
 	for _, l := range p.labels {
-		r.m.dlq.WithLabelValues(l[0], l[1]).Inc()
+		r.m.deadLettered(stages.Reason(l[0]), l[1])
 	}
 	r.m.batchDur.WithLabelValues("dlq").Observe(time.Since(t0).Seconds())
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -494,13 +495,13 @@ func sinkRejection(rule string, err error) *stages.Error {
 
 // knownReason reports whether reason is one of the dlq.reason values fixed
 // by the design (DESIGN §3).
-func knownReason(reason stages.Reason) bool {
-	switch reason {
-	case stages.ReasonSanityFail, stages.ReasonDecodeError, stages.ReasonUnknownTaskType,
-		stages.ReasonSinkRejected, stages.ReasonRetriesExhausted, stages.ReasonException:
-		return true
-	}
-	return false
+func knownReason(reason stages.Reason) bool { return slices.Contains(designReasons(), reason) }
+
+// designReasons returns the dlq.reason values fixed by the design (DESIGN
+// §3), in a new slice.
+func designReasons() []stages.Reason {
+	return []stages.Reason{stages.ReasonSanityFail, stages.ReasonDecodeError, stages.ReasonUnknownTaskType,
+		stages.ReasonSinkRejected, stages.ReasonRetriesExhausted, stages.ReasonException}
 }
 
 // errInvalidRejection reports a sink that rejected an index outside the
