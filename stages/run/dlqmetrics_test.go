@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -204,7 +205,8 @@ func produceFates(t *testing.T, cl *kgo.Client, topic string, rounds int) {
 
 // After a mixed run (every DLQ reason, several rules), the runtime's two
 // DLQ counters agree with each other and with the dead letters produced,
-// in the batch path and the coalescing-window path.
+// in the batch path, the coalescing-window path and the transactional
+// runner (which did not count its dead letters at all).
 func TestDLQCountersAgreeAfterMixedRun(t *testing.T) {
 	t.Parallel()
 	const rounds = 3
@@ -251,4 +253,48 @@ func TestDLQCountersAgreeAfterMixedRun(t *testing.T) {
 			}
 		})
 	}
+	t.Run("transactional", func(t *testing.T) {
+		t.Parallel()
+		k := testkit.NewKafka(t, testkit.ForceFake())
+		cfg := baseConfig(t, k, 2)
+		maxBytes := "16384"
+		outTopic := k.Topic(t, "out", 1, map[string]*string{"max.message.bytes": &maxBytes})
+		cl, adm := k.Client(t), k.Admin(t)
+		produceFates(t, cl, cfg.Topics[0], rounds)
+		// The transactional runner has no sink: a "reject:" record's output
+		// is too large for the output topic, which dead-letters the record
+		// as sink_rejected, rule kafka.too_large.
+		rng := rand.New(rand.NewPCG(7, 8))
+		txStage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
+			if err := fate(m); err != nil {
+				return nil, err
+			}
+			v := []byte(m.Value)
+			if strings.HasPrefix(m.Value, "reject:") {
+				v = make([]byte, 64<<10)
+				for i := range v {
+					v[i] = byte(rng.Uint32()) // incompressible
+				}
+			}
+			return []*kgo.Record{{Topic: outTopic, Key: []byte(m.Key), Value: v}}, nil
+		}
+		reg := prometheus.NewRegistry()
+		r, err := run.NewTransactional(cfg, testkit.Name(t, "txn"), fateDecode, txStage,
+			run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...)), run.WithRegisterer(reg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := testkit.RunInBackground(t, "txn runner", r.Run)
+		waitCommittedAtEnd(t, adm, cfg.Group, cfg.Topics[0], 60*time.Second)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		want := maps.Clone(wantPairs)
+		delete(want, "sink_rejected|pg.22003")
+		delete(want, "sink_rejected|pg.23505")
+		want["sink_rejected|kafka.too_large"] = 3 * rounds
+		if got := checkDLQCounters(t, k, reg, cfg.DLQTopic); !maps.Equal(got, want) {
+			t.Errorf("dead letters per reason|rule %v, want %v", got, want)
+		}
+	})
 }

@@ -30,7 +30,10 @@ import (
 // is longer (see Config.SinkRetry); a cancelled ctx ends the wait. An
 // output too large for its topic dead-letters its source record as
 // sink_rejected (rule kafka.too_large); a dead letter too large for the
-// DLQ topic is produced as a stub (see the package documentation). Records
+// DLQ topic is produced as a stub (see the package documentation). Dead
+// letters are counted in the DLQ metrics (sluice_dlq_records_total and
+// sluice_dlq_records_by_reason_total) once their transaction committed, so
+// an aborted and re-polled transaction counts nothing twice. Records
 // that retention or DeleteRecords deleted before the group consumed them
 // are reported as by [Runner]: a WARN with the offset range and
 // sluice_offsets_skipped_total (see Config.StartOffset). With StartOffset
@@ -164,7 +167,7 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 			r.m.in.WithLabelValues(rec.Topic).Inc()
 			w.tp = tp{rec.Topic, rec.Partition}
 			if rerr, ok := rejected[coordOf(rec)]; ok {
-				out = append(out, txOut{rec: w.dlqRecord(rec, sinkRejection(ruleTooLarge, rerr), 1, r.cfg.Name+"/sink").rec, src: i, dlq: true})
+				out = append(out, dlqOut(w.dlqRecord(rec, sinkRejection(ruleTooLarge, rerr), 1, r.cfg.Name+"/sink"), i))
 				dropped = append(dropped, coordOf(rec))
 				continue
 			}
@@ -174,7 +177,7 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 				break
 			}
 			if dl.rec != nil {
-				out = append(out, txOut{rec: dl.rec, src: i, dlq: true})
+				out = append(out, dlqOut(dl, i))
 				continue
 			}
 			for _, o := range outs {
@@ -207,6 +210,11 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 		switch {
 		case committed:
 			countCommitted(r.m, recs)
+			for _, o := range out {
+				if o.dlq {
+					r.m.deadLettered(o.reason, o.rule)
+				}
+			}
 			for _, c := range dropped {
 				delete(rejected, c)
 			}
@@ -284,11 +292,18 @@ func countCommitted(m *metrics, recs []*kgo.Record) {
 }
 
 // txOut is a record produced by a transaction: an output of recs[src], or
-// its dead letter.
+// its dead letter (dlq, with the reason and rule it carries).
 type txOut struct {
-	rec *kgo.Record
-	src int
-	dlq bool
+	rec    *kgo.Record
+	src    int
+	dlq    bool
+	reason stages.Reason
+	rule   string
+}
+
+// dlqOut is the txOut of d, the dead letter of recs[src].
+func dlqOut(d deadLetter, src int) txOut {
+	return txOut{rec: d.rec, src: src, dlq: true, reason: d.reason, rule: d.rule}
 }
 
 // srcCoord locates a source record.
