@@ -30,7 +30,11 @@ type metrics struct {
 	windowKeys atomic.Int64             // keys held by the open windows (gauge sluice_window_keys)
 }
 
-func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
+// newMetrics registers the collectors of pipeline on reg (nil: a private
+// registry) and exports at 0 the series of the label values known in
+// advance: every kind of the error and retry counters, every design DLQ
+// reason and every input topic of skipped offsets.
+func newMetrics(reg prometheus.Registerer, pipeline string, topics []string) (*metrics, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // private, unexported registry: metrics are collected but not served
 	}
@@ -107,6 +111,11 @@ func newMetrics(reg prometheus.Registerer, pipeline string) (*metrics, error) {
 	// series cannot be exported in advance; the per-reason counter can.
 	for _, reason := range designReasons() {
 		m.dlqReasons.WithLabelValues(string(reason))
+	}
+	// A skip is usually a single event (a consumer that fell behind
+	// retention): its series must exist before it for increase() to see it.
+	for _, topic := range topics {
+		m.skipped.WithLabelValues(topic)
 	}
 	return m, nil
 }

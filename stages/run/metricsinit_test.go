@@ -2,9 +2,11 @@ package run_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/sinks/memsink"
@@ -72,6 +74,48 @@ func TestRuntimeCountersExportedAtZero(t *testing.T) {
 						t.Errorf("%s{pipeline=\"p\",kind=%q} is not exported at 0 (exported: %v)", name, k, got[name])
 					}
 				}
+			}
+		})
+	}
+}
+
+// sluice_offsets_skipped_total has a series at 0 for every input topic as
+// soon as a runner exists: a skip (retention passed a lagging group) is
+// usually a single event, and the shipped increase() alert
+// (SluiceRecordsSkipped) missed it when the series appeared only then.
+func TestSkippedOffsetsExportedAtZero(t *testing.T) {
+	t.Parallel()
+	decode := func(_, v []byte) ([]byte, error) { return v, nil }
+	pass := func(_ context.Context, m stages.Msg[[]byte]) ([][]byte, error) { return [][]byte{m.Value}, nil }
+	txStage := func(_ context.Context, m stages.Msg[[]byte]) ([]*kgo.Record, error) { return nil, nil }
+	brokers := run.WithKafkaOpts(kgo.SeedBrokers("127.0.0.1:1"))
+	cfg := run.Config{Name: "p", Topics: []string{"in", "in2"}, DLQTopic: "in.dlq"}
+	for _, tc := range []struct {
+		name  string
+		build func(reg prometheus.Registerer) error
+	}{
+		{"batch", func(reg prometheus.Registerer) error {
+			_, err := run.New(cfg, decode, pass, memsink.New[[]byte](), brokers, run.WithRegisterer(reg))
+			return err
+		}},
+		{"transactional", func(reg prometheus.Registerer) error {
+			_, err := run.NewTransactional(cfg, "p-tx", decode, txStage, brokers, run.WithRegisterer(reg))
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			if err := tc.build(reg); err != nil {
+				t.Fatal(err)
+			}
+			const want = `
+# HELP sluice_offsets_skipped_total Offsets deleted from the log (retention, DeleteRecords) before the group consumed them, per topic: their records never reached the pipeline.
+# TYPE sluice_offsets_skipped_total counter
+sluice_offsets_skipped_total{pipeline="p",topic="in"} 0
+sluice_offsets_skipped_total{pipeline="p",topic="in2"} 0
+`
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_offsets_skipped_total"); err != nil {
+				t.Error(err)
 			}
 		})
 	}

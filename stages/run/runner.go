@@ -133,7 +133,7 @@ func setup(cfg Config, opts []Option) (options, *metrics, error) {
 	if o.topicCheck <= 0 {
 		o.topicCheck = topicCheckInterval
 	}
-	m, err := newMetrics(o.reg, cfg.Name)
+	m, err := newMetrics(o.reg, cfg.Name, cfg.Topics)
 	if err != nil {
 		return o, nil, fmt.Errorf("register metrics of pipeline %s: %w", cfg.Name, err)
 	}
