@@ -81,5 +81,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, s := range []Status{StatusPending, StatusRunning, StatusCompleted, StatusFailed, StatusStalled} {
 		m.jobs.WithLabelValues(string(s))
 	}
+	// Likewise every error type the worker and the shipped sources report
+	// (a Source may add its own, which appear with their first error).
+	for _, typ := range []string{ErrTypeGatewayTimeout, ErrTypePacing, ErrTypeNoContract, ErrTypeStorage, ErrTypeUnknown, errTypeInternalTimeout} {
+		m.sourceErrs.WithLabelValues(typ)
+	}
 	return m, nil
 }
