@@ -159,7 +159,9 @@ type Limiter struct {
 
 // New returns a limiter on rdb and loads its script (SCRIPT LOAD). Metrics
 // are registered on reg (nil: a private registry); limiters of several
-// sources may share one registry.
+// sources may share one registry. The source's series of
+// sluice_ratelimit_errors_total and sluice_ratelimit_decisions_total are
+// exported at 0 from the start.
 func New(ctx context.Context, rdb redis.Scripter, cfg Config, reg prometheus.Registerer) (*Limiter, error) {
 	if rdb == nil {
 		return nil, errors.New("ratelimit: nil Redis client")
@@ -171,6 +173,13 @@ func New(ctx context.Context, rdb redis.Scripter, cfg Config, reg prometheus.Reg
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: register metrics: %w", err)
+	}
+	// The source's series at 0 from the start: a series that appears only
+	// with its first event, at 1, is invisible to rate() and increase()
+	// (the shipped SluiceRateLimiterErrors alert).
+	m.errors.WithLabelValues(cfg.Source)
+	for _, d := range []string{"allowed", "denied"} {
+		m.decisions.WithLabelValues(cfg.Source, d)
 	}
 	l := &Limiter{rdb: rdb, cfg: cfg, script: redis.NewScript(scriptSrc), m: m}
 	for _, w := range cfg.Windows {
