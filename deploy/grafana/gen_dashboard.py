@@ -41,7 +41,7 @@ SECTIONS = [
         dict(kind="stat", w=4, title="Records in /s", unit="ops",
              targets=[(f"sum(rate(sluice_records_in_total{{{P}}}[{RI}]))", "in")]),
         dict(kind="stat", w=4, title="Dead letters /s", unit="ops",
-             targets=[(f"sum(rate(sluice_dlq_records_total{{{P}}}[{RI}]))", "dlq")],
+             targets=[(f"sum(rate(sluice_dlq_records_by_reason_total{{{P}}}[{RI}]))", "dlq")],
              thresholds=[("green", None), ("orange", 0.01), ("red", 1)]),
         dict(kind="stat", w=4, title="Consumer lag (records)", unit="short",
              targets=[(f"sum(sluice_consumer_lag{{{P}}})", "lag")],
@@ -68,9 +68,13 @@ SECTIONS = [
         dict(title="Keys held in coalescing windows (memory under a backlog)", unit="short",
              targets=[(f"sum by (pipeline, instance) (sluice_window_keys{{{P}}})", "{{pipeline}} {{instance}}")]),
     ]),
+    # Totals and reasons come from sluice_dlq_records_by_reason_total, whose
+    # series exist at 0 from a runner's start; a sluice_dlq_records_total
+    # {reason,rule} series appears with its first dead letter, which rate()
+    # does not see, so it serves only the per-rule breakdown.
     ("Dead letters", [
         dict(title="Dead letters by reason", unit="ops",
-             targets=[(rate("sluice_dlq_records_total", "pipeline, reason"), "{{pipeline}} {{reason}}")]),
+             targets=[(rate("sluice_dlq_records_by_reason_total", "pipeline, reason"), "{{pipeline}} {{reason}}")]),
         dict(title="Dead letters by rule", unit="ops",
              targets=[(rate("sluice_dlq_records_total", "pipeline, rule", sel=P + ',rule!=""'),
                        "{{pipeline}} {{rule}}")]),
