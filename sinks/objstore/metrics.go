@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/promreg"
 )
 
 // Values of the op label of the sluice_objstore_* metrics: one per Store
@@ -65,6 +67,10 @@ type metrics struct {
 	read     prometheus.Counter
 }
 
+// newMetrics registers the collectors on reg, or adopts the equal ones
+// already registered (promreg.Register: two stores instrumented for the
+// same pipeline and backend share their series); its error is the
+// registry's.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -86,16 +92,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	var err error
-	if m.ops, err = register(reg, m.ops); err != nil {
+	if m.ops, err = promreg.Register(reg, m.ops); err != nil {
 		return nil, err
 	}
-	if m.duration, err = register(reg, m.duration); err != nil {
+	if m.duration, err = promreg.Register(reg, m.duration); err != nil {
 		return nil, err
 	}
-	if m.written, err = register(reg, m.written); err != nil {
+	if m.written, err = promreg.Register(reg, m.written); err != nil {
 		return nil, err
 	}
-	if m.read, err = register(reg, m.read); err != nil {
+	if m.read, err = promreg.Register(reg, m.read); err != nil {
 		return nil, err
 	}
 	// Create the series of every result an op can have, so that they are
@@ -108,23 +114,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.ops.WithLabelValues(opGet, resultNotFound)
 	m.ops.WithLabelValues(opStat, resultNotFound)
 	return m, nil
-}
-
-// register registers c, or returns the identical collector already
-// registered (two stores instrumented for the same pipeline and backend
-// share their series).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("objstore: register metrics: %w", err)
 }
 
 // Instrument returns a Store that calls s and records the
@@ -162,7 +151,7 @@ func Instrument(s Store, reg prometheus.Registerer, pipeline string) (Store, err
 	}
 	m, err := newMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pipeline, "backend": backend(s)}, reg))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("objstore: register metrics: %w", err)
 	}
 	return &instrumented{inner: s, m: m}, nil
 }
