@@ -1,10 +1,9 @@
 package pgsink
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/promreg"
 )
 
 // metrics of one sink. Every series carries the const labels pipeline and
@@ -19,6 +18,9 @@ type metrics struct {
 	batch    prometheus.Histogram
 }
 
+// newMetrics registers the collectors on reg (nil: none), or adopts the
+// equal ones already registered (promreg.Register: two sinks for the same
+// pipeline and table share their series); its error is the registry's.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		written: prometheus.NewCounter(prometheus.CounterOpts{
@@ -52,39 +54,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	if m.written, err = register(reg, m.written); err != nil {
+	if m.written, err = promreg.Register(reg, m.written); err != nil {
 		return nil, err
 	}
-	if m.rejected, err = register(reg, m.rejected); err != nil {
+	if m.rejected, err = promreg.Register(reg, m.rejected); err != nil {
 		return nil, err
 	}
-	if m.merged, err = register(reg, m.merged); err != nil {
+	if m.merged, err = promreg.Register(reg, m.merged); err != nil {
 		return nil, err
 	}
-	if m.txs, err = register(reg, m.txs); err != nil {
+	if m.txs, err = promreg.Register(reg, m.txs); err != nil {
 		return nil, err
 	}
-	if m.duration, err = register(reg, m.duration); err != nil {
+	if m.duration, err = promreg.Register(reg, m.duration); err != nil {
 		return nil, err
 	}
-	if m.batch, err = register(reg, m.batch); err != nil {
+	if m.batch, err = promreg.Register(reg, m.batch); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c, or returns the identical collector already
-// registered (two sinks for the same pipeline and table share their series).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if err == nil {
-		return c, nil
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, fmt.Errorf("pgsink: register metrics: %w", err)
 }

@@ -199,7 +199,7 @@ func New[T any](db Beginner, table Table[T], opts ...Option) (*Sink[T], error) {
 	}
 	m, err := newMetrics(reg)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pgsink: register metrics: %w", err)
 	}
 	s := &Sink[T]{
 		db:      db,
