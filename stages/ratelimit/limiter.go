@@ -45,6 +45,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/promreg"
 )
 
 //go:embed multiwindow.lua
@@ -268,6 +270,9 @@ type metrics struct {
 	latency   prometheus.Histogram
 }
 
+// newMetrics registers the collectors on reg (nil: a private registry), or
+// adopts the equal ones already registered (promreg.Register), so that
+// several limiters can share a registry.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -285,32 +290,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	var err error
-	m.decisions, err = register(reg, m.decisions)
+	m.decisions, err = promreg.Register(reg, m.decisions)
 	if err != nil {
 		return nil, err
 	}
-	m.errors, err = register(reg, m.errors)
+	m.errors, err = promreg.Register(reg, m.errors)
 	if err != nil {
 		return nil, err
 	}
-	m.latency, err = register(reg, m.latency)
+	m.latency, err = promreg.Register(reg, m.latency)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// the same description so that several limiters can share a registry.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if ex, ok := are.ExistingCollector.(C); ok {
-				return ex, nil
-			}
-		}
-		return c, err
-	}
-	return c, nil
 }
