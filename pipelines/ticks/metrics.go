@@ -1,9 +1,9 @@
 package ticks
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/promreg"
 )
 
 // metrics are the ticks pipeline's own collectors; the runtime adds the
@@ -50,16 +50,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	var err error
 	reg2 := func(c prometheus.Collector) prometheus.Collector {
-		if err != nil {
-			return c
-		}
-		if e := reg.Register(c); e != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(e, &are) {
-				// A second worker in one process shares the first one's collectors.
-				return are.ExistingCollector
-			}
-			err = e
+		if err == nil {
+			// A second worker in one process shares the first one's collectors.
+			c, err = promreg.Register(reg, c)
 		}
 		return c
 	}
