@@ -226,10 +226,11 @@ func (w *worker) onTrigger(p int32, offset int64, t Task) ([]*kgo.Record, error)
 		w.m.dropped.WithLabelValues("stale").Inc()
 		return nil, nil
 	}
-	if err := checkTrigger(t, w.cfg.Now()); err != nil {
+	at := w.cfg.Now()
+	if err := checkTrigger(t, at); err != nil {
 		return nil, err
 	}
-	now := w.cfg.Now().UnixMilli()
+	now := at.UnixMilli()
 	st := &JobState{
 		JobKey: t.JobKey, Symbol: t.Symbol, Date: t.Date, AccountID: t.AccountID,
 		Status: StatusPending, JobInstanceID: t.JobInstanceID,
