@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/pipelines/ticks"
 	"github.com/sluicehq/sluice/sinks/objstore"
+	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/ratelimit"
 	"github.com/sluicehq/sluice/stages/run"
 )
@@ -226,4 +227,58 @@ func hasInstance(keys []string, instance string) []string {
 		}
 	}
 	return out
+}
+
+// badTask is one bad or odd record of ingest.tasks and what must become of
+// it: a dead letter with reason and rule, or (reason "") nothing at all —
+// no DLQ record and no job state.
+type badTask struct {
+	name   string
+	key    string
+	value  []byte
+	reason stages.Reason
+	rule   string
+}
+
+func taskJSON(t *testing.T, task ticks.Task) []byte {
+	t.Helper()
+	v, err := json.Marshal(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// checkDeadLetters pairs the records of dlq with the cases of want by key
+// and calls check with each case, its record and the record's headers. A
+// record whose key is not in want, or a second record of a key, is an
+// error, and so is a key of want without a record.
+func checkDeadLetters(t *testing.T, dlq []*kgo.Record, want map[string]badTask, check func(c badTask, r *kgo.Record, h map[string]string)) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, r := range dlq {
+		h := testkit.Headers(r)
+		c, ok := want[string(r.Key)]
+		if !ok || seen[c.key] {
+			t.Errorf("unexpected DLQ record key %.40q reason %q rule %q error %q", r.Key, h[stages.HeaderReason], h[stages.HeaderRule], h[stages.HeaderError])
+			continue
+		}
+		seen[c.key] = true
+		check(c, r, h)
+	}
+	for k, c := range want {
+		if !seen[k] {
+			t.Errorf("%s: no DLQ record", c.name)
+		}
+	}
+}
+
+// tradingHours returns the source's session of symbol on testDate.
+func (f *fixture) tradingHours(t *testing.T, symbol string) ticks.Session {
+	t.Helper()
+	sess, err := f.src.TradingHours(testkit.Context(t), symbol, testDate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess
 }

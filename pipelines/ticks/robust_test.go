@@ -1,7 +1,6 @@
 package ticks_test
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -14,26 +13,6 @@ import (
 	"github.com/sluicehq/sluice/stages"
 )
 
-// badTask is one bad or odd record of ingest.tasks and what must become of
-// it: a dead letter with reason and rule, or (reason "") nothing at all —
-// no DLQ record and no job state.
-type badTask struct {
-	name   string
-	key    string
-	value  []byte
-	reason stages.Reason
-	rule   string
-}
-
-func taskJSON(t *testing.T, task ticks.Task) []byte {
-	t.Helper()
-	v, err := json.Marshal(task)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
 // Every bad or odd record of ingest.tasks is dead-lettered with a clear
 // reason and rule (or dropped, when the design says so) without blocking
 // its partition: a valid job triggered after all of them completes, and
@@ -42,10 +21,7 @@ func TestBadTasksDeadLetteredWithoutBlocking(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, ticks.SyntheticConfig{}, nil)
 	ctx := testkit.Context(t)
-	sess, err := f.src.TradingHours(ctx, "NQ", testDate)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := f.tradingHours(t, "NQ")
 	inst := uuid.NewString()
 	trig := func(sym, date, account string, start, end int64) ticks.Task {
 		return ticks.Task{Kind: ticks.KindTrigger, Symbol: sym, Date: date, JobKey: ticks.JobKey(sym, date), JobInstanceID: uuid.NewString(), AccountID: account, StartTime: start, EndTime: end}
@@ -122,15 +98,7 @@ func TestBadTasksDeadLetteredWithoutBlocking(t *testing.T) {
 		dlq = f.k.ReadTopic(t, f.cfg.DLQTopic, kgo.FetchMaxBytes(8<<20))
 		return len(dlq) >= len(want)
 	})
-	seen := map[string]bool{}
-	for _, r := range dlq {
-		c, ok := want[string(r.Key)]
-		if !ok || seen[c.key] {
-			t.Errorf("unexpected DLQ record key %.40q reason %v", r.Key, testkit.Headers(r)[stages.HeaderReason])
-			continue
-		}
-		seen[c.key] = true
-		h := testkit.Headers(r)
+	checkDeadLetters(t, dlq, want, func(c badTask, r *kgo.Record, h map[string]string) {
 		if h[stages.HeaderReason] != string(c.reason) || h[stages.HeaderRule] != c.rule || h[stages.HeaderError] == "" ||
 			h[stages.HeaderSourceTopic] != f.cfg.TasksTopic || h[stages.HeaderSourcePartition] != "1" {
 			t.Errorf("%s: headers reason=%q rule=%q error=%.80q source=%s/%s; want reason %q rule %q",
@@ -142,12 +110,7 @@ func TestBadTasksDeadLetteredWithoutBlocking(t *testing.T) {
 		if len(h[stages.HeaderError]) > 4<<10 {
 			t.Errorf("%s: dlq.error is %d bytes, want a bounded message", c.name, len(h[stages.HeaderError]))
 		}
-	}
-	for k, c := range want {
-		if !seen[k] {
-			t.Errorf("%s: no DLQ record", c.name)
-		}
-	}
+	})
 	// Bad records wrote no job state; the good job was triggered once.
 	all, err := ticks.ReadJobs(ctx, f.env.Kafka, f.cfg.JobsTopic, nil)
 	if err != nil {

@@ -28,10 +28,7 @@ func TestBadBootstrapRefused(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, ticks.SyntheticConfig{}, nil)
 	ctx := testkit.Context(t)
-	sess, err := f.src.TradingHours(ctx, "NQ", testDate)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := f.tradingHours(t, "NQ")
 	boot := func(sym string, mod func(*ticks.Task)) []byte {
 		st := ticks.JobState{JobKey: ticks.JobKey(sym, testDate), Symbol: sym, Date: testDate, AccountID: "U1", Status: ticks.StatusRunning,
 			JobInstanceID: uuid.NewString(), Cursor: sess.Start - 1, StartTime: sess.Start, EndTime: sess.End}
@@ -75,10 +72,10 @@ func TestBadBootstrapRefused(t *testing.T) {
 		good[p] = ticks.Task{Kind: ticks.KindTrigger, Symbol: sym, Date: testDate, JobKey: ticks.JobKey(sym, testDate), JobInstanceID: uuid.NewString(), AccountID: "U1", StartTime: sess.Start, EndTime: sess.End}
 	}
 	var recs []*kgo.Record
-	want := map[string]bad{}
+	want := map[string]badTask{}
 	for _, c := range cases {
 		recs = append(recs, &kgo.Record{Topic: f.cfg.TasksTopic, Partition: c.partition, Key: []byte(c.key), Value: c.value})
-		want[c.key] = c
+		want[c.key] = c.badTask
 	}
 	for p, g := range good {
 		recs = append(recs, &kgo.Record{Topic: f.cfg.TasksTopic, Partition: p, Key: []byte(g.JobKey), Value: taskJSON(t, g)})
@@ -90,39 +87,19 @@ func TestBadBootstrapRefused(t *testing.T) {
 	f.startWorker(t)
 	for _, g := range good {
 		// Waits at most 30 s: a blocked partition fails here.
-		testkit.WaitFor(t, 30*time.Second, "good job "+g.JobKey+" COMPLETED behind the bad bootstraps", func() bool {
-			all, err := ticks.ReadJobs(ctx, f.env.Kafka, f.cfg.JobsTopic, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st := ticks.Flatten(all)[g.JobKey]
-			return st != nil && st.Status == ticks.StatusCompleted
-		})
+		f.waitJob(t, g.JobKey, 30*time.Second, "good job "+g.JobKey+" COMPLETED behind the bad bootstraps",
+			func(st *ticks.JobState) bool { return st.Status == ticks.StatusCompleted })
 	}
 	var dlq []*kgo.Record
 	testkit.WaitFor(t, 20*time.Second, "every bad bootstrap dead-lettered", func() bool {
 		dlq = f.k.ReadTopic(t, f.cfg.DLQTopic)
 		return len(dlq) >= len(want)
 	})
-	seen := map[string]bool{}
-	for _, r := range dlq {
-		c, ok := want[string(r.Key)]
-		if !ok || seen[c.key] {
-			t.Errorf("unexpected DLQ record key %.40q reason %q rule %q error %q", r.Key, testkit.Headers(r)[stages.HeaderReason],
-				testkit.Headers(r)[stages.HeaderRule], testkit.Headers(r)[stages.HeaderError])
-			continue
-		}
-		seen[c.key] = true
-		h := testkit.Headers(r)
+	checkDeadLetters(t, dlq, want, func(c badTask, _ *kgo.Record, h map[string]string) {
 		if h[stages.HeaderReason] != string(c.reason) || h[stages.HeaderRule] != c.rule {
 			t.Errorf("%s: reason %q rule %q (%s); want %q %q", c.name, h[stages.HeaderReason], h[stages.HeaderRule], h[stages.HeaderError], c.reason, c.rule)
 		}
-	}
-	for k, c := range want {
-		if !seen[k] {
-			t.Errorf("%s: no DLQ record", c.name)
-		}
-	}
+	})
 	all, err := ticks.ReadJobs(ctx, f.env.Kafka, f.cfg.JobsTopic, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -143,10 +120,7 @@ func TestTriggerBeforeSessionEnd(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, ticks.SyntheticConfig{}, nil)
 	ctx := testkit.Context(t)
-	sess, err := f.src.TradingHours(ctx, "NQ", testDate)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := f.tradingHours(t, "NQ")
 	end := time.UnixMilli(sess.End + 1)
 	coordAt := func(now time.Time) *ticks.Coordinator {
 		cfg := f.cfg
