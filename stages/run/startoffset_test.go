@@ -37,6 +37,39 @@ func produceUntil(t *testing.T, cl *kgo.Client, topic string, cond func() bool) 
 	return recs
 }
 
+// latestNewGroup returns the one-partition config, with StartOffset
+// "latest", of a group without commits on a fake cluster whose input topic
+// already holds old records "old-i" (produced before any member starts),
+// and a client and an admin client of that cluster.
+func latestNewGroup(t *testing.T, old int) (*testkit.Kafka, run.Config, *kgo.Client, *kadm.Client) {
+	t.Helper()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	cfg.StartOffset = "latest"
+	cl, adm := k.Client(t), k.Admin(t)
+	produce(t, cl, cfg.Topics[0], old, 5, func(i int) string { return fmt.Sprintf("old-%d", i) })
+	return k, cfg, cl, adm
+}
+
+// startTxnEcho starts a transactional runner of cfg (transactional id
+// testkit.Name(t, txnID)) whose stage calls see with each record and
+// outputs to outTopic one record of the record's key whose value is its
+// source offset (see checkOutputsFrom). It returns the runner's stop
+// function (testkit.RunInBackground, named name).
+func startTxnEcho(t *testing.T, k *testkit.Kafka, cfg run.Config, txnID, name, outTopic string, see func(msg), opts ...run.Option) (stop func() error) {
+	t.Helper()
+	stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
+		see(m)
+		return []*kgo.Record{{Topic: outTopic, Key: []byte(m.Key), Value: []byte(itoa64(m.Source.Offset))}}, nil
+	}
+	opts = append([]run.Option{run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond))}, opts...)
+	r, err := run.NewTransactional(cfg, testkit.Name(t, txnID), decodeString, stage, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testkit.RunInBackground(t, name, r.Run)
+}
+
 // A new group (no committed offset) of the transactional runner with
 // StartOffset "latest" whose first transaction aborts (the coordinator
 // refuses its TxnOffsetCommit with CONCURRENT_TRANSACTIONS) polls again from
@@ -45,14 +78,10 @@ func produceUntil(t *testing.T, cl *kgo.Client, topic string, cond func() bool) 
 // processed on is visible exactly once downstream (read_committed).
 func TestTransactionalLatestNewGroupAbortKeepsStart(t *testing.T) {
 	t.Parallel()
-	k := testkit.NewKafka(t, testkit.ForceFake())
-	cfg := baseConfig(t, k, 1)
-	cfg.StartOffset = "latest"
+	const old = 20
+	k, cfg, cl, adm := latestNewGroup(t, old)
 	topic := cfg.Topics[0]
 	outTopic := k.Topic(t, "out", 1)
-	cl, adm := k.Client(t), k.Admin(t)
-	const old = 20
-	produce(t, cl, topic, old, 5, func(i int) string { return fmt.Sprintf("old-%d", i) })
 
 	var refused atomic.Int32
 	k.Fake().ControlKey(int16(kmsg.TxnOffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -75,17 +104,8 @@ func TestTransactionalLatestNewGroupAbortKeepsStart(t *testing.T) {
 	})
 
 	var calls atomic.Int32
-	stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
-		calls.Add(1)
-		return []*kgo.Record{{Topic: outTopic, Key: []byte(m.Key), Value: []byte(itoa64(m.Source.Offset))}}, nil
-	}
 	reg := prometheus.NewRegistry()
-	r, err := run.NewTransactional(cfg, testkit.Name(t, "txn"), decodeString, stage, run.WithRegisterer(reg),
-		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := testkit.RunInBackground(t, "txn runner", r.Run)
+	stop := startTxnEcho(t, k, cfg, "txn", "txn runner", outTopic, func(msg) { calls.Add(1) }, run.WithRegisterer(reg))
 	produceUntil(t, cl, topic, func() bool { return calls.Load() > 0 })
 	produce(t, cl, topic, 10, 5, func(i int) string { return fmt.Sprintf("more-%d", i) })
 	waitCommittedAtEnd(t, adm, cfg.Group, topic, 30*time.Second)
@@ -99,27 +119,11 @@ func TestTransactionalLatestNewGroupAbortKeepsStart(t *testing.T) {
 		t.Errorf("sluice_runtime_errors_total{kind=commit} = %v, want 1 (one aborted transaction)", got)
 	}
 	end := testkit.EndOffsets(t, adm, topic)[0]
-	seen := map[int64]int{}
-	first := end
-	for _, rec := range k.ReadTopic(t, outTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted())) {
-		off, err := strconv.ParseInt(string(rec.Value), 10, 64)
-		if err != nil {
-			t.Fatalf("output value %q: %v", rec.Value, err)
-		}
-		seen[off]++
-		first = min(first, off)
-	}
+	seen, first := outputOffsets(t, k, outTopic, end)
 	if first < old {
 		t.Fatalf("source offset %d processed: a record produced before the start (offsets 0..%d) reached the output topic; outputs per source offset %v", first, old-1, seen)
 	}
-	for off := first; off < end; off++ {
-		if seen[off] != 1 {
-			t.Errorf("output of source offset %d visible %d times, want once", off, seen[off])
-		}
-	}
-	if len(seen) != int(end-first) {
-		t.Errorf("outputs of %d source offsets, want %d (offsets %d..%d)", len(seen), end-first, first, end-1)
-	}
+	checkOnceEach(t, seen, first, end)
 }
 
 // The batch runner's analogue: a new group with StartOffset "latest" whose
@@ -129,13 +133,9 @@ func TestTransactionalLatestNewGroupAbortKeepsStart(t *testing.T) {
 // from the first one processed on is written exactly once.
 func TestLatestNewGroupFailedBatchKeepsStart(t *testing.T) {
 	t.Parallel()
-	k := testkit.NewKafka(t, testkit.ForceFake())
-	cfg := baseConfig(t, k, 1)
-	cfg.StartOffset = "latest"
-	topic := cfg.Topics[0]
-	cl, adm := k.Client(t), k.Admin(t)
 	const old = 20
-	produce(t, cl, topic, old, 5, func(i int) string { return fmt.Sprintf("old-%d", i) })
+	k, cfg, cl, adm := latestNewGroup(t, old)
+	topic := cfg.Topics[0]
 
 	var calls atomic.Int32
 	var mu sync.Mutex
@@ -223,6 +223,21 @@ func since(recs []*kgo.Record, from int64) []*kgo.Record {
 	return out
 }
 
+// startSinkDown starts a batch runner of cfg whose sink fails every write,
+// so that it never commits a record it processed. It returns the first
+// source offset its stage saw, its sink and its stop function.
+func startSinkDown(t *testing.T, k *testkit.Kafka, cfg run.Config) (*firstOffset, *memsink.Sink[msg], func() error) {
+	t.Helper()
+	seen := newFirstOffset()
+	stage := func(_ context.Context, m msg) ([]msg, error) {
+		seen.see(m.Source.Offset)
+		return []msg{m}, nil
+	}
+	down := memsink.New(memsink.WithFailure(func([]msg, int) error { return errors.New("sink down") }))
+	_, stop := start(t, k, cfg, stage, down)
+	return seen, down, stop
+}
+
 // A new group with StartOffset "latest" whose first member A stops before
 // its first commit (its sink is down all along, so it never commits a
 // record) does not lose the records produced after A started: A committed
@@ -232,22 +247,12 @@ func since(recs []*kgo.Record, from int64) []*kgo.Record {
 // although the log end moved on meanwhile.
 func TestLatestNewGroupStartSurvivesOwnerStop(t *testing.T) {
 	t.Parallel()
-	k := testkit.NewKafka(t, testkit.ForceFake())
-	cfg := baseConfig(t, k, 1)
-	cfg.StartOffset = "latest"
-	topic := cfg.Topics[0]
-	cl, adm := k.Client(t), k.Admin(t)
 	const old = 20
-	produce(t, cl, topic, old, 5, func(i int) string { return fmt.Sprintf("old-%d", i) })
+	k, cfg, cl, adm := latestNewGroup(t, old)
+	topic := cfg.Topics[0]
 
 	// Member A: every write fails.
-	seenA := newFirstOffset()
-	stageA := func(_ context.Context, m msg) ([]msg, error) {
-		seenA.see(m.Source.Offset)
-		return []msg{m}, nil
-	}
-	down := memsink.New(memsink.WithFailure(func([]msg, int) error { return errors.New("sink down") }))
-	_, stopA := start(t, k, cfg, stageA, down)
+	seenA, down, stopA := startSinkDown(t, k, cfg)
 	recs := produceUntil(t, cl, topic, func() bool { return seenA.get() >= 0 })
 	recs = append(recs, produce(t, cl, topic, 10, 5, func(i int) string { return fmt.Sprintf("during-a-%d", i) })...)
 	startA := seenA.get()
@@ -332,14 +337,10 @@ func runTxnUntilFatal(t *testing.T, k *testkit.Kafka, cfg run.Config, cl *kgo.Cl
 // meanwhile.
 func TestTransactionalLatestNewGroupStartSurvivesCrash(t *testing.T) {
 	t.Parallel()
-	k := testkit.NewKafka(t, testkit.ForceFake())
-	cfg := baseConfig(t, k, 1)
-	cfg.StartOffset = "latest"
+	const old = 20
+	k, cfg, cl, adm := latestNewGroup(t, old)
 	topic := cfg.Topics[0]
 	outTopic := k.Topic(t, "out", 1)
-	cl, adm := k.Client(t), k.Admin(t)
-	const old = 20
-	produce(t, cl, topic, old, 5, func(i int) string { return fmt.Sprintf("old-%d", i) })
 
 	startA, _ := runTxnUntilFatal(t, k, cfg, cl)
 	if startA < old {
@@ -351,16 +352,7 @@ func TestTransactionalLatestNewGroupStartSurvivesCrash(t *testing.T) {
 	produce(t, cl, topic, 10, 5, func(i int) string { return fmt.Sprintf("between-%d", i) })
 
 	var calls atomic.Int32
-	stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
-		calls.Add(1)
-		return []*kgo.Record{{Topic: outTopic, Key: []byte(m.Key), Value: []byte(itoa64(m.Source.Offset))}}, nil
-	}
-	r, err := run.NewTransactional(cfg, testkit.Name(t, "txn-b"), decodeString, stage,
-		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := testkit.RunInBackground(t, "txn runner B", r.Run)
+	stop := startTxnEcho(t, k, cfg, "txn-b", "txn runner B", outTopic, func(msg) { calls.Add(1) })
 	produceUntil(t, cl, topic, func() bool { return calls.Load() > 0 })
 	produce(t, cl, topic, 10, 5, func(i int) string { return fmt.Sprintf("during-b-%d", i) })
 	waitCommittedAtEnd(t, adm, cfg.Group, topic, 30*time.Second)
@@ -370,14 +362,12 @@ func TestTransactionalLatestNewGroupStartSurvivesCrash(t *testing.T) {
 	checkOutputsFrom(t, k, topic, outTopic, startA)
 }
 
-// checkOutputsFrom checks that outTopic (read_committed) holds the outputs
-// of exactly the source offsets from..end-1 of topic's partition 0, once
-// each: their values are the source offsets.
-func checkOutputsFrom(t *testing.T, k *testkit.Kafka, topic, outTopic string, from int64) {
+// outputOffsets reads outTopic (read_committed), whose record values are
+// source offsets (see startTxnEcho), and returns how many times each source
+// offset is visible and the lowest one (end when there is none).
+func outputOffsets(t *testing.T, k *testkit.Kafka, outTopic string, end int64) (seen map[int64]int, first int64) {
 	t.Helper()
-	end := testkit.EndOffsets(t, k.Admin(t), topic)[0]
-	seen := map[int64]int{}
-	first := end
+	seen, first = map[int64]int{}, end
 	for _, rec := range k.ReadTopic(t, outTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted())) {
 		off, err := strconv.ParseInt(string(rec.Value), 10, 64)
 		if err != nil {
@@ -386,9 +376,13 @@ func checkOutputsFrom(t *testing.T, k *testkit.Kafka, topic, outTopic string, fr
 		seen[off]++
 		first = min(first, off)
 	}
-	if first != from {
-		t.Errorf("outputs start at source offset %d, want %d: offsets %d..%d were never processed (or processed though produced before the start)", first, from, min(first, from), max(first, from)-1)
-	}
+	return seen, first
+}
+
+// checkOnceEach checks that seen (see outputOffsets) holds exactly the
+// source offsets from..end-1, once each.
+func checkOnceEach(t *testing.T, seen map[int64]int, from, end int64) {
+	t.Helper()
 	for off := from; off < end; off++ {
 		if seen[off] != 1 {
 			t.Errorf("output of source offset %d visible %d times, want once", off, seen[off])
@@ -397,6 +391,19 @@ func checkOutputsFrom(t *testing.T, k *testkit.Kafka, topic, outTopic string, fr
 	if len(seen) != int(end-from) {
 		t.Errorf("outputs of %d source offsets, want %d (offsets %d..%d)", len(seen), end-from, from, end-1)
 	}
+}
+
+// checkOutputsFrom checks that outTopic (read_committed) holds the outputs
+// of exactly the source offsets from..end-1 of topic's partition 0, once
+// each: their values are the source offsets.
+func checkOutputsFrom(t *testing.T, k *testkit.Kafka, topic, outTopic string, from int64) {
+	t.Helper()
+	end := testkit.EndOffsets(t, k.Admin(t), topic)[0]
+	seen, first := outputOffsets(t, k, outTopic, end)
+	if first != from {
+		t.Errorf("outputs start at source offset %d, want %d: offsets %d..%d were never processed (or processed though produced before the start)", first, from, min(first, from), max(first, from)-1)
+	}
+	checkOnceEach(t, seen, from, end)
 }
 
 // A group that already has a commit is left alone by StartOffset "latest"
@@ -432,13 +439,7 @@ func TestLatestKeepsExistingCommit(t *testing.T) {
 	t.Run("batch", func(t *testing.T) {
 		t.Parallel()
 		k, cfg, _ := setup(t)
-		seen := newFirstOffset()
-		stage := func(_ context.Context, m msg) ([]msg, error) {
-			seen.see(m.Source.Offset)
-			return []msg{m}, nil
-		}
-		down := memsink.New(memsink.WithFailure(func([]msg, int) error { return errors.New("sink down") }))
-		_, stop := start(t, k, cfg, stage, down)
+		seen, _, stop := startSinkDown(t, k, cfg)
 		testkit.WaitFor(t, 20*time.Second, "the stage to see a record", func() bool { return seen.get() >= 0 })
 		check(t, k, cfg, seen.get())
 		if err := stop(); err != nil {
@@ -503,13 +504,9 @@ func TestLatestStartCommitRefusedRejoins(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			k := testkit.NewKafka(t, testkit.ForceFake())
-			cfg := baseConfig(t, k, 1)
-			cfg.StartOffset = "latest"
-			topic := cfg.Topics[0]
-			cl, adm := k.Client(t), k.Admin(t)
 			const old = 20
-			produce(t, cl, topic, old, 5, func(i int) string { return fmt.Sprintf("old-%d", i) })
+			k, cfg, cl, adm := latestNewGroup(t, old)
+			topic := cfg.Topics[0]
 			refused := refuseOffsetCommits(k, 1, tc.code)
 
 			// committedAtFirst: the group's commit of partition 0 when
@@ -547,16 +544,7 @@ func TestLatestStartCommitRefusedRejoins(t *testing.T) {
 			)
 			if tc.txn {
 				outTo = k.Topic(t, "out", 1)
-				stage := func(_ context.Context, m msg) ([]*kgo.Record, error) {
-					see(m)
-					return []*kgo.Record{{Topic: outTo, Key: []byte(m.Key), Value: []byte(itoa64(m.Source.Offset))}}, nil
-				}
-				r, err := run.NewTransactional(cfg, testkit.Name(t, "txn"), decodeString, stage,
-					run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				stop = testkit.RunInBackground(t, "txn runner", r.Run)
+				stop = startTxnEcho(t, k, cfg, "txn", "txn runner", outTo, see)
 				recs = produceUntil(t, cl, topic, func() bool { return seen.get() >= 0 })
 			} else {
 				sink = memsink.New[msg]()
