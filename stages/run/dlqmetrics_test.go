@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
-	"github.com/sluicehq/sluice/sinks/memsink"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/run"
 )
@@ -63,44 +62,20 @@ func counterSeries(t *testing.T, g prometheus.Gatherer, name, pipeline string, l
 // appears only with its first dead letter.
 func TestDLQReasonsExportedAtZero(t *testing.T) {
 	t.Parallel()
-	decode := func(_, v []byte) ([]byte, error) { return v, nil }
-	pass := func(_ context.Context, m stages.Msg[[]byte]) ([][]byte, error) { return [][]byte{m.Value}, nil }
-	txStage := func(_ context.Context, m stages.Msg[[]byte]) ([]*kgo.Record, error) { return nil, nil }
-	brokers := run.WithKafkaOpts(kgo.SeedBrokers("127.0.0.1:1"))
-	for _, tc := range []struct {
-		name  string
-		build func(reg prometheus.Registerer) error
-	}{
-		{"batch", func(reg prometheus.Registerer) error {
-			_, err := run.New(run.Config{Name: "p", Topics: []string{"in"}, DLQTopic: "in.dlq"},
-				decode, pass, memsink.New[[]byte](), brokers, run.WithRegisterer(reg))
-			return err
-		}},
-		{"transactional", func(reg prometheus.Registerer) error {
-			_, err := run.NewTransactional(run.Config{Name: "p", Topics: []string{"in"}, DLQTopic: "in.dlq"}, "p-tx",
-				decode, txStage, brokers, run.WithRegisterer(reg))
-			return err
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			if err := tc.build(reg); err != nil {
-				t.Fatal(err)
+	withEachRunner(t, run.Config{Name: "p", Topics: []string{"in"}, DLQTopic: "in.dlq"}, func(t *testing.T, reg *prometheus.Registry) {
+		if n, err := testutil.GatherAndCount(reg, "sluice_dlq_records_by_reason_total"); err != nil || n != len(designReasons) {
+			t.Errorf("sluice_dlq_records_by_reason_total has %d series (%v), want %d", n, err, len(designReasons))
+		}
+		got := counterSeries(t, reg, "sluice_dlq_records_by_reason_total", "p", "reason")
+		for _, r := range designReasons {
+			if v, ok := got[string(r)]; !ok || v != 0 {
+				t.Errorf("sluice_dlq_records_by_reason_total{pipeline=\"p\",reason=%q} = %v (exported %t), want 0", r, v, ok)
 			}
-			if n, err := testutil.GatherAndCount(reg, "sluice_dlq_records_by_reason_total"); err != nil || n != len(designReasons) {
-				t.Errorf("sluice_dlq_records_by_reason_total has %d series (%v), want %d", n, err, len(designReasons))
-			}
-			got := counterSeries(t, reg, "sluice_dlq_records_by_reason_total", "p", "reason")
-			for _, r := range designReasons {
-				if v, ok := got[string(r)]; !ok || v != 0 {
-					t.Errorf("sluice_dlq_records_by_reason_total{pipeline=\"p\",reason=%q} = %v (exported %t), want 0", r, v, ok)
-				}
-			}
-			if n, err := testutil.GatherAndCount(reg, "sluice_dlq_records_total"); err != nil || n != 0 {
-				t.Errorf("sluice_dlq_records_total has %d series (%v) before any dead letter, want 0", n, err)
-			}
-		})
-	}
+		}
+		if n, err := testutil.GatherAndCount(reg, "sluice_dlq_records_total"); err != nil || n != 0 {
+			t.Errorf("sluice_dlq_records_total has %d series (%v) before any dead letter, want 0", n, err)
+		}
+	})
 }
 
 // checkDLQCounters checks that the DLQ counters of pipeline "test" agree

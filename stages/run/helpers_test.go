@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/sinks/memsink"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/run"
 )
@@ -62,4 +64,37 @@ func sum(m map[int32]int64) int64 {
 		s += v
 	}
 	return s
+}
+
+// withEachRunner builds a batch runner and a transactional one of cfg, on
+// an unreachable broker (they are never run), each with its metrics on a
+// new registry, and calls check with that registry in a subtest named
+// after the runner ("batch", "transactional").
+func withEachRunner(t *testing.T, cfg run.Config, check func(t *testing.T, reg *prometheus.Registry)) {
+	t.Helper()
+	decode := func(_, v []byte) ([]byte, error) { return v, nil }
+	pass := func(_ context.Context, m stages.Msg[[]byte]) ([][]byte, error) { return [][]byte{m.Value}, nil }
+	txStage := func(_ context.Context, m stages.Msg[[]byte]) ([]*kgo.Record, error) { return nil, nil }
+	brokers := run.WithKafkaOpts(kgo.SeedBrokers("127.0.0.1:1"))
+	for _, tc := range []struct {
+		name  string
+		build func(reg prometheus.Registerer) error
+	}{
+		{"batch", func(reg prometheus.Registerer) error {
+			_, err := run.New(cfg, decode, pass, memsink.New[[]byte](), brokers, run.WithRegisterer(reg))
+			return err
+		}},
+		{"transactional", func(reg prometheus.Registerer) error {
+			_, err := run.NewTransactional(cfg, "p-tx", decode, txStage, brokers, run.WithRegisterer(reg))
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			if err := tc.build(reg); err != nil {
+				t.Fatal(err)
+			}
+			check(t, reg)
+		})
+	}
 }

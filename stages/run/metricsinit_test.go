@@ -1,16 +1,12 @@
 package run_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluicehq/sluice/sinks/memsink"
-	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/run"
 )
 
@@ -21,62 +17,38 @@ import (
 // scrape of /metrics did not show the names the README lists.
 func TestRuntimeCountersExportedAtZero(t *testing.T) {
 	t.Parallel()
-	decode := func(_, v []byte) ([]byte, error) { return v, nil }
-	pass := func(_ context.Context, m stages.Msg[[]byte]) ([][]byte, error) { return [][]byte{m.Value}, nil }
-	txStage := func(_ context.Context, m stages.Msg[[]byte]) ([]*kgo.Record, error) { return nil, nil }
-	brokers := run.WithKafkaOpts(kgo.SeedBrokers("127.0.0.1:1"))
-	for _, tc := range []struct {
-		name  string
-		build func(reg prometheus.Registerer) error
-	}{
-		{"batch", func(reg prometheus.Registerer) error {
-			_, err := run.New(run.Config{Name: "p", Topics: []string{"in"}, DLQTopic: "in.dlq"},
-				decode, pass, memsink.New[[]byte](), brokers, run.WithRegisterer(reg))
-			return err
-		}},
-		{"transactional", func(reg prometheus.Registerer) error {
-			_, err := run.NewTransactional(run.Config{Name: "p", Topics: []string{"in"}, DLQTopic: "in.dlq"}, "p-tx",
-				decode, txStage, brokers, run.WithRegisterer(reg))
-			return err
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			if err := tc.build(reg); err != nil {
-				t.Fatal(err)
+	withEachRunner(t, run.Config{Name: "p", Topics: []string{"in"}, DLQTopic: "in.dlq"}, func(t *testing.T, reg *prometheus.Registry) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]map[string]bool{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["pipeline"] != "p" || m.GetCounter() == nil || m.GetCounter().GetValue() != 0 {
+					continue
+				}
+				if got[mf.GetName()] == nil {
+					got[mf.GetName()] = map[string]bool{}
+				}
+				got[mf.GetName()][labels["kind"]] = true
 			}
-			mfs, err := reg.Gather()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := map[string]map[string]bool{}
-			for _, mf := range mfs {
-				for _, m := range mf.GetMetric() {
-					labels := map[string]string{}
-					for _, l := range m.GetLabel() {
-						labels[l.GetName()] = l.GetValue()
-					}
-					if labels["pipeline"] != "p" || m.GetCounter() == nil || m.GetCounter().GetValue() != 0 {
-						continue
-					}
-					if got[mf.GetName()] == nil {
-						got[mf.GetName()] = map[string]bool{}
-					}
-					got[mf.GetName()][labels["kind"]] = true
+		}
+		for name, kinds := range map[string][]string{
+			"sluice_runtime_errors_total": {"fetch", "commit", "fatal", "abandoned"},
+			"sluice_retries_total":        {"stage", "sink", "dlq"},
+		} {
+			for _, k := range kinds {
+				if !got[name][k] {
+					t.Errorf("%s{pipeline=\"p\",kind=%q} is not exported at 0 (exported: %v)", name, k, got[name])
 				}
 			}
-			for name, kinds := range map[string][]string{
-				"sluice_runtime_errors_total": {"fetch", "commit", "fatal", "abandoned"},
-				"sluice_retries_total":        {"stage", "sink", "dlq"},
-			} {
-				for _, k := range kinds {
-					if !got[name][k] {
-						t.Errorf("%s{pipeline=\"p\",kind=%q} is not exported at 0 (exported: %v)", name, k, got[name])
-					}
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // sluice_offsets_skipped_total has a series at 0 for every input topic as
@@ -85,38 +57,15 @@ func TestRuntimeCountersExportedAtZero(t *testing.T) {
 // (SluiceRecordsSkipped) missed it when the series appeared only then.
 func TestSkippedOffsetsExportedAtZero(t *testing.T) {
 	t.Parallel()
-	decode := func(_, v []byte) ([]byte, error) { return v, nil }
-	pass := func(_ context.Context, m stages.Msg[[]byte]) ([][]byte, error) { return [][]byte{m.Value}, nil }
-	txStage := func(_ context.Context, m stages.Msg[[]byte]) ([]*kgo.Record, error) { return nil, nil }
-	brokers := run.WithKafkaOpts(kgo.SeedBrokers("127.0.0.1:1"))
-	cfg := run.Config{Name: "p", Topics: []string{"in", "in2"}, DLQTopic: "in.dlq"}
-	for _, tc := range []struct {
-		name  string
-		build func(reg prometheus.Registerer) error
-	}{
-		{"batch", func(reg prometheus.Registerer) error {
-			_, err := run.New(cfg, decode, pass, memsink.New[[]byte](), brokers, run.WithRegisterer(reg))
-			return err
-		}},
-		{"transactional", func(reg prometheus.Registerer) error {
-			_, err := run.NewTransactional(cfg, "p-tx", decode, txStage, brokers, run.WithRegisterer(reg))
-			return err
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			if err := tc.build(reg); err != nil {
-				t.Fatal(err)
-			}
-			const want = `
+	withEachRunner(t, run.Config{Name: "p", Topics: []string{"in", "in2"}, DLQTopic: "in.dlq"}, func(t *testing.T, reg *prometheus.Registry) {
+		const want = `
 # HELP sluice_offsets_skipped_total Offsets deleted from the log (retention, DeleteRecords) before the group consumed them, per topic: their records never reached the pipeline.
 # TYPE sluice_offsets_skipped_total counter
 sluice_offsets_skipped_total{pipeline="p",topic="in"} 0
 sluice_offsets_skipped_total{pipeline="p",topic="in2"} 0
 `
-			if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_offsets_skipped_total"); err != nil {
-				t.Error(err)
-			}
-		})
-	}
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_offsets_skipped_total"); err != nil {
+			t.Error(err)
+		}
+	})
 }
