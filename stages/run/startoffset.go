@@ -109,18 +109,12 @@ func pinLatest(ctx context.Context, cl *kgo.Client, name string, log *slog.Logge
 				continue
 			}
 			end, ok := ends.Lookup(topic, p)
+			err := end.Err
 			if !ok {
-				err := listErr
-				if te, ok := ends.Lookup(topic, -1); ok && te.Err != nil {
-					err = te.Err // the topic's own error
-				}
-				if err == nil {
-					err = errors.New("not listed")
-				}
-				return nil, fmt.Errorf("pipeline %s: list the %s of %s/%d to start at (StartOffset latest): %w", name, what, topic, p, err)
+				err = unlisted(ends, listErr, topic)
 			}
-			if end.Err != nil {
-				return nil, fmt.Errorf("pipeline %s: list the %s of %s/%d to start at (StartOffset latest): %w", name, what, topic, p, end.Err)
+			if err != nil {
+				return nil, fmt.Errorf("pipeline %s: list the %s of %s/%d to start at (StartOffset latest): %w", name, what, topic, p, err)
 			}
 			if pinned[topic] == nil {
 				pinned[topic] = map[int32]kgo.EpochOffset{}
@@ -138,6 +132,19 @@ func pinLatest(ctx context.Context, cl *kgo.Client, name string, log *slog.Logge
 		}
 	}
 	return offsets, nil
+}
+
+// unlisted returns why a partition of topic is missing from ends, the
+// result of a listing that returned listErr: the topic's own error, else
+// listErr, else an error saying it was not listed.
+func unlisted(ends kadm.ListedOffsets, listErr error, topic string) error {
+	if te, ok := ends.Lookup(topic, -1); ok && te.Err != nil {
+		return te.Err
+	}
+	if listErr != nil {
+		return listErr
+	}
+	return errors.New("not listed")
 }
 
 // readsCommitted reports whether cl fetches with read_committed isolation.
