@@ -192,24 +192,41 @@ func (w *worker) stage(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record
 // dropped like any other duplicate: it is not at ChainOffset.
 func (w *worker) resendChain(p int32, st *JobState, t Task) ([]*kgo.Record, error) {
 	w.m.dropped.WithLabelValues("duplicate").Inc()
-	var out []*kgo.Record
+	var gaps [][2]int64
 	if t.Kind == KindBootstrap && t.JobInstanceID == st.JobInstanceID {
-		for _, g := range t.Gaps {
-			tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: g[0], EndTs: g[1], Backfill: true})
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, tr)
-		}
+		gaps = t.Gaps
 	}
-	if !st.Terminal() && st.Cursor < st.EndTime {
-		tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: st.Cursor + 1})
+	out, err := w.chainTasks(p, st, gaps, nil)
+	if err != nil {
+		return nil, err
+	}
+	w.log.Info("redelivered task re-sends its chained task", "job", st.JobKey, "kind", t.Kind, "instance", st.JobInstanceID, "cursor", st.Cursor, "records", len(out))
+	return out, nil
+}
+
+// chainTasks appends to out the tasks that carry job st on: a backfill
+// segment task per gap, then, unless the job is terminal or its cursor
+// reached the session end, the segment task from the cursor.
+func (w *worker) chainTasks(p int32, st *JobState, gaps [][2]int64, out []*kgo.Record) ([]*kgo.Record, error) {
+	seg := Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID}
+	for _, g := range gaps {
+		t := seg
+		t.StartTs, t.EndTs, t.Backfill = g[0], g[1], true
+		tr, err := w.taskRecord(p, t)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, tr)
 	}
-	w.log.Info("redelivered task re-sends its chained task", "job", st.JobKey, "kind", t.Kind, "instance", st.JobInstanceID, "cursor", st.Cursor, "records", len(out))
+	if !st.Terminal() && st.Cursor < st.EndTime {
+		t := seg
+		t.StartTs = st.Cursor + 1
+		tr, err := w.taskRecord(p, t)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tr)
+	}
 	return out, nil
 }
 
@@ -645,25 +662,13 @@ func (w *worker) onBootstrap(ctx context.Context, p int32, offset int64, t Task)
 		st.CreatedAt = now
 	}
 	w.m.bootstraps.Inc()
-	var out []*kgo.Record
 	rec, err := w.setState(p, &st, "")
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, rec)
-	for _, g := range t.Gaps {
-		tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: g[0], EndTs: g[1], Backfill: true})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, tr)
-	}
-	if !st.Terminal() && st.Cursor < st.EndTime {
-		tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: st.Cursor + 1})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, tr)
+	out, err := w.chainTasks(p, &st, t.Gaps, []*kgo.Record{rec})
+	if err != nil {
+		return nil, err
 	}
 	w.log.Info("job state rebuilt from the object store", "job", st.JobKey, "instance", st.JobInstanceID, "cursor", st.Cursor, "gaps", len(t.Gaps))
 	return out, nil
