@@ -214,16 +214,9 @@ func TestRedisURLErrorHidesPassword(t *testing.T) {
 // would wait for it forever; it now fails and writes nothing.
 func TestSmapRebuildProgressUnknownProject(t *testing.T) {
 	t.Parallel()
-	k := testkit.NewKafka(t, testkit.ForceFake())
-	r := testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK())
-	pg := testkit.NewPostgres(t)
+	e := newRebuildEnv(t)
+	r, pg, prefix, args := e.r, e.pg, e.prefix, e.args
 	ctx := testkit.Context(t)
-	if _, err := schemas.Migrate(ctx, pg.URL); err != nil {
-		t.Fatal(err)
-	}
-	prefix := r.Prefix + "smap:proj:"
-	args := []string{"--brokers", strings.Join(k.Brokers, ","), "--database-url", pg.URL, "--redis-url", r.URL,
-		"--s3-endpoint", "", "--object-store-dir", t.TempDir(), "--key-prefix", prefix}
 	out, err := runCLI(t, append([]string{"smap", "rebuild-progress", "ghost"}, args...)...)
 	singleLine(t, err, "project ghost not found: no projects/ghost.json in the object store and no rows in post_analytics")
 	if strings.Contains(out, "rebuilt") {
@@ -255,15 +248,9 @@ func TestSmapRebuildProgressUnknownProject(t *testing.T) {
 // reads it (or, on a shared cluster, where another deployment's do).
 func TestSmapRebuildProgressJobCompletedTopic(t *testing.T) {
 	t.Parallel()
-	k := testkit.NewKafka(t, testkit.ForceFake())
-	r := testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK())
-	pg := testkit.NewPostgres(t)
+	e := newRebuildEnv(t)
+	k, pg, dir := e.k, e.pg, e.dir
 	ctx := testkit.Context(t)
-	if _, err := schemas.Migrate(ctx, pg.URL); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	prefix := r.Prefix + "smap:proj:"
 	if _, err := pg.Pool.Exec(ctx, `INSERT INTO post_analytics (project_id, item_id) VALUES ('p5', 'i1'), ('p5', 'i2')`); err != nil {
 		t.Fatal(err)
 	}
@@ -281,8 +268,7 @@ func TestSmapRebuildProgressJobCompletedTopic(t *testing.T) {
 	if _, err := k.Admin(t).CreateTopic(ctx, 1, -1, nil, topics.SmapJobCompleted); err != nil {
 		t.Fatal(err)
 	}
-	out, err := runCLI(t, "smap", "rebuild-progress", "p5", "--job-completed-topic", copyTopic, "--brokers", strings.Join(k.Brokers, ","),
-		"--database-url", pg.URL, "--redis-url", r.URL, "--s3-endpoint", "", "--object-store-dir", dir, "--key-prefix", prefix)
+	out, err := runCLI(t, append([]string{"smap", "rebuild-progress", "p5", "--job-completed-topic", copyTopic}, e.args...)...)
 	if err != nil {
 		t.Fatalf("rebuild-progress: %v\n%s", err, out)
 	}
@@ -296,4 +282,33 @@ func TestSmapRebuildProgressJobCompletedTopic(t *testing.T) {
 	if recs := k.ReadTopic(t, topics.SmapJobCompleted); len(recs) != 0 {
 		t.Fatalf("records on %s: %v, want none", topics.SmapJobCompleted, recs)
 	}
+}
+
+// rebuildEnv is what the rebuild-progress tests run against: a fake Kafka,
+// Redis DB 1, a migrated Postgres, an object-store directory, and the CLI
+// flags that point sluice at them (smap keys under prefix).
+type rebuildEnv struct {
+	k      *testkit.Kafka
+	r      *testkit.Redis
+	pg     *testkit.Postgres
+	dir    string
+	prefix string
+	args   []string
+}
+
+func newRebuildEnv(t *testing.T) rebuildEnv {
+	t.Helper()
+	e := rebuildEnv{
+		k:   testkit.NewKafka(t, testkit.ForceFake()),
+		r:   testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK()),
+		pg:  testkit.NewPostgres(t),
+		dir: t.TempDir(),
+	}
+	if _, err := schemas.Migrate(testkit.Context(t), e.pg.URL); err != nil {
+		t.Fatal(err)
+	}
+	e.prefix = e.r.Prefix + "smap:proj:"
+	e.args = []string{"--brokers", strings.Join(e.k.Brokers, ","), "--database-url", e.pg.URL, "--redis-url", e.r.URL,
+		"--s3-endpoint", "", "--object-store-dir", e.dir, "--key-prefix", e.prefix}
+	return e
 }
