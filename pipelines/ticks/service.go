@@ -126,7 +126,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.runner.Run(ctx)
 }
 
-// clientService closes a client when its wrapped service stops.
+// closer closes a client when its wrapped service stops.
 type closer struct {
 	pipelines.Service
 	close func()
@@ -137,23 +137,42 @@ func (c closer) Run(ctx context.Context) error {
 	return c.Service.Run(ctx)
 }
 
+// close releases what NewWorker built (its producer), for a worker that
+// will never run; Run closes it otherwise.
+func (w *Worker) close() { w.prod.Close() }
+
 // Services builds the ticks pipeline: the worker, and the supervisor when
 // cfg.Supervisor.Enabled. When env.Ops is set, the trigger and status API
 // (POST /api/v1/ingest/trigger, GET /api/v1/ingest/jobs[/{job}]) is mounted
-// on it and the worker's readiness is registered.
+// on it and the worker's readiness is registered. The Kafka clients it
+// builds (the worker's producer, the coordinator's client) are closed when
+// the worker's Run returns; if Services fails (or panics, e.g. when the
+// routes are already mounted on env.Ops) it closes them itself before
+// returning.
 func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	cfg = cfg.withDefaults()
 	wk, err := NewWorker(env, cfg)
 	if err != nil {
 		return nil, err
 	}
+	var cl *kgo.Client
+	built := false
+	defer func() {
+		if built {
+			return
+		}
+		if cl != nil {
+			cl.Close()
+		}
+		wk.close()
+	}()
 	// The supervisor's calls count with the worker's (same labels, shared
 	// series).
 	store, err := objstore.Instrument(env.Objects, env.Registerer, cfg.Runtime.Name)
 	if err != nil {
-		return nil, fmt.Errorf("ticks: %w", err)
+		return nil, fmt.Errorf("ticks: supervisor store: %w", err)
 	}
-	cl, err := kgo.NewClient(env.Kafka...)
+	cl, err = kgo.NewClient(env.Kafka...)
 	if err != nil {
 		return nil, fmt.Errorf("ticks: coordinator client: %w", err)
 	}
@@ -170,6 +189,7 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 			env.Ops.AddReadiness(s.Name(), s.Ready)
 		}
 	}
+	built = true
 	return svcs, nil
 }
 
