@@ -69,9 +69,10 @@
 // files' names and metadata, sending backfill tasks for holes. Both only
 // send commands; the owner applies them. The owner checks a bootstrap
 // command before applying any of it (checkBootstrap): a state of another
-// job, an invalid symbol, date, account, session or instance, a cursor or
-// gap outside the session, or a redundant file that is not a valid
-// segment key of the job is dead-lettered as sanity_fail (rules
+// job, an invalid symbol, date, account, session, instance or status (one
+// of the five job statuses), a cursor or gap outside the session, or a
+// redundant file that is not a valid segment key of the job is
+// dead-lettered as sanity_fail (rules
 // ticks.symbol, ticks.date, ticks.account, ticks.session or
 // ticks.bootstrap).
 //

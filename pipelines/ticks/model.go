@@ -169,6 +169,15 @@ func (s JobState) Progress() float64 {
 	return min(max(p, 0), 1)
 }
 
+// known reports whether s is one of the job statuses above.
+func (s Status) known() bool {
+	switch s {
+	case StatusPending, StatusRunning, StatusCompleted, StatusFailed, StatusStalled:
+		return true
+	}
+	return false
+}
+
 // Terminal reports whether no main-line task will run for the instance.
 func (s JobState) Terminal() bool {
 	return s.Status == StatusCompleted || s.Status == StatusFailed || s.Status == StatusStalled
@@ -255,7 +264,15 @@ const RuleBootstrap = "ticks.bootstrap"
 // checkJob does for a trigger; a missing state, or one of another job
 // (its tasks would go to another job key and the job would stay RUNNING
 // with nothing chained); an instance that is not a UUID (every task it
-// chains would be a decode error); a cursor outside [start−1, end]; a gap
+// chains would be a decode error); a status that is not one of the five
+// job statuses, empty included (the worker would store it as the job's
+// status and export it as a label of sluice_ticks_job_transitions_total,
+// and the supervisor's stall scan, which looks at RUNNING and PENDING
+// jobs only, would never see the job) — every known status is accepted:
+// Bootstrap sends RUNNING or COMPLETED, and a replayed PENDING, FAILED or
+// STALLED state is applied as it is (chainTasks resumes the main line from
+// the cursor unless the state is terminal); a cursor outside
+// [start−1, end]; a gap
 // that is reversed or does not start inside the session; a redundant file
 // that is not a segment file of the job or that no object store accepts
 // (rule ticks.bootstrap). Such a command is typed by hand (kcat): without
@@ -278,6 +295,10 @@ func checkBootstrap(t Task, now time.Time) error {
 	}
 	if _, err := uuid.Parse(st.JobInstanceID); err != nil {
 		return dead("job_instance_id %q: %w", clip(st.JobInstanceID), err)
+	}
+	if !st.Status.known() {
+		return dead("status %q: want one of %s, %s, %s, %s, %s", clip(string(st.Status)),
+			StatusPending, StatusRunning, StatusCompleted, StatusFailed, StatusStalled)
 	}
 	if st.Cursor < st.StartTime-1 || st.Cursor > st.EndTime {
 		return dead("cursor %d outside the session [%d, %d]", st.Cursor, st.StartTime, st.EndTime)

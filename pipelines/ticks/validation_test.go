@@ -50,6 +50,8 @@ func TestBadBootstrapRefused(t *testing.T) {
 		{badTask{"state with a reversed session", "BSS:" + testDate, boot("BSS", func(t *ticks.Task) { t.State.StartTime, t.State.EndTime = sess.End, sess.Start }), stages.ReasonSanityFail, "ticks.session"}, 1},
 		{badTask{"state with a bad account", "BSA:" + testDate, boot("BSA", func(t *ticks.Task) { t.State.AccountID = "U1 OR 1=1" }), stages.ReasonSanityFail, "ticks.account"}, 1},
 		{badTask{"state cursor outside the session", "BSC:" + testDate, boot("BSC", func(t *ticks.Task) { t.State.Cursor = sess.End + 5 }), stages.ReasonSanityFail, "ticks.bootstrap"}, 1},
+		{badTask{"state with an unknown status", "BSU:" + testDate, boot("BSU", func(t *ticks.Task) { t.State.Status = "DONE" }), stages.ReasonSanityFail, "ticks.bootstrap"}, 1},
+		{badTask{"state without a status", "BSN:" + testDate, boot("BSN", func(t *ticks.Task) { t.State.Status = "" }), stages.ReasonSanityFail, "ticks.bootstrap"}, 2},
 		{badTask{"gap outside the session", "BSG:" + testDate, boot("BSG", func(t *ticks.Task) { t.Gaps = [][2]int64{{sess.Start - 100, sess.Start - 1}} }), stages.ReasonSanityFail, "ticks.bootstrap"}, 1},
 		{badTask{"invalid symbol", "b/s:" + testDate, boot("b/s", nil), stages.ReasonSanityFail, "ticks.symbol"}, 1},
 		// Its segment keys would be ticks/../DATE/…: objstore.ErrInvalidKey,
