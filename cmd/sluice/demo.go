@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -202,8 +204,9 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 	pipeCtx, pipesDown := context.WithCancelCause(ctx)
 	defer pipesDown(nil)
 	served := make(chan error, 1)
+	opsBound := make(chan net.Addr, 1)
 	go func() {
-		err := serve(runCtx, env, o.opsAddr, services)
+		err := serve(runCtx, env, o.opsAddr, services, func(a net.Addr) { opsBound <- a })
 		if err != nil {
 			pipesDown(err)
 		} else {
@@ -253,11 +256,23 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 	tw.Flush()
 
 	if o.keep {
+		// The address the ops server bound (the chosen port for
+		// --ops-addr :0); serve reports it before it starts the pipelines.
+		var ops net.Addr
+		if o.opsAddr != "" && env.Ops != nil {
+			select {
+			case ops = <-opsBound:
+			case <-pipeCtx.Done():
+			}
+		}
 		fmt.Fprintf(out, "\nEverything keeps running; Ctrl-C to stop. Try:\n"+
 			"  kcat -b %[1]s -L\n"+
 			"  kcat -b %[1]s -C -t bronze.dlq -f '%%k %%h\\n%%s\\n\\n' -e\n"+
-			"  echo 'VNM:{\"task_type\":\"ta.bar\",\"payload\":{\"symbol\":\"VNM\",\"trade_date\":\"2024-05-02\",\"open\":1,\"high\":2,\"low\":1,\"close\":2,\"volume\":10}}' | kcat -b %[1]s -P -t bronze.records -K:\n"+
-			"  curl -s http://%[2]s/metrics | grep sluice_\n", strings.Join(g.Kafka.Brokers, ","), o.opsAddr)
+			"  echo 'VNM:{\"task_type\":\"ta.bar\",\"payload\":{\"symbol\":\"VNM\",\"trade_date\":\"2024-05-02\",\"open\":1,\"high\":2,\"low\":1,\"close\":2,\"volume\":10}}' | kcat -b %[1]s -P -t bronze.records -K:\n",
+			strings.Join(g.Kafka.Brokers, ","))
+		if ops != nil {
+			fmt.Fprintf(out, "  curl -s http://%s/metrics | grep sluice_\n", dialAddr(ops))
+		}
 		select {
 		case <-ctx.Done():
 		case <-pipeCtx.Done():
@@ -272,6 +287,15 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 	}
 	fmt.Fprintln(out, "demo finished")
 	return nil
+}
+
+// dialAddr is how a client on this machine reaches a listener bound to a:
+// a's own address, with localhost for an unspecified IP (":0" binds [::]).
+func dialAddr(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok && (t.IP == nil || t.IP.IsUnspecified()) {
+		return net.JoinHostPort("localhost", strconv.Itoa(t.Port))
+	}
+	return a.String()
 }
 
 // errPipelinesStopped is the cause of the demo's pipeline context when the

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"context"
+	"io"
 	"net"
+	"net/http"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +83,92 @@ func TestDemoKafkaPortBusy(t *testing.T) {
 	singleLine(t, err, "embedded Kafka on "+busy.Addr().String())
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("took %v to fail", d)
+	}
+}
+
+// demo --keep --ops-addr :0 printed "curl -s http://:0/metrics", the flag's
+// value, instead of the address the ops server listens on; with the ops
+// server disabled (--ops-addr "") it printed "curl -s http:///metrics". It
+// now prints the bound address (localhost for an unspecified IP), which
+// serves the metrics, and no curl line without an ops server.
+func TestDemoKeepPrintsBoundOpsAddr(t *testing.T) {
+	t.Parallel()
+	srv := testkit.NewPostgresServer(t)
+	for _, opsAddr := range []string{":0", ""} {
+		t.Run("ops-addr="+opsAddr, func(t *testing.T) {
+			t.Parallel()
+			db := srv.Postgres(t)
+			root := newRootCmd()
+			out := &lockedBuffer{}
+			root.SetOut(out)
+			root.SetErr(out)
+			root.SetArgs([]string{"demo", "--keep", "--brokers=", "--redis-url=", "--s3-endpoint=", "--object-store-dir", t.TempDir(),
+				"--database-url", db.URL, "--kafka-addr", "127.0.0.1:0", "--ops-addr", opsAddr,
+				"--records", "10", "--smap-items", "3", "--timeout", "90s"})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- execute(ctx, root) }()
+
+			deadline := time.After(2 * time.Minute)
+			for !strings.Contains(out.String(), "Everything keeps running") {
+				select {
+				case err := <-done:
+					t.Fatalf("demo returned before keeping running: %v\n%s", err, out)
+				case <-deadline:
+					t.Fatalf("demo did not finish its scenarios:\n%s", out)
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			time.Sleep(200 * time.Millisecond) // the rest of the hints
+			text := out.String()
+			curl := regexp.MustCompile(`curl -s http://(\S*)/metrics`).FindStringSubmatch(text)
+			if opsAddr == "" {
+				if curl != nil || strings.Contains(text, "http://") {
+					t.Fatalf("ops server disabled, yet a curl hint:\n%s", text)
+				}
+			} else {
+				if curl == nil {
+					t.Fatalf("no curl hint:\n%s", text)
+				}
+				host, port, err := net.SplitHostPort(curl[1])
+				if err != nil || host != "localhost" || port == "0" || port == "" {
+					t.Fatalf("curl hint address %q (%v): want localhost and the bound port\n%s", curl[1], err, text)
+				}
+				resp, err := http.Get("http://" + curl[1] + "/metrics")
+				if err != nil {
+					t.Fatalf("GET the printed address: %v", err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "sluice_") {
+					t.Fatalf("GET http://%s/metrics: %s\n%.500s", curl[1], resp.Status, body)
+				}
+			}
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("demo after Ctrl-C: %v\n%s", err, out)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("demo did not stop after its context ended")
+			}
+		})
+	}
+}
+
+func TestDialAddr(t *testing.T) {
+	t.Parallel()
+	cases := map[string]*net.TCPAddr{
+		"localhost:9464": {IP: net.IPv6unspecified, Port: 9464},
+		"localhost:8080": {IP: net.IPv4zero, Port: 8080},
+		"127.0.0.1:4321": {IP: net.IPv4(127, 0, 0, 1), Port: 4321},
+		"[::1]:80":       {IP: net.IPv6loopback, Port: 80},
+	}
+	for want, a := range cases {
+		if got := dialAddr(a); got != want {
+			t.Errorf("dialAddr(%v) = %q, want %q", a, got, want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -177,7 +178,7 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 		}
 		services = append(services, ss...)
 	}
-	return serve(ctx, env, o.opsAddr, services)
+	return serve(ctx, env, o.opsAddr, services, nil)
 }
 
 // checkPipelineTopics fails when a topic of the named pipelines is missing:
@@ -223,8 +224,11 @@ func checkPipelineTopics(ctx context.Context, env pipelines.Env, o *runOptions, 
 }
 
 // serve runs services and the ops HTTP server until ctx is done or a
-// service fails.
-func serve(ctx context.Context, env pipelines.Env, opsAddr string, services []pipelines.Service) error {
+// service fails. listening, when not nil, is called with the address the
+// ops server bound (the port chosen for a port-0 opsAddr) before any
+// service starts; it is not called when the ops server is disabled or
+// fails to listen.
+func serve(ctx context.Context, env pipelines.Env, opsAddr string, services []pipelines.Service, listening func(net.Addr)) error {
 	grp, gctx := errgroup.WithContext(ctx)
 	if opsAddr != "" && env.Ops != nil {
 		for _, s := range services {
@@ -235,6 +239,9 @@ func serve(ctx context.Context, env pipelines.Env, opsAddr string, services []pi
 			return err
 		}
 		env.Logger.Info("ops endpoints", "metrics", fmt.Sprintf("http://%s/metrics", addr), "ready", fmt.Sprintf("http://%s/readyz", addr))
+		if listening != nil {
+			listening(addr)
+		}
 		grp.Go(func() error { return <-errc })
 	}
 	for _, s := range services {
