@@ -190,6 +190,11 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		case err == nil:
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case errors.Is(err, stages.ErrStopped):
+			// Revoked or shutting down during a backoff: not the target's
+			// failure. The record is left for the next owner, which crawls
+			// the project again.
+			return nil, fmt.Errorf("project %s: %w", id, err)
 		case errors.As(err, &ee):
 			return nil, storeRetry("raw objects of project "+id, fmt.Errorf("project %s: %w", id, ee.err))
 		default:
@@ -238,7 +243,10 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 // with jitter — at least the error's RetryAfter, at most CrawlRetry.Max —
 // in between. A permanent error, a panic of the crawler, an error of the
 // collector's own effects (emitError) and the end of ctx end it at once.
-// It returns the number of crawls made and the last crawl's error.
+// It returns the number of crawls made and the last crawl's error — or,
+// when the runtime asks the partition to stop (stages.Stopping) during a
+// wait, an error wrapping stages.ErrStopped at once, so that a revoke or a
+// shutdown does not wait out a long Retry-After.
 func (c *collector) crawlWithRetry(ctx context.Context, p ProjectCreated, tg Target, emit func(Item) error) (int, error) {
 	pol := c.cfg.CrawlRetry
 	for attempt := 1; ; attempt++ {
@@ -260,6 +268,10 @@ func (c *collector) crawlWithRetry(ctx context.Context, p ProjectCreated, tg Tar
 		case <-ctx.Done():
 			t.Stop()
 			return attempt, ctx.Err()
+		case <-stages.Stopping(ctx):
+			t.Stop()
+			return attempt, fmt.Errorf("crawl of target %s %.200q: backoff of %v after attempt %d abandoned: %w",
+				tg.Platform, tg.URL, wait, attempt, stages.ErrStopped)
 		case <-t.C:
 		}
 	}

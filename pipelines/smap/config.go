@@ -59,8 +59,11 @@ type Config struct {
 	// in all (default 4), the waits between them exponential with jitter
 	// (default 1s doubling up to Max, 30s) and at least the error's
 	// RetryAfter, capped at Max. The waits run inside the collector's stage
-	// and end with its context (revoke, shutdown). A target still failing
-	// after the last crawl is skipped like one failing permanently.
+	// and end at once when its partition is revoked or the service stops
+	// (stages.Stopping, or the end of its context): the project.created
+	// record is then neither committed nor dead-lettered, and its next
+	// owner crawls the project again. A target still failing after the
+	// last crawl is skipped like one failing permanently.
 	CrawlRetry run.RetryPolicy
 	// Analyzers run on every item in order (default Builtins()).
 	Analyzers []Analyzer

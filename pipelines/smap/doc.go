@@ -95,6 +95,9 @@
 // backoff and jitter, up to Config.CrawlRetry.MaxAttempts crawls (default
 // 4), each retry counted in smap_crawl_retries_total; a retried crawl
 // re-emits the items found before the failure, which are counted once.
+// A revoke or a shutdown ends a wait between crawls at once: the
+// project.created record is left uncommitted (not dead-lettered) and its
+// next owner crawls the project again.
 // A target whose crawl fails permanently (any other error, or a panic of
 // the crawler) or on every attempt is skipped and counted once in
 // smap_crawl_errors_total: the project completes with the items of the

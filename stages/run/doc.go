@@ -79,7 +79,12 @@
 // Config.RevokeTimeout), write their open coalescing windows (see
 // [WindowConfig]), their offsets are committed synchronously, and only
 // then does the callback return and the partitions move. Shutdown does the
-// same for every partition. A worker that
+// same for every partition. A stage need not wait that long: the channel
+// [stages.Stopping] of its context closes when its partition is asked to
+// stop, and a stage error wrapping [stages.ErrStopped] then leaves its
+// record and the rest of the batch uncommitted (not retried, not
+// dead-lettered), the records before it being written and committed. A
+// worker that
 // does not return within 2s of being cancelled (a sink or stage that
 // ignores its context) is left behind: it never marks an offset, so its
 // batch is redelivered, and neither a rebalance nor the shutdown waits for

@@ -44,6 +44,7 @@ type worker[In, Out any] struct {
 
 	stopping chan struct{} // closed: finish the current batch, then exit
 	ctx      context.Context
+	sctx     context.Context    // the stage's: ctx carrying stopping (stages.Stopping)
 	cancel   context.CancelFunc // abandon now
 	done     chan struct{}
 	lost     atomic.Bool
@@ -65,6 +66,7 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 		done: make(chan struct{}),
 		next: -1,
 	}
+	w.sctx = stages.WithStopping(ctx, w.stopping)
 	if r.merger != nil {
 		w.win = newWindow(r.merger, &r.m.windowKeys)
 	}
@@ -370,7 +372,10 @@ func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, deadLetter, error)
 			r.m.out.Add(float64(len(outs)))
 			return outs, deadLetter{}, nil
 		}
-		if w.ctx.Err() != nil {
+		// A cancelled worker, or a stage that gave up its record because
+		// the worker is stopping (stages.ErrStopped): the record is left
+		// for redelivery, neither retried nor dead-lettered.
+		if w.ctx.Err() != nil || (errors.Is(err, stages.ErrStopped) && w.isStopping()) {
 			return nil, deadLetter{}, errAbandoned
 		}
 		c := stages.Classify(err)
@@ -413,7 +418,7 @@ func (w *worker[In, Out]) callStage(msg stages.Msg[In]) (outs []Out, err error) 
 			outs, err = nil, stages.DeadLetter(stages.ReasonException, "", fmt.Errorf("stage panic: %v", p))
 		}
 	}()
-	return w.r.stage(w.ctx, msg)
+	return w.r.stage(w.sctx, msg)
 }
 
 // write hands outs to the sink with one Write, retrying transient failures
