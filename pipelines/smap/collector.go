@@ -179,7 +179,7 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 					mu.Unlock()
 				}
 			})
-			c.m.collected.WithLabelValues(platformSlug(platform)).Inc()
+			c.m.collected.WithLabelValues(c.m.platform(platform)).Inc()
 			return nil
 		}
 	}
@@ -202,7 +202,7 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 			// of the crawler, or a transient error on every attempt) is
 			// skipped: the project completes with what the other targets
 			// yielded.
-			c.m.crawlErrors.WithLabelValues(platformSlug(tg.Platform)).Inc()
+			c.m.crawlErrors.WithLabelValues(c.m.platform(tg.Platform)).Inc()
 			c.log.Warn("crawl of target failed", "project_id", id, "platform", tg.Platform, "attempts", attempts, "err", err)
 		}
 	}
@@ -260,7 +260,7 @@ func (c *collector) crawlWithRetry(ctx context.Context, p ProjectCreated, tg Tar
 			return attempt, err
 		}
 		wait := min(max(pol.Backoff(attempt), after), pol.Max)
-		c.m.crawlRetry.WithLabelValues(platformSlug(tg.Platform)).Inc()
+		c.m.crawlRetry.WithLabelValues(c.m.platform(tg.Platform)).Inc()
 		c.log.Warn("crawl of target failed, retrying", "project_id", p.ProjectID, "platform", tg.Platform,
 			"attempt", attempt, "max_attempts", pol.MaxAttempts, "wait", wait, "err", err)
 		t := time.NewTimer(wait)

@@ -105,4 +105,13 @@
 // skipped target is not an item: it changes neither the total nor the
 // errors count of the progress state. A project without any item
 // completes at its seal and reports 100 %.
+//
+// # Metrics
+//
+// The platform label of smap_items_collected_total,
+// smap_crawl_errors_total and smap_crawl_retries_total comes from the
+// input, so it is bounded per process: tiktok, facebook, youtube and news
+// (lowercased; "unknown" for none) always have their own series, as do
+// the first 20 other platforms of at most 32 bytes; any other platform
+// counts as "other".
 package smap

@@ -2,14 +2,45 @@ package smap
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// Bounds of the platform label (see metrics.platform).
+const (
+	// otherPlatform is the label of the platforms folded together.
+	otherPlatform = "other"
+	// maxPlatformLabels is how many distinct platforms besides the known
+	// ones (knownPlatform) get a label of their own per process.
+	maxPlatformLabels = 20
+	// maxPlatformLabelLen is the longest platform slug used as a label.
+	maxPlatformLabelLen = 32
+)
+
+// knownPlatform reports whether slug is a platform the code names (the
+// demo's tiktok, facebook and youtube, news) or one of the label's fixed
+// values ("unknown": no platform; otherPlatform). A known platform always
+// has a label of its own.
+func knownPlatform(slug string) bool {
+	switch slug {
+	case "tiktok", "facebook", "youtube", "news", "unknown", otherPlatform:
+		return true
+	}
+	return false
+}
+
+// platformLabels admits platform label values, at most maxPlatformLabels
+// besides the known ones, first come first served.
+type platformLabels struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
 // metrics are smap's domain metrics (the runners add the runtime's).
 type metrics struct {
 	projects    *prometheus.CounterVec   // outcome: crawled|skipped_done|resealed
-	collected   *prometheus.CounterVec   // platform
+	collected   *prometheus.CounterVec   // platform (see platform)
 	crawlErrors *prometheus.CounterVec   // platform
 	crawlRetry  *prometheus.CounterVec   // platform
 	analysed    *prometheus.CounterVec   // result: ok | <dlq reason>
@@ -17,6 +48,40 @@ type metrics struct {
 	completions *prometheus.CounterVec   // repeat: false|true
 	counted     *prometheus.CounterVec   // outcome: ok|error
 	stateWrites *prometheus.HistogramVec // op
+
+	platforms platformLabels
+}
+
+// platform returns the platform label of a target's or item's platform.
+// Platforms come from the project.created input and are open-ended, so the
+// label is bounded per metrics value (per process): the lowercased slug
+// (platformSlug) of a known platform (knownPlatform); the slug of another
+// platform if it is at most maxPlatformLabelLen bytes and among the first
+// maxPlatformLabels such platforms seen; otherPlatform ("other") for the
+// rest. The smap_* platform series are thus at most maxPlatformLabels plus
+// the known ones per metric. Safe for concurrent use.
+func (m *metrics) platform(platform string) string {
+	slug := platformSlug(platform)
+	if knownPlatform(slug) {
+		return slug
+	}
+	if len(slug) > maxPlatformLabelLen {
+		return otherPlatform
+	}
+	p := &m.platforms
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.seen[slug] {
+		return slug
+	}
+	if len(p.seen) >= maxPlatformLabels {
+		return otherPlatform
+	}
+	if p.seen == nil {
+		p.seen = map[string]bool{}
+	}
+	p.seen[slug] = true
+	return slug
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
