@@ -27,6 +27,12 @@
 //
 // Dir is the server's working directory. When Dir is empty the Start
 // function creates a fresh directory under os.TempDir() and Stop removes it.
+// A process that exits without Stop (os.Exit, a second Ctrl-C, SIGKILL)
+// cannot remove it; on Linux the next Start of the same kind of server
+// with an empty Dir, in any process, removes such directories in the same
+// parent: each temporary directory holds a .localsvc.lock file that its
+// process keeps locked (flock) until Stop, and the kernel releases the lock
+// when the process dies, as it kills the process's servers (see Lifetime).
 // When Dir is set it belongs to the caller: it is created if missing, kept by
 // Stop, and holds what the server persists (a PostgreSQL cluster in
 // Dir/data, MinIO objects in Dir/data), so a later Start on the same Dir

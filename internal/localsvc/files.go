@@ -105,11 +105,7 @@ func lookupUser(name string) (*osUser, error) {
 // (for a given dir) that user can reach it.
 func serverDir(dir, pattern string, user *osUser) (path string, temp bool, err error) {
 	if dir == "" {
-		parent := os.TempDir()
-		if user != nil && !worldTraversable(parent) {
-			parent = "/tmp"
-		}
-		if path, err = os.MkdirTemp(parent, pattern); err != nil {
+		if path, err = os.MkdirTemp(tempParent(user), pattern); err != nil {
 			return "", false, fmt.Errorf("temp dir: %w", err)
 		}
 		err := handOver(path, user)
@@ -135,6 +131,16 @@ func serverDir(dir, pattern string, user *osUser) (path string, temp bool, err e
 		return "", false, fmt.Errorf("directory: %w", err)
 	}
 	return path, false, handOver(path, user)
+}
+
+// tempParent is where serverDir makes a temporary directory: os.TempDir(),
+// or /tmp when user is set and os.TempDir() is not searchable by others.
+func tempParent(user *osUser) string {
+	parent := os.TempDir()
+	if user != nil && !worldTraversable(parent) {
+		parent = "/tmp"
+	}
+	return parent
 }
 
 // handOver gives dir to user (nil: leaves it alone).

@@ -199,7 +199,8 @@ func (p *proc) terminate() error {
 // after it. Its methods are safe for concurrent use.
 type server struct {
 	p       *proc
-	tempDir string // removed by stop; empty when the caller owns the directory
+	tempDir string   // removed by stop; empty when the caller owns the directory
+	lock    *os.File // tempDir's lock (see lockTempDir), released by stop; may be nil
 
 	once    sync.Once
 	stopErr error
@@ -218,6 +219,9 @@ func (s *server) stop() error {
 			if err := os.RemoveAll(s.tempDir); err != nil {
 				errs = append(errs, fmt.Errorf("remove %s: %w", s.tempDir, err))
 			}
+		}
+		if s.lock != nil {
+			_ = s.lock.Close()
 		}
 		s.stopErr = errors.Join(errs...)
 	})
@@ -246,21 +250,36 @@ type launch struct {
 // startAttempts times, until ready answers. On failure the error carries
 // the server's output, no process is left running and a temporary directory
 // is removed.
+//
+// A temporary directory stays locked (lockTempDir) while the server runs;
+// before making one, start removes the directories of the same pattern that
+// a process which died without Stop left behind (removeStaleTempDirs).
 func (l launch) start(ctx context.Context, c common) (*server, int, error) {
+	if c.dir == "" {
+		removeStaleTempDirs(tempParent(l.user), l.pattern)
+	}
 	dir, temp, err := serverDir(c.dir, l.pattern, l.user)
 	if err != nil {
 		return nil, 0, err
 	}
-	p, port, err := l.startIn(ctx, c, dir)
+	s := &server{}
+	if temp {
+		s.tempDir = dir
+		// Best effort: without the lock (a file system without flock)
+		// the server runs all the same, and a directory it leaves behind
+		// is not recognised.
+		s.lock, _ = lockTempDir(dir)
+	}
+	var port int
+	s.p, port, err = l.startIn(ctx, c, dir)
 	if err != nil {
 		if temp {
 			err = errors.Join(err, os.RemoveAll(dir))
+			if s.lock != nil {
+				_ = s.lock.Close()
+			}
 		}
 		return nil, 0, err
-	}
-	s := &server{p: p}
-	if temp {
-		s.tempDir = dir
 	}
 	return s, port, nil
 }
