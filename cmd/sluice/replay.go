@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/sluicehq/sluice/internal/groupctl"
 )
@@ -27,7 +24,6 @@ func newReplayCmd(g *globalConfig) *cobra.Command {
 		toOffset   int64
 		toTime     string
 		dryRun     bool
-		allowNew   bool
 		timeout    time.Duration
 	)
 	cmd := &cobra.Command{
@@ -42,12 +38,8 @@ offset was clamped. --to-time takes RFC 3339 (2024-05-01T09:00:00Z) or a duratio
 (-1h, 90m). --partition restricts every --topic to those partitions.
 
 The group must be stopped: replay refuses while it has members, because
-their next commit would undo the replay. It also refuses a --topic on which
-the group has no committed offset (a group that does not exist yet, or a
-topic it has not consumed): a mistyped --group or --topic would otherwise
-leave offsets nobody uses. --allow-new commits there anyway, to seed a new
-group or a topic the group is about to consume. Both checks apply to
---dry-run too. --dry-run prints the plan and commits nothing.`,
+their next commit would undo the replay. --dry-run prints the plan and
+commits nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkTimeout(timeout); err != nil {
@@ -71,19 +63,6 @@ group or a topic the group is about to consume. Both checks apply to
 			defer closeFn()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			if !allowNew {
-				// groupctl.Replay checks the group's members and the
-				// topics and partitions first; a dry run of it does
-				// that without committing.
-				check := req
-				check.DryRun = true
-				if _, err := groupctl.Replay(ctx, adm, check); err != nil {
-					return err
-				}
-				if err := requireCommitted(ctx, adm, group, topicNames); err != nil {
-					return err
-				}
-			}
 			plan, err := groupctl.Replay(ctx, adm, req)
 			if err != nil {
 				return err
@@ -114,7 +93,6 @@ group or a topic the group is about to consume. Both checks apply to
 	f.Int64Var(&toOffset, "to-offset", 0, "move to this offset (clamped to each partition's range)")
 	f.StringVar(&toTime, "to-time", "", "move to the first record at or after this time: RFC 3339 or a duration ago like -1h")
 	f.BoolVar(&dryRun, "dry-run", false, "print the plan without committing it")
-	f.BoolVar(&allowNew, "allow-new", false, "also commit on topics where the group has no committed offset (seed a new group, or a topic it has not consumed)")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "time limit for the operation once connected")
 	_ = cmd.MarkFlagRequired("group")
 	_ = cmd.MarkFlagRequired("topic")
@@ -122,38 +100,6 @@ group or a topic the group is about to consume. Both checks apply to
 	cmd.MarkFlagsMutuallyExclusive(targets...)
 	cmd.MarkFlagsOneRequired(targets...)
 	return cmd
-}
-
-// requireCommitted fails when group has no committed offset on one of
-// topicNames, naming those topics: a group that does not exist, or a topic
-// it does not consume, is more likely a typo than a replay, and committing
-// there would leave offsets nobody uses. A committed offset on any
-// partition of a topic counts (partitions added later have none).
-func requireCommitted(ctx context.Context, adm *kadm.Client, group string, topicNames []string) error {
-	committed, err := adm.FetchOffsets(ctx, group)
-	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
-		return fmt.Errorf("replay: fetch offsets of group %q: %w", group, err)
-	}
-	var missing []string
-	for _, t := range slices.Compact(slices.Sorted(slices.Values(topicNames))) {
-		has := false
-		for _, o := range committed[t] {
-			if o.Err == nil && o.At >= 0 {
-				has = true
-				break
-			}
-		}
-		if !has {
-			missing = append(missing, strconv.Quote(t))
-		}
-	}
-	switch {
-	case len(missing) == 0:
-		return nil
-	case len(committed) == 0:
-		return fmt.Errorf("replay: group %q has no committed offsets at all (a new group, or a mistyped --group?); pass --allow-new to seed it", group)
-	}
-	return fmt.Errorf("replay: group %q has no committed offset on topic(s) %s (a topic it does not consume, or a mistyped --topic?); pass --allow-new to commit there anyway", group, strings.Join(missing, ", "))
 }
 
 // replayTarget turns the --to-* flags into a target.

@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -219,95 +216,4 @@ func TestRunBadEnvironment(t *testing.T) {
 			singleLine(t, err, "invalid "+env+"=")
 		})
 	}
-}
-
-// replay committed offsets for any existing topic and group it was given: a
-// mistyped --topic (another existing topic) or --group (a group that does
-// not exist) left committed offsets that nobody consumes. replay now
-// refuses a topic on which the group has no committed offset, --dry-run
-// included, without committing anything; --allow-new commits there anyway.
-func TestReplayRefusesTopicWithoutCommits(t *testing.T) {
-	t.Parallel()
-	brokers, cl, names := opsCluster(t, 2, "cli.replay.used", "cli.replay.other")
-	used, other := names[0], names[1]
-	group, fresh := testkit.Name(t, "g"), testkit.Name(t, "fresh")
-	for _, topic := range names {
-		for p := range int32(2) {
-			for i := range 3 {
-				produceOps(t, cl, &kgo.Record{Topic: topic, Partition: p, Value: []byte(fmt.Sprint(i))})
-			}
-		}
-	}
-	adm := kadm.NewClient(cl)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	// The group consumed partition 0 of used only.
-	if err := adm.CommitAllOffsets(ctx, group, kadm.Offsets{used: {0: {Topic: used, Partition: 0, At: 2, LeaderEpoch: -1}}}); err != nil {
-		t.Fatal(err)
-	}
-	// commits returns the group's committed offsets as "topic/partition=at".
-	commits := func(g string) []string {
-		t.Helper()
-		got, err := adm.FetchOffsets(ctx, g)
-		if err != nil && !errors.Is(err, kerr.GroupIDNotFound) { // kfake: a group that does not exist
-			t.Fatalf("fetch offsets of %s: %v", g, err)
-		}
-		var out []string
-		got.Each(func(o kadm.OffsetResponse) {
-			if o.Err == nil && o.At >= 0 {
-				out = append(out, fmt.Sprintf("%s/%d=%d", o.Topic, o.Partition, o.At))
-			}
-		})
-		slices.Sort(out)
-		return out
-	}
-	want := func(g string, w ...string) {
-		t.Helper()
-		if got := commits(g); !slices.Equal(got, w) {
-			t.Fatalf("group %s commits %v, want %v", g, got, w)
-		}
-	}
-	replay := func(args ...string) (string, error) {
-		return runCLI(t, append([]string{"replay", "--brokers", brokers}, args...)...)
-	}
-
-	refusedTopic := fmt.Sprintf(`group %q has no committed offset on topic(s) %q`, group, other)
-	for _, args := range [][]string{
-		{"--group", group, "--topic", other, "--to-earliest"},
-		{"--group", group, "--topic", other, "--to-earliest", "--dry-run"},
-		{"--group", group, "--topic", used + "," + other, "--to-earliest"},
-	} {
-		out, err := replay(args...)
-		singleLine(t, err, refusedTopic)
-		singleLine(t, err, "--allow-new")
-		if strings.Contains(out, "TOPIC") {
-			t.Fatalf("%v: printed a plan after refusing:\n%s", args, out)
-		}
-	}
-	want(group, used+"/0=2")
-
-	_, err := replay("--group", fresh, "--topic", used, "--to-latest")
-	singleLine(t, err, fmt.Sprintf(`group %q has no committed offsets at all`, fresh))
-	want(fresh)
-
-	// A partition the group has no commit on, of a topic it consumes, is
-	// a replay like any other.
-	if out, err := replay("--group", group, "--topic", used, "--partition", "1", "--to-offset", "1"); err != nil || !hasRow(out, used, "1", "-", "1") {
-		t.Fatalf("replay of a partition without a commit: %v\n%s", err, out)
-	}
-	want(group, used+"/0=2", used+"/1=1")
-
-	// --allow-new commits where the group had nothing, and seeds a group.
-	if out, err := replay("--group", group, "--topic", other, "--to-earliest", "--allow-new"); err != nil || !hasRow(out, other, "0", "-", "0") {
-		t.Fatalf("replay --allow-new: %v\n%s", err, out)
-	}
-	want(group, other+"/0=0", other+"/1=0", used+"/0=2", used+"/1=1")
-	if out, err := replay("--group", fresh, "--topic", used, "--to-latest", "--allow-new"); err != nil || !strings.Contains(out, "moved to latest") {
-		t.Fatalf("replay --allow-new of a new group: %v\n%s", err, out)
-	}
-	want(fresh, used+"/0=3", used+"/1=3")
-
-	// A topic that does not exist is still reported as such.
-	_, err = replay("--group", group, "--topic", "cli.replay.nope", "--to-earliest")
-	singleLine(t, err, `topic "cli.replay.nope" does not exist`)
 }
