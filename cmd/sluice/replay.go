@@ -39,7 +39,10 @@ offset was clamped. --to-time takes RFC 3339 (2024-05-01T09:00:00Z) or a duratio
 
 The group must be stopped: replay refuses while it has members, because
 their next commit would undo the replay. --dry-run prints the plan and
-commits nothing.`,
+commits nothing. A topic on which the group had no committed offset (a new
+group, or a topic it has not consumed) is replayed too, with a warning on
+stderr: it seeds the group's start there, or, after a mistyped --group or
+--topic, leaves offsets nobody uses.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkTimeout(timeout); err != nil {
@@ -76,6 +79,10 @@ commits nothing.`,
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			if fresh := uncommittedTopics(plan.Moves); len(fresh) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: group %s had no committed offset on %s (a new group or a topic it has not consumed; check --group and --topic for a typo)\n",
+					strconv.Quote(plan.Group), strings.Join(fresh, ", "))
+			}
 			if plan.Committed {
 				fmt.Fprintf(out, "group %s moved to %s\n", plan.Group, plan.To)
 			} else {
@@ -100,6 +107,26 @@ commits nothing.`,
 	cmd.MarkFlagsMutuallyExclusive(targets...)
 	cmd.MarkFlagsOneRequired(targets...)
 	return cmd
+}
+
+// uncommittedTopics names, quoted and in plan order, the topics none of
+// whose moves had a committed offset before the replay.
+func uncommittedTopics(moves []groupctl.Move) []string {
+	committed := map[string]bool{}
+	var order []string
+	for _, m := range moves {
+		if _, seen := committed[m.Topic]; !seen {
+			order = append(order, m.Topic)
+		}
+		committed[m.Topic] = committed[m.Topic] || m.Current >= 0
+	}
+	var out []string
+	for _, t := range order {
+		if !committed[t] {
+			out = append(out, strconv.Quote(t))
+		}
+	}
+	return out
 }
 
 // replayTarget turns the --to-* flags into a target.

@@ -147,6 +147,19 @@ func TestReplayAndLagCommands(t *testing.T) {
 	if err != nil || !hasRow(out, topic, "0", "4", "0") || !strings.Contains(out, "moved to earliest") {
 		t.Fatalf("replay: %v\n%s", err, out)
 	}
+	if strings.Contains(out, "warning") {
+		t.Fatalf("replay of a committed topic warned:\n%s", out)
+	}
+	// A group without commits is seeded, with a warning naming it and the topic.
+	fresh := testkit.Name(t, "fresh")
+	out, err = runCLI(t, "replay", "--brokers", brokers, "--group", fresh, "--topic", topic, "--to-offset", "3")
+	if err != nil || !hasRow(out, topic, "0", "-", "3") || !strings.Contains(out, fmt.Sprintf("warning: group %q had no committed offset on %q", fresh, topic)) {
+		t.Fatalf("replay of a new group: %v\n%s", err, out)
+	}
+	out, _ = runCLI(t, "lag", "--brokers", brokers, "--group", fresh)
+	if !hasRow(out, fresh, topic, "0", "3", "10", "7") {
+		t.Fatalf("lag of the seeded group:\n%s", out)
+	}
 	out, _ = runCLI(t, "lag", "--brokers", brokers, "--group", group)
 	if !hasRow(out, group, topic, "0", "0", "10", "10") {
 		t.Fatalf("lag after replay:\n%s", out)
