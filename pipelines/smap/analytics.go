@@ -21,7 +21,7 @@ import (
 // Rule ids (the dlq.rule header) of analytics failures.
 const (
 	RuleObjectMissing = "smap.raw_object_missing" // reason sanity_fail
-	RuleObjectKey     = "smap.object_key"         // reason sanity_fail: a key no store can hold
+	RuleObjectKey     = "smap.object_key"         // reason sanity_fail: a key no store can hold (analytics and collector)
 	RuleObjectRead    = "smap.raw_object_read"    // reason retries_exhausted
 	RuleRawJSON       = "smap.raw_json"           // reason decode_error
 	RuleAnalyzer      = "smap.analyzer."          // + analyser name; reason exception

@@ -43,6 +43,16 @@ type emitError struct{ err error }
 func (e *emitError) Error() string { return e.err.Error() }
 func (e *emitError) Unwrap() error { return e.err }
 
+// unstorableError marks an item whose object key, derived from its
+// platform, objstore.ValidKey refuses (a platform slug so long that the
+// object name exceeds objstore.MaxSegmentLen): no store can hold it and
+// no retry helps. It fails the item's target permanently — the target is
+// skipped like one that cannot be crawled — rather than the project.
+type unstorableError struct{ err error }
+
+func (e *unstorableError) Error() string { return e.err.Error() }
+func (e *unstorableError) Unwrap() error { return e.err }
+
 func decodeProjectCreated(_, value []byte) (Event[ProjectCreated], error) {
 	e, err := DecodeProjectCreated(value)
 	if err != nil {
@@ -137,7 +147,11 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 	var mu sync.Mutex
 	var produceErr error
 	seen := map[string]bool{}
-	emit := func(target Target) func(Item) error {
+	// emit stores and announces one item of target. An item whose key no
+	// store can hold is refused with an unstorableError, also recorded in
+	// *unstorable so that a crawler that ignores emit errors still fails
+	// its target.
+	emit := func(target Target, unstorable *error) func(Item) error {
 		return func(it Item) error {
 			platform := it.Platform
 			if platform == "" {
@@ -145,6 +159,11 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 			}
 			itemID := ItemID(id, platform, it.SourceID)
 			key := ObjectKey(platform, itemID)
+			if err := objstore.ValidKey(key); err != nil {
+				err = &unstorableError{fmt.Errorf("item %s of a platform of %d bytes: %w", clipKey(itemID), len(platform), err)}
+				*unstorable = err
+				return err
+			}
 			now := c.cfg.Now().UTC()
 			it.Platform = platform
 			raw, err := json.Marshal(RawItem{ItemID: itemID, ProjectID: id, CrawledAt: now, Item: it})
@@ -184,7 +203,11 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		}
 	}
 	for _, tg := range p.Targets {
-		attempts, err := c.crawlWithRetry(ctx, p, tg, emit(tg))
+		var unstorable error
+		attempts, err := c.crawlWithRetry(ctx, p, tg, emit(tg, &unstorable))
+		if err == nil {
+			err = unstorable
+		}
 		var ee *emitError
 		switch {
 		case err == nil:
@@ -199,9 +222,9 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 			return nil, storeRetry("raw objects of project "+id, fmt.Errorf("project %s: %w", id, ee.err))
 		default:
 			// A target that cannot be crawled (a permanent error or a panic
-			// of the crawler, or a transient error on every attempt) is
-			// skipped: the project completes with what the other targets
-			// yielded.
+			// of the crawler, a transient error on every attempt, or an item
+			// whose object key no store can hold) is skipped: the project
+			// completes with what the other targets yielded.
 			c.m.crawlErrors.WithLabelValues(c.m.platform(tg.Platform)).Inc()
 			c.log.Warn("crawl of target failed", "project_id", id, "platform", tg.Platform, "attempts", attempts, "err", err)
 		}
@@ -242,7 +265,9 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 // to CrawlRetry.MaxAttempts crawls in all, waiting the policy's backoff
 // with jitter — at least the error's RetryAfter, at most CrawlRetry.Max —
 // in between. A permanent error, a panic of the crawler, an error of the
-// collector's own effects (emitError) and the end of ctx end it at once.
+// collector's own effects (emitError), an unstorable item
+// (unstorableError, even if the crawler classified it as transient) and
+// the end of ctx end it at once.
 // It returns the number of crawls made and the last crawl's error — or,
 // when the runtime asks the partition to stop (stages.Stopping) during a
 // wait, an error wrapping stages.ErrStopped at once, so that a revoke or a
@@ -252,7 +277,8 @@ func (c *collector) crawlWithRetry(ctx context.Context, p ProjectCreated, tg Tar
 	for attempt := 1; ; attempt++ {
 		err := crawlTarget(ctx, c.cfg.Crawler, p, tg, emit)
 		var ee *emitError
-		if err == nil || ctx.Err() != nil || errors.As(err, &ee) {
+		var ue *unstorableError
+		if err == nil || ctx.Err() != nil || errors.As(err, &ee) || errors.As(err, &ue) {
 			return attempt, err
 		}
 		after, transient := transientCrawl(err)

@@ -39,7 +39,14 @@
 //
 // An object key that no store can hold (objstore.ErrInvalidKey) is the
 // record's fault: the item fails at once as sanity_fail, rule
-// smap.object_key, after one read. A permanent object-store configuration
+// smap.object_key, after one read. In the collector, whose keys the input
+// shapes only through the platform (see Crawl failures), a key the store
+// refuses although objstore.ValidKey accepts it (a store with stricter
+// rules, a prefix pushing it over a limit) is not retried either: the
+// project.created record is dead-lettered at once as sanity_fail, rule
+// smap.object_key; its project stays where it was (no state when the meta
+// object is refused, CRAWLING when a raw object is) until the record is
+// re-driven after the store is fixed. A permanent object-store configuration
 // error (objstore.IsPermanent: AccessDenied, NoSuchBucket, bad
 // credentials…) is nobody's item's fault: analytics and the collector stop
 // their runner with a fatal error naming the S3 code and bucket, writing
@@ -100,7 +107,12 @@
 // next owner crawls the project again.
 // A target whose crawl fails permanently (any other error, or a panic of
 // the crawler) or on every attempt is skipped and counted once in
-// smap_crawl_errors_total: the project completes with the items of the
+// smap_crawl_errors_total; so is, at once and without a retry, a target
+// that yields an item whose object key no store can hold: the key
+// raw/{slug}/{slug}-{hash}.json repeats the item's platform slug (its
+// platform, else the target's, lowercased, only [a-z0-9_-] kept), so a
+// slug over 229 bytes makes the object name longer than
+// objstore.MaxSegmentLen. The project completes with the items of the
 // other targets (and those the failed target found before failing). A
 // skipped target is not an item: it changes neither the total nor the
 // errors count of the progress state. A project without any item

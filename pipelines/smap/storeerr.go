@@ -1,9 +1,11 @@
 package smap
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
 )
 
@@ -14,9 +16,15 @@ func storeConfigError(op string, err error) error {
 	return pipelines.StoreConfigError("smap", op, err)
 }
 
-// storeRetry classifies an object-store error of a stage: fatal for a
-// permanent configuration error (see storeConfigError), retried otherwise.
+// storeRetry classifies an object-store error of the collector about op:
+// a key the store refuses (objstore.ErrInvalidKey) is a dead letter at
+// once (reason sanity_fail, rule smap.object_key), since no retry can
+// succeed; a permanent configuration error is fatal (see
+// storeConfigError); anything else is retried.
 func storeRetry(op string, err error) error {
+	if errors.Is(err, objstore.ErrInvalidKey) {
+		return stages.DeadLetter(stages.ReasonSanityFail, RuleObjectKey, fmt.Errorf("%s: %w", op, err))
+	}
 	if fatal := storeConfigError(op, err); fatal != nil {
 		return fatal
 	}
