@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/minio/minio-go/v7"
@@ -68,6 +69,9 @@ func TestIsPermanentFromServer(t *testing.T) {
 		{"no-such-bucket", "NoSuchBucket", http.StatusNotFound, true},
 		{"no-such-key", "NoSuchKey", http.StatusNotFound, false},
 		{"slow-down", "SlowDown", http.StatusServiceUnavailable, false},
+		{"key-too-long", "KeyTooLongError", http.StatusBadRequest, true},
+		{"invalid-object-name", "InvalidObjectName", http.StatusBadRequest, true},
+		{"minio-invalid-object-name", "XMinioInvalidObjectName", http.StatusBadRequest, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -82,6 +86,12 @@ func TestIsPermanentFromServer(t *testing.T) {
 				}
 				if got := objstore.IsPermanent(err); got != tc.want {
 					t.Errorf("%s: IsPermanent(%v) = %v, want %v", op, err, got, tc.want)
+				}
+				// A key the server refuses is a problem of that key
+				// (ErrInvalidKey: callers dead-letter it), not of the
+				// store's configuration.
+				if refused := tc.code == "KeyTooLongError" || strings.HasSuffix(tc.code, "InvalidObjectName"); errors.Is(err, objstore.ErrInvalidKey) != refused {
+					t.Errorf("%s: errors.Is(%v, ErrInvalidKey) = %v, want %v", op, err, !refused, refused)
 				}
 				if tc.code == "NoSuchKey" {
 					continue // mapped to ErrNotFound

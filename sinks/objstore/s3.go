@@ -62,10 +62,17 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	return &S3{c: c, bucket: cfg.Bucket}, nil
 }
 
+// mapErr wraps the error of operation op on key: a missing key matches
+// ErrNotFound, and a key the server refuses (KeyTooLongError,
+// InvalidObjectName, XMinioInvalidObjectName) matches ErrInvalidKey as
+// well as carrying the server's answer (S3Code), so that callers treat it
+// as a problem of that key, not of the store's configuration.
 func (s *S3) mapErr(op, key string, err error) error {
 	switch minio.ToErrorResponse(err).Code {
 	case "NoSuchKey", "NoSuchObject":
 		return fmt.Errorf("objstore: %s %s: %w", op, key, ErrNotFound)
+	case "KeyTooLongError", "InvalidObjectName", "XMinioInvalidObjectName":
+		return fmt.Errorf("objstore: %s %s: %w: %w", op, key, ErrInvalidKey, err)
 	}
 	return fmt.Errorf("objstore: %s %s: %w", op, key, err)
 }
@@ -77,7 +84,7 @@ func (s *S3) Put(ctx context.Context, key string, data []byte, contentType strin
 	}
 	_, err := s.c.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{ContentType: contentType})
 	if err != nil {
-		return fmt.Errorf("objstore: put %s: %w", key, err)
+		return s.mapErr("put", key, err)
 	}
 	return nil
 }
