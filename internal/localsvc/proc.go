@@ -199,8 +199,8 @@ func (p *proc) terminate() error {
 // after it. Its methods are safe for concurrent use.
 type server struct {
 	p       *proc
-	tempDir string   // removed by stop; empty when the caller owns the directory
-	lock    *os.File // tempDir's lock (see lockTempDir), released by stop; may be nil
+	tempDir string // removed by stop; empty when the caller owns the directory
+	unlock  func() // releases tempDir's lock (see lockTempDir) in stop; may be nil
 
 	once    sync.Once
 	stopErr error
@@ -220,8 +220,8 @@ func (s *server) stop() error {
 				errs = append(errs, fmt.Errorf("remove %s: %w", s.tempDir, err))
 			}
 		}
-		if s.lock != nil {
-			_ = s.lock.Close()
+		if s.unlock != nil {
+			s.unlock()
 		}
 		s.stopErr = errors.Join(errs...)
 	})
@@ -268,15 +268,15 @@ func (l launch) start(ctx context.Context, c common) (*server, int, error) {
 		// Best effort: without the lock (a file system without flock)
 		// the server runs all the same, and a directory it leaves behind
 		// is not recognised.
-		s.lock, _ = lockTempDir(dir)
+		s.unlock, _ = lockTempDir(dir)
 	}
 	var port int
 	s.p, port, err = l.startIn(ctx, c, dir)
 	if err != nil {
 		if temp {
 			err = errors.Join(err, os.RemoveAll(dir))
-			if s.lock != nil {
-				_ = s.lock.Close()
+			if s.unlock != nil {
+				s.unlock()
 			}
 		}
 		return nil, 0, err

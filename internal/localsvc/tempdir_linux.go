@@ -18,24 +18,27 @@ import (
 const tempLockName = ".localsvc.lock"
 
 // lockTempDir creates dir's lock file and holds an exclusive flock on it
-// until the returned file is closed. The file is locked under another name
-// and then renamed, so that a lock file, once it has its name, is locked:
-// removeStaleTempDirs never takes a directory being set up for a stale one.
-func lockTempDir(dir string) (*os.File, error) {
+// until unlock is called (or the process ends). The file is locked under
+// another name and then renamed, so that a lock file, once it has its name,
+// is locked: removeStaleTempDirs never takes a directory being set up for a
+// stale one. The lock is a raw descriptor, not an *os.File, so that no
+// finalizer can release it while the server runs, even when the caller
+// drops its handle without Stop.
+func lockTempDir(dir string) (unlock func(), err error) {
 	tmp := filepath.Join(dir, tempLockName+".new")
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	fd, err := syscall.Open(tmp, syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", dir, err)
+		return nil, fmt.Errorf("lock %s: %w", dir, &os.PathError{Op: "open", Path: tmp, Err: err})
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		_ = f.Close()
+	if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = syscall.Close(fd)
 		return nil, fmt.Errorf("lock %s: flock: %w", dir, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, tempLockName)); err != nil {
-		_ = f.Close()
+		_ = syscall.Close(fd)
 		return nil, fmt.Errorf("lock %s: %w", dir, err)
 	}
-	return f, nil
+	return func() { _ = syscall.Close(fd) }, nil
 }
 
 // removeStaleTempDirs removes the directories parent/pattern* whose lock
@@ -53,6 +56,11 @@ func removeStaleTempDirs(parent, pattern string) {
 }
 
 func removeIfStale(dir string) {
+	// Only a real directory: a symbolic link matching the pattern (made by
+	// someone else in a shared temporary directory) is not followed.
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return
+	}
 	lock := filepath.Join(dir, tempLockName)
 	f, err := os.Open(lock)
 	if err != nil {
@@ -62,6 +70,13 @@ func removeIfStale(dir string) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return // its process is alive (EWOULDBLOCK), or flock is unusable here
 	}
+	// Removing through an os.Root keeps every removal inside dir, even if
+	// an entry is swapped for a symbolic link meanwhile.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return
+	}
+	defer root.Close()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -70,11 +85,11 @@ func removeIfStale(dir string) {
 		if e.Name() == tempLockName {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+		if err := root.RemoveAll(e.Name()); err != nil {
 			return
 		}
 	}
-	if err := os.Remove(lock); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := root.Remove(tempLockName); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return
 	}
 	_ = os.Remove(dir)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -31,19 +33,19 @@ func TestRemoveStaleTempDirs(t *testing.T) {
 		return dir
 	}
 	// lockedBy makes dir's lock file and returns it locked.
-	lockedBy := func(dir string) *os.File {
+	lockedBy := func(dir string) (unlock func()) {
 		t.Helper()
-		f, err := lockTempDir(dir)
+		unlock, err := lockTempDir(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return f
+		return unlock
 	}
 	stale, live, bare, other := mk("localsvc-x-1"), mk("localsvc-x-2"), mk("localsvc-x-3"), mk("otherprefix-4")
-	_ = lockedBy(stale).Close() // as the kernel does when the process dies
+	lockedBy(stale)() // as the kernel does when the process dies
 	held := lockedBy(live)
-	defer held.Close()
-	_ = lockedBy(other).Close()
+	defer held()
+	lockedBy(other)()
 
 	removeStaleTempDirs(parent, "localsvc-x-")
 	assertGone(t, stale)
@@ -56,7 +58,7 @@ func TestRemoveStaleTempDirs(t *testing.T) {
 		t.Fatalf("lock file of the live directory: %v", err)
 	}
 
-	_ = held.Close()
+	held()
 	removeStaleTempDirs(parent, "localsvc-x-")
 	assertGone(t, live)
 	if !dirExists(bare) || !dirExists(other) {
@@ -150,4 +152,55 @@ func stderrOf(err error) string {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// A lock stays held until unlock even when nothing references it any more:
+// a server handle dropped without Stop must not let a later Start take the
+// running server's directory for a stale one.
+func TestTempDirLockSurvivesGC(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if _, err := lockTempDir(dir); err != nil { // dropped at once
+		t.Fatal(err)
+	}
+	for range 3 {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond) // let finalizers run
+	}
+	f, err := os.Open(filepath.Join(dir, tempLockName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+		t.Fatalf("flock of a directory whose lock was only dropped: %v, want EWOULDBLOCK (the lock was released)", err)
+	}
+	removeStaleTempDirs(filepath.Dir(dir), filepath.Base(dir))
+	if _, err := os.Stat(filepath.Join(dir, tempLockName)); err != nil {
+		t.Fatalf("the locked directory was removed: %v", err)
+	}
+}
+
+// A symbolic link matching the pattern, to a directory with an unlocked
+// lock file, is neither followed nor removed.
+func TestRemoveStaleTempDirsSkipsSymlinks(t *testing.T) {
+	t.Parallel()
+	parent, target := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(target, tempLockName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(target, "keep"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(parent, "localsvc-y-1")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	removeStaleTempDirs(parent, "localsvc-y-")
+	if _, err := os.Stat(filepath.Join(target, "keep")); err != nil {
+		t.Fatalf("a file behind the symbolic link was removed: %v", err)
+	}
+	if _, err := os.Lstat(link); err != nil {
+		t.Fatalf("the symbolic link was removed: %v", err)
+	}
 }
