@@ -6,10 +6,13 @@ import (
 )
 
 // ErrStopped is wrapped by the error of a stage that gave up a record
-// because the runtime asked its partition to stop (see [Stopping]). The
-// runtime neither retries nor dead-letters such a record and commits
-// nothing from it on: the partition's next owner (or the restarted
-// process) processes it again.
+// because the runtime asked its partition to stop (see [Stopping]). While
+// the partition is in fact stopping, the runtime neither retries nor
+// dead-letters such a record and commits nothing from it on: the
+// partition's next owner (or the restarted process) processes it again.
+// Returned at any other time it is an ordinary error (retried, then
+// dead-lettered as retries_exhausted), so a stage returns it only after
+// Stopping's channel closed.
 var ErrStopped = errors.New("stage gave up: its partition is stopping (revoked or shutting down)")
 
 type stoppingKey struct{}
@@ -29,6 +32,11 @@ func WithStopping(ctx context.Context, stopping <-chan struct{}) context.Context
 // between its own retries — should end the wait when this channel closes
 // and return an error wrapping [ErrStopped]; the record is then left for
 // redelivery. The channel is nil (never ready) when ctx carries none.
+//
+// stages/run's Runner closes it. Its transactional runner does not: there
+// a shutdown cancels the stage's context at once, and a revoke lets the
+// stage finish while the partition's transaction is aborted, so a stage
+// should wait on ctx.Done() as well.
 func Stopping(ctx context.Context) <-chan struct{} {
 	ch, _ := ctx.Value(stoppingKey{}).(<-chan struct{})
 	return ch
