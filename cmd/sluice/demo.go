@@ -265,14 +265,16 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 			case <-pipeCtx.Done():
 			}
 		}
-		fmt.Fprintf(out, "\nEverything keeps running; Ctrl-C to stop. Try:\n"+
+		// One write, so that a reader seeing the first line sees them all.
+		hints := fmt.Sprintf("\nEverything keeps running; Ctrl-C to stop. Try:\n"+
 			"  kcat -b %[1]s -L\n"+
 			"  kcat -b %[1]s -C -t bronze.dlq -f '%%k %%h\\n%%s\\n\\n' -e\n"+
-			"  echo 'VNM:{\"task_type\":\"ta.bar\",\"payload\":{\"symbol\":\"VNM\",\"trade_date\":\"2024-05-02\",\"open\":1,\"high\":2,\"low\":1,\"close\":2,\"volume\":10}}' | kcat -b %[1]s -P -t bronze.records -K:\n",
+			"  echo 'VNM:{\"task_type\":\"ta.bar\",\"payload\":{\"symbol\":\"VNM\",\"trade_date\":\"2024-05-02\",\"open\":1,\"high\":2,\"low\":1,\"close\":2,\"volume\":10}}' | kcat -b %[1]s -P -t bronze.records -K: -X topic.partitioner=murmur2_random\n",
 			strings.Join(g.Kafka.Brokers, ","))
 		if ops != nil {
-			fmt.Fprintf(out, "  curl -s http://%s/metrics | grep sluice_\n", dialAddr(ops))
+			hints += fmt.Sprintf("  curl -s http://%s/metrics | grep sluice_\n", dialAddr(ops))
 		}
+		fmt.Fprint(out, hints)
 		select {
 		case <-ctx.Done():
 		case <-pipeCtx.Done():

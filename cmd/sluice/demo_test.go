@@ -120,8 +120,11 @@ func TestDemoKeepPrintsBoundOpsAddr(t *testing.T) {
 				case <-time.After(200 * time.Millisecond):
 				}
 			}
-			time.Sleep(200 * time.Millisecond) // the rest of the hints
 			text := out.String()
+			// The produce hint keys records as sluice's producers do.
+			if !strings.Contains(text, "-P -t bronze.records -K: -X topic.partitioner=murmur2_random") {
+				t.Fatalf("the kcat produce hint lacks murmur2_random:\n%s", text)
+			}
 			curl := regexp.MustCompile(`curl -s http://(\S*)/metrics`).FindStringSubmatch(text)
 			if opsAddr == "" {
 				if curl != nil || strings.Contains(text, "http://") {
