@@ -77,10 +77,14 @@ func TestIsPermanentFromServer(t *testing.T) {
 			t.Parallel()
 			s, _ := fakeS3(t, s3Error(tc.status, tc.code, "refused: "+tc.code))
 			ctx := testkit.Context(t)
-			for op, err := range map[string]error{
+			ops := map[string]error{
 				"put": s.Put(ctx, "k", []byte("v"), ""),
 				"get": func() error { _, err := s.Get(ctx, "k"); return err }(),
-			} {
+			}
+			if tc.code != "NoSuchKey" { // deleting a missing key is no error
+				ops["delete"] = s.Delete(ctx, "k")
+			}
+			for op, err := range ops {
 				if err == nil {
 					t.Fatalf("%s: no error", op)
 				}

@@ -140,10 +140,9 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	if err := s.c.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
-		if errors.Is(s.mapErr("delete", key, err), ErrNotFound) {
-			return nil
+		if err := s.mapErr("delete", key, err); !errors.Is(err, ErrNotFound) {
+			return err
 		}
-		return fmt.Errorf("objstore: delete %s: %w", key, err)
 	}
 	return nil
 }
