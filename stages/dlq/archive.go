@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -281,6 +283,8 @@ func (a *archiver) handleFetches(ctx context.Context, fs kgo.Fetches) error {
 // archive inserts the data records of fs in one transaction, each under the
 // topic ID its fetch response names (fallbackID when it names none), then
 // commits the offsets of all of fs's records (control records included).
+// A record whose value PostgreSQL refuses as jsonb is archived with
+// payload_json NULL (insertRows).
 func (a *archiver) archive(ctx context.Context, fs kgo.Fetches) error {
 	all := fs.Records()
 	if len(all) == 0 {
@@ -289,8 +293,7 @@ func (a *archiver) archive(ctx context.Context, fs kgo.Fetches) error {
 	ids := map[string][16]byte{}
 	fs.EachTopic(func(ft kgo.FetchTopic) { ids[ft.Topic] = ft.TopicID })
 	var (
-		b        pgx.Batch
-		n        int
+		rows     [][]any
 		fallback *[16]byte // fallbackID, once asked
 	)
 	for _, kr := range all {
@@ -309,37 +312,165 @@ func (a *archiver) archive(ctx context.Context, fs kgo.Fetches) error {
 			id = *fallback
 		}
 		r, _ := Parse(kr) // tolerant: a malformed header leaves its column NULL or zero
-		b.Queue(insertArchive, archiveArgs(r, id)...)
-		n++
+		rows = append(rows, archiveArgs(r, id))
 	}
-	inserted := 0
-	if n > 0 {
-		err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-			br := tx.SendBatch(ctx, &b)
-			for range n {
-				tag, err := br.Exec()
-				if err != nil {
-					_ = br.Close()
-					return fmt.Errorf("insert into dlq_archive: %w", err)
-				}
-				inserted += int(tag.RowsAffected())
-			}
-			return br.Close()
-		})
-		if err != nil {
-			return err
-		}
+	inserted, err := a.insertRows(ctx, rows)
+	if err != nil {
+		return err
 	}
 	if err := a.cl.CommitRecords(ctx, all...); err != nil {
 		return fmt.Errorf("commit offsets: %w", err)
 	}
-	a.res.Read += n
+	a.res.Read += len(rows)
 	a.res.Inserted += inserted
 	return nil
 }
 
+// insertRows inserts rows (insertArchive's arguments) in one transaction and
+// returns how many were new. Go's json.Valid (jsonColumnOK) accepts values
+// that jsonb refuses with a data exception (SQLSTATE class 22): a lone
+// surrogate escape, a number beyond numeric's range. Such a value fails the
+// whole batch, so on a data exception the rows are inserted again in a new
+// transaction by insertRowsGuarded, where a row whose payload_json cast
+// fails is stored with payload_json NULL (payload keeps its bytes). Any
+// other error, and a data exception that NULL payload_json does not cure,
+// is returned and nothing is inserted.
+func (a *archiver) insertRows(ctx context.Context, rows [][]any) (int, error) {
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	var inserted int
+	err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
+		inserted = 0
+		var b pgx.Batch
+		for _, args := range rows {
+			b.Queue(insertArchive, args...)
+		}
+		br := tx.SendBatch(ctx, &b)
+		for range rows {
+			tag, err := br.Exec()
+			if err != nil {
+				_ = br.Close()
+				return fmt.Errorf("insert into dlq_archive: %w", err)
+			}
+			inserted += int(tag.RowsAffected())
+		}
+		return br.Close()
+	})
+	if err == nil || !isDataException(err) {
+		return inserted, err
+	}
+	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
+		var err error
+		inserted, err = insertRowsGuarded(ctx, tx, rows)
+		return err
+	})
+	return inserted, err
+}
+
+// rowSavepoint guards the insert of one row whose payload_json is set.
+const rowSavepoint = "dlq_archive_row"
+
+// insertRowsGuarded inserts rows in tx, each row with a payload_json under
+// a savepoint. When such a row fails with a data exception, the savepoint
+// is rolled back and the row is inserted with payload_json NULL; the rows
+// after it are sent again. The statements go in pipelined batches: one
+// batch for the rows, then three round trips per refused value.
+func insertRowsGuarded(ctx context.Context, tx pgx.Tx, rows [][]any) (int, error) {
+	inserted := 0
+	for next := 0; next < len(rows); {
+		type step struct {
+			row    int
+			insert bool
+		}
+		var (
+			b     pgx.Batch
+			steps []step
+		)
+		for i := next; i < len(rows); i++ {
+			guarded := hasJSON(rows[i])
+			if guarded {
+				b.Queue("SAVEPOINT " + rowSavepoint)
+				steps = append(steps, step{row: i})
+			}
+			b.Queue(insertArchive, rows[i]...)
+			steps = append(steps, step{row: i, insert: true})
+			if guarded {
+				b.Queue("RELEASE SAVEPOINT " + rowSavepoint)
+				steps = append(steps, step{row: i})
+			}
+		}
+		br := tx.SendBatch(ctx, &b)
+		refused := -1
+		for _, st := range steps {
+			tag, err := br.Exec()
+			if err == nil {
+				if st.insert {
+					inserted += int(tag.RowsAffected())
+				}
+				continue
+			}
+			_ = br.Close()
+			if st.insert && hasJSON(rows[st.row]) && isDataException(err) {
+				refused = st.row
+				break
+			}
+			return 0, fmt.Errorf("insert into dlq_archive: %w", err)
+		}
+		if refused < 0 {
+			if err := br.Close(); err != nil {
+				return 0, fmt.Errorf("insert into dlq_archive: %w", err)
+			}
+			return inserted, nil
+		}
+		// The server skipped the statements after the refused row; the
+		// transaction is usable again once the row's savepoint is rolled
+		// back (a statement without arguments, sent as a simple query: an
+		// aborted transaction refuses the prepare of a batch).
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+rowSavepoint); err != nil {
+			return 0, fmt.Errorf("roll back the refused dlq_archive row: %w", err)
+		}
+		args := slices.Clone(rows[refused])
+		args[jsonArg] = (*string)(nil)
+		b = pgx.Batch{}
+		b.Queue(insertArchive, args...)
+		b.Queue("RELEASE SAVEPOINT " + rowSavepoint)
+		br = tx.SendBatch(ctx, &b)
+		tag, err := br.Exec()
+		if err == nil {
+			inserted += int(tag.RowsAffected())
+			_, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return 0, fmt.Errorf("insert into dlq_archive with payload_json NULL: %w", err)
+		}
+		next = refused + 1
+	}
+	return inserted, nil
+}
+
+// hasJSON reports whether args (archiveArgs' result) set payload_json.
+func hasJSON(args []any) bool {
+	s, _ := args[jsonArg].(*string)
+	return s != nil
+}
+
+// isDataException reports whether err is a PostgreSQL data exception
+// (SQLSTATE class 22): a value the statement's types refuse.
+func isDataException(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
+}
+
+// jsonArg is the index of payload_json in archiveArgs' result.
+const jsonArg = 13
+
 // archiveArgs maps r, read from the DLQ topic whose ID is topicID, to
-// insertArchive's parameters; absent values are NULL.
+// insertArchive's parameters; absent values are NULL. payload_json (at
+// jsonArg) is the value when jsonColumnOK accepts it, a *string.
 func archiveArgs(r Record, topicID [16]byte) []any {
 	var (
 		srcTopic    *string
