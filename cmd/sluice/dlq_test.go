@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/schemas"
@@ -246,4 +247,39 @@ func TestDLQEmptyRuleSelectsRecordsWithoutOne(t *testing.T) {
 	if !strings.Contains(out, "0 record(s)") {
 		t.Fatalf("inspect --reason= output:\n%s", out)
 	}
+}
+
+// A broker that stops answering fetches before the scan reached the end of
+// the DLQ makes inspect and redrive fail (exit non-zero) naming the
+// partition left short, instead of printing a partial listing or "sent: 0"
+// as a success. redrive still prints its counts and no --since hint.
+func TestDLQCommandsFailWhenFetchesStall(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	dlqTopic, src := k.Topic(t, "dlq", 1), k.Topic(t, "src", 1)
+	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
+	produceOps(t, k.Client(t), dlqTestRecord(dlqTopic, "FPT", `{"symbol":"fpt"}`, "sanity_fail", "ta.symbol", src, "0", t0))
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	k.Fake().ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		k.Fake().SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	brokers := strings.Join(k.Brokers, ",")
+	short := dlqTopic + "[0] at offset 0 of 1"
+	t.Run("inspect", func(t *testing.T) {
+		t.Parallel()
+		out, err := runCLI(t, "dlq", "inspect", "--brokers", brokers, "--topic", dlqTopic)
+		if err == nil || !strings.Contains(err.Error(), short) || strings.Contains(out, "record(s)") {
+			t.Fatalf("inspect with fetches stalled: err %v, output:\n%s", err, out)
+		}
+	})
+	t.Run("redrive", func(t *testing.T) {
+		t.Parallel()
+		out, err := runCLI(t, "dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic)
+		if err == nil || !strings.Contains(err.Error(), short) || !strings.Contains(out, "sent: 0\n") || strings.Contains(out, "--since") {
+			t.Fatalf("redrive with fetches stalled: err %v, output:\n%s", err, out)
+		}
+	})
 }

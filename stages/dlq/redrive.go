@@ -110,7 +110,11 @@ type RedriveResult struct {
 // Redrive stops and returns the counts so far with the error.
 //
 // The DLQ is read from its start up to the end captured at the call, as
-// [Inspect] does. Nothing is deleted from the DLQ.
+// [Inspect] does. When no record arrives for a while before every DLQ
+// partition reached that end (a broker not answering), Redrive sends the
+// records it read and decided to send so far and then fails naming the
+// partitions left short; the result counts what it did. Nothing is deleted
+// from the DLQ.
 func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveResult, error) {
 	res := RedriveResult{StartedAt: time.Now().UTC()}
 	if req.DLQTopic == "" {
@@ -219,8 +223,10 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 		}
 		return nil
 	})
-	if err == nil && !req.DryRun {
-		err = flush()
+	if (err == nil || errors.Is(err, errIncomplete)) && !req.DryRun {
+		// An incomplete scan still sends what it read and decided to send,
+		// so that the result matches the records Each saw.
+		err = errors.Join(err, flush())
 	}
 	if err != nil {
 		return res, fmt.Errorf("dlq redrive %s: %w", req.DLQTopic, err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -12,9 +14,11 @@ import (
 )
 
 // idleTimeout ends a scan or a one-shot archive when no record arrives for
-// this long although the captured end was not reached. That happens only when
-// the tail of a partition is an open transaction (invisible under
-// read_committed) or was removed by retention meanwhile.
+// this long although the captured end was not reached. The end is the last
+// stable offset (see bounds), so an open transaction does not cause that; a
+// broker that stopped answering or retention removing the rest of a
+// partition meanwhile does. A scan then fails (see scan); ArchiveOnce ends
+// without error (see consumeUntil).
 const idleTimeout = 10 * time.Second
 
 // fetchMaxWait bounds how long one fetch waits for data, so that idleTimeout
@@ -24,16 +28,25 @@ const fetchMaxWait = 500 * time.Millisecond
 // errStop ends a scan early without error.
 var errStop = errors.New("stop scan")
 
+// errIncomplete is wrapped by the error of a scan that stopped for lack of
+// data before every partition reached its captured end.
+var errIncomplete = errors.New("scan incomplete")
+
 // bounds returns the start and end offsets of every partition of topic,
-// captured now, and fails when the topic does not exist.
+// captured now, and fails when the topic does not exist. The end is the
+// last stable offset (LSO): the end a read_committed consumer — every
+// consumer in this package — can reach. It is the high watermark unless a
+// transaction is open, in which case it is the first offset of the oldest
+// open transaction (records after it, committed or not, are not readable
+// under read_committed until that transaction ends).
 func bounds(ctx context.Context, adm *kadm.Client, topic string) (starts, ends map[int32]int64, err error) {
 	ls, err := adm.ListStartOffsets(ctx, topic)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list start offsets of %s: %w", topic, err)
 	}
-	le, err := adm.ListEndOffsets(ctx, topic)
+	le, err := adm.ListCommittedOffsets(ctx, topic)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list end offsets of %s: %w", topic, err)
+		return nil, nil, fmt.Errorf("list last stable offsets of %s: %w", topic, err)
 	}
 	starts, ends = map[int32]int64{}, map[int32]int64{}
 	for p, l := range le[topic] {
@@ -55,25 +68,32 @@ func bounds(ctx context.Context, adm *kadm.Client, topic string) (starts, ends m
 	return starts, ends, nil
 }
 
-// scan reads topic from its start offsets up to the end offsets captured when
-// it is called, with a direct (non-group) consumer under read_committed, and
-// calls fn for every data record in partition order (partitions interleave).
-// It returns when every partition reached its captured end, when fn returns
-// errStop (nil is returned), when fn fails, or when ctx is done.
+// scan reads topic from its start offsets up to the end offsets (last stable
+// offsets, see bounds) captured when it is called, with a direct
+// (non-group) consumer under read_committed, and calls fn for every data
+// record in partition order (partitions interleave). It returns nil when
+// every partition reached its captured end or when fn returns errStop. It
+// fails when fn fails, when ctx is done, and when no record arrives for
+// idleTimeout while some partitions are short of their end: that error
+// wraps errIncomplete and names those partitions with their position and
+// end. fn was called for every record read before it.
 func scan(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record) error) error {
 	admCl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer admCl.Close()
-	starts, ends, err := bounds(ctx, kadm.NewClient(admCl), topic)
+	adm := kadm.NewClient(admCl)
+	starts, ends, err := bounds(ctx, adm, topic)
 	if err != nil {
 		return err
 	}
 	from := map[int32]kgo.Offset{}
+	pos := map[int32]int64{} // next offset to read, per partition in from
 	for p, end := range ends {
 		if starts[p] < end {
 			from[p] = kgo.NewOffset().At(starts[p])
+			pos[p] = starts[p]
 		}
 	}
 	if len(from) == 0 {
@@ -89,13 +109,18 @@ func scan(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record
 		return fmt.Errorf("kafka consumer: %w", err)
 	}
 	defer cl.Close()
-	return consumeUntil(ctx, cl, ends, from, func(fs kgo.Fetches) error {
+	stopped := false
+	err = consumeUntil(ctx, cl, ends, from, func(fs kgo.Fetches) error {
 		for r := range fs.RecordsAll() {
+			if r.Offset >= pos[r.Partition] {
+				pos[r.Partition] = r.Offset + 1
+			}
 			if r.Attrs.IsControl() || r.Offset >= ends[r.Partition] {
 				continue
 			}
 			if err := fn(r); err != nil {
 				if errors.Is(err, errStop) {
+					stopped = true
 					return errStop
 				}
 				return err
@@ -103,13 +128,56 @@ func scan(ctx context.Context, opts []kgo.Opt, topic string, fn func(*kgo.Record
 		}
 		return nil
 	})
+	if err != nil || stopped {
+		return err
+	}
+	return shortOfEnd(ctx, adm, topic, pos, ends)
 }
 
-// consumeUntil polls cl and hands each polled batch (with records) to handle until every
-// partition in pending has delivered the offset before its end in ends, until
-// nothing arrives for idleTimeout, or until handle returns errStop (both end
-// without error). The records handed over include control records. After
-// every poll it allows a rebalance that BlockRebalanceOnPoll held back.
+// shortOfEnd is the error of a scan that ended idle with partitions short of
+// their end (positions in pos), or nil when every partition reached its end.
+// A partition whose start offset has meanwhile reached its end (retention
+// removed what was left to read) counts as complete.
+func shortOfEnd(ctx context.Context, adm *kadm.Client, topic string, pos, ends map[int32]int64) error {
+	var short []int32
+	for p, at := range pos {
+		if at < ends[p] {
+			short = append(short, p)
+		}
+	}
+	if len(short) == 0 {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, idleTimeout)
+	ls, lerr := adm.ListStartOffsets(lctx, topic)
+	cancel()
+	if lerr == nil {
+		short = slices.DeleteFunc(short, func(p int32) bool {
+			s, ok := ls.Lookup(topic, p)
+			return ok && s.Err == nil && s.Offset >= ends[p]
+		})
+		if len(short) == 0 {
+			return nil
+		}
+	}
+	slices.Sort(short)
+	parts := make([]string, len(short))
+	for i, p := range short {
+		parts[i] = fmt.Sprintf("%s[%d] at offset %d of %d", topic, p, pos[p], ends[p])
+	}
+	return fmt.Errorf("%w: nothing arrived for %v while partitions were short of their end (the last stable offset at the start): %s; "+
+		"the records read before were processed. Likely a slow or unavailable broker (failover), or retention removing records "+
+		"meanwhile (an open transaction does not cause this)",
+		errIncomplete, idleTimeout, strings.Join(parts, ", "))
+}
+
+// consumeUntil polls cl and hands each polled batch (with records) to handle
+// until every partition in pending has delivered the offset before its end
+// in ends, until nothing arrives for idleTimeout, or until handle returns
+// errStop (both end without error: a caller that must tell an idle end from
+// a complete one tracks the positions itself, as scan does). The records
+// handed over include control records. After every poll it allows a
+// rebalance that BlockRebalanceOnPoll held back.
 func consumeUntil[V any](ctx context.Context, cl *kgo.Client, ends map[int32]int64, pending map[int32]V, handle func(kgo.Fetches) error) error {
 	defer cl.AllowRebalance()
 	left := len(pending)
