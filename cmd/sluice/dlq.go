@@ -235,7 +235,8 @@ lists what would be sent and sends nothing.
 Kafka topics are append-only: re-driven records stay in the DLQ, and running
 the same redrive again sends them again. The command prints the --since
 value that limits a later redrive to records that failed after this one
-started.`,
+started (from the start of that second: dlq.failed_at is written to the
+second).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := ff.filter(time.Now())
@@ -277,7 +278,7 @@ started.`,
 				return err
 			}
 			if !dryRun && res.Sent > 0 {
-				fmt.Fprintf(out, "re-driven records stay in %s; to skip them next time add --since %s\n", topic, res.StartedAt.Format(time.RFC3339Nano))
+				fmt.Fprintf(out, "re-driven records stay in %s; to skip them next time add --since %s\n", topic, res.StartedAt.Format(time.RFC3339))
 			}
 			return nil
 		},

@@ -283,3 +283,40 @@ func TestDLQCommandsFailWhenFetchesStall(t *testing.T) {
 		}
 	})
 }
+
+// The --since hint of redrive is the start of the run to the second, the
+// precision of dlq.failed_at: a record that fails again in the same second
+// as the redrive started (its dlq.failed_at, written to the second, is then
+// before the exact start) is still selected by that --since.
+func TestDLQRedriveSinceHintKeepsRecordsOfTheSameSecond(t *testing.T) {
+	t.Parallel()
+	brokers, cl, names := opsCluster(t, 1, "dlq", "src")
+	dlqTopic, src := names[0], names[1]
+	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
+	produceOps(t, cl, dlqTestRecord(dlqTopic, "FPT", `{"symbol":"fpt"}`, "sanity_fail", "ta.symbol", src, "0", t0))
+	before := time.Now()
+	out, err := runCLI(t, "dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic)
+	if err != nil {
+		t.Fatalf("redrive: %v\n%s", err, out)
+	}
+	_, hint, ok := strings.Cut(out, "add --since ")
+	hint = strings.TrimSpace(hint)
+	since, perr := time.Parse(time.RFC3339, hint)
+	if !ok || perr != nil {
+		t.Fatalf("no RFC 3339 --since hint (%v) in:\n%s", perr, out)
+	}
+	if since.Before(before.Truncate(time.Second)) || since.After(before.Add(time.Second)) {
+		t.Fatalf("--since %s is not the start of the redrive (%s)", hint, before.UTC().Format(time.RFC3339Nano))
+	}
+	// The re-driven record fails again within the second the redrive
+	// started: dlq.failed_at is that second, as every DLQ writer formats it.
+	failedAt := since.UTC().Truncate(time.Second)
+	produceOps(t, cl, dlqTestRecord(dlqTopic, "FPT", `{"symbol":"fpt"}`, "sanity_fail", "ta.symbol", src, "0", failedAt))
+	out, err = runCLI(t, "dlq", "inspect", "--brokers", brokers, "--topic", dlqTopic, "--since", hint)
+	if err != nil {
+		t.Fatalf("inspect --since %s: %v\n%s", hint, err, out)
+	}
+	if !strings.Contains(out, "dlq.failed_at: "+failedAt.Format(time.RFC3339)) || !strings.Contains(out, "1 record(s)") {
+		t.Fatalf("inspect --since %s does not show the record that failed at %s:\n%s", hint, failedAt.Format(time.RFC3339), out)
+	}
+}

@@ -306,6 +306,13 @@ func TestRedrive(t *testing.T) {
 	if res.StartedAt.Before(before.Add(-time.Second)) || res.StartedAt.After(time.Now()) {
 		t.Fatalf("StartedAt %v not the start of the run", res.StartedAt)
 	}
+	// A record that failed again in the second the redrive started has a
+	// dlq.failed_at of that second (written to the second): StartedAt as
+	// Filter.Since selects it.
+	again, _ := dlq.Parse(spec{key: "FPT", reason: "sanity_fail", failedAt: res.StartedAt.Truncate(time.Second), redrives: 1}.record(dlqTopic))
+	if !(dlq.Filter{Since: res.StartedAt}).Match(again) {
+		t.Fatalf("StartedAt %s as Since excludes a record that failed at %s, in the same second", res.StartedAt.Format(time.RFC3339Nano), again.FailedAt.Format(time.RFC3339))
+	}
 	res.StartedAt = time.Time{}
 	if res != wantRes {
 		t.Fatalf("result %+v, want %+v", res, wantRes)

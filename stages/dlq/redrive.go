@@ -86,11 +86,15 @@ type RedriveResult struct {
 	// Omitted is how many matched but are stubs without the original
 	// record (dlq.value_omitted).
 	Omitted int
-	// StartedAt is when the redrive started reading. The records stay in
-	// the DLQ (topics are append-only), so a later redrive with the same
-	// filter would send them again; pass StartedAt as Filter.Since to
-	// consider only records that failed after this redrive began (those
-	// include any re-driven record that failed again).
+	// StartedAt is when the redrive started reading, in UTC, truncated to
+	// the second: dlq.failed_at is written to the second, so a re-driven
+	// record that failed again in the second the redrive started has a
+	// dlq.failed_at before the exact start. The records stay in the DLQ
+	// (topics are append-only), so a later redrive with the same filter
+	// would send them again; pass StartedAt as Filter.Since to consider
+	// only records that failed after this redrive began (those include any
+	// re-driven record that failed again, and may include records that
+	// failed earlier in that same second).
 	StartedAt time.Time
 }
 
@@ -116,7 +120,7 @@ type RedriveResult struct {
 // partitions left short; the result counts what it did. Nothing is deleted
 // from the DLQ.
 func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveResult, error) {
-	res := RedriveResult{StartedAt: time.Now().UTC()}
+	res := RedriveResult{StartedAt: time.Now().UTC().Truncate(time.Second)}
 	if req.DLQTopic == "" {
 		return res, errors.New("dlq redrive: no DLQ topic")
 	}
