@@ -39,7 +39,8 @@ type worker[In, Out any] struct {
 	paused uint8         // pause reasons, guarded by pmu
 	pmu    sync.Mutex
 	// abandoned (guarded by pmu): the runner stopped waiting for this
-	// worker; it no longer touches its partition's fetch state.
+	// worker, or the worker exited; it no longer touches its partition's
+	// fetch state.
 	abandoned bool
 
 	stopping chan struct{} // closed: finish the current batch, then exit
@@ -217,21 +218,30 @@ func (w *worker[In, Out]) take() []*kgo.Record {
 	return batch
 }
 
+// exit releases what the worker holds when its loop returns: its
+// partition's fetches are resumed, and a later setPause (the poll loop's
+// backpressure may still hold the worker in a list it took before the
+// worker was detached) no longer pauses them. Without that, a partition
+// revoked while its worker was full stayed paused in the client for good,
+// and was never fetched again if it came back to this member.
+func (w *worker[In, Out]) exit() {
+	w.pmu.Lock()
+	w.abandoned = true
+	if w.paused != 0 {
+		w.paused = 0
+		w.r.cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
+		w.r.m.paused.Dec()
+	}
+	w.pmu.Unlock()
+	if w.win != nil {
+		w.win.reset() // an abandoned window's keys no longer count
+	}
+	w.r.m.assigned.Dec()
+	close(w.done)
+}
+
 func (w *worker[In, Out]) loop() {
-	defer func() {
-		w.pmu.Lock()
-		if w.paused != 0 {
-			w.paused = 0
-			w.r.cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
-			w.r.m.paused.Dec()
-		}
-		w.pmu.Unlock()
-		if w.win != nil {
-			w.win.reset() // an abandoned window's keys no longer count
-		}
-		w.r.m.assigned.Dec()
-		close(w.done)
-	}()
+	defer w.exit()
 	for {
 		batch := w.take()
 		if batch == nil {
