@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/sinks/memsink"
 	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // stuckSink blocks its first Write, ignoring the context, until release is
@@ -148,5 +150,79 @@ func TestShutdownCommitRefusedRedelivers(t *testing.T) {
 	}
 	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != n {
 		t.Fatalf("committed %d after the restart, want %d", got, n)
+	}
+}
+
+// A periodic commit the coordinator refuses is counted as a commit error
+// and logged, while the runner keeps consuming; once commits are accepted
+// again the marks are committed. A refusal that only says a rebalance is
+// under way is logged at INFO and not counted.
+func TestPeriodicCommitRefusedCounted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code    *kerr.Error
+		log     string
+		counted bool
+	}{
+		{kerr.GroupAuthorizationFailed, "level=WARN msg=\"periodic offset commit refused;", true},
+		{kerr.RebalanceInProgress, "level=INFO msg=\"periodic offset commit refused during a rebalance", false},
+	} {
+		t.Run(tc.code.Message, func(t *testing.T) {
+			t.Parallel()
+			periodicCommitRefused(t, tc.code, tc.log, tc.counted)
+		})
+	}
+}
+
+func periodicCommitRefused(t *testing.T, code *kerr.Error, logged string, counted bool) {
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	cfg.CommitInterval = 200 * time.Millisecond
+	cl, adm := k.Client(t), k.Admin(t)
+	const n = 10
+	produce(t, cl, cfg.Topics[0], n, 3, nil)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	k.Fake().ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		if !refuse.Load() {
+			return nil, nil, false
+		}
+		rq := req.(*kmsg.OffsetCommitRequest)
+		resp := rq.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range rq.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, p := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = p.Partition
+				sp.ErrorCode = code.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	reg := prometheus.NewRegistry()
+	var logs logBuffer
+	sink := memsink.New[msg]()
+	_, stop := start(t, k, cfg, passthrough, sink, run.WithRegisterer(reg), run.WithLogger(logs.logger()))
+	testkit.WaitFor(t, 30*time.Second, "every record written", func() bool { return sink.Len() == n })
+	testkit.WaitFor(t, 30*time.Second, "two refused periodic commits logged", func() bool {
+		return len(logs.lines(logged, code.Message, cfg.Topics[0]+"/0")) >= 2
+	})
+	got := testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "commit")
+	if counted && got < 2 || !counted && got != 0 {
+		t.Fatalf("sluice_runtime_errors_total{kind=commit} = %v after 2 refusals (counted: %v)", got, counted)
+	}
+	if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
+		t.Fatalf("committed %v although every commit was refused", c)
+	}
+	refuse.Store(false)
+	testkit.WaitFor(t, 30*time.Second, "the marks committed once commits are accepted", func() bool {
+		return testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0] == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
