@@ -1,5 +1,7 @@
 package stages
 
+import "time"
+
 // DLQ header names fixed by the design (DESIGN §3). Every DLQ record keeps the
 // original key and value bytes and carries these headers.
 const (
@@ -22,4 +24,25 @@ const (
 	// original is at dlq.source.topic/partition/offset while that topic
 	// retains it. Redrive refuses such records.
 	HeaderValueOmitted = "dlq.value_omitted"
+	// HeaderSourceTimestamp is the Kafka timestamp of the dead-lettered
+	// source record, in UTC, RFC 3339 with the fractional seconds it has
+	// (Go's time.RFC3339Nano; Kafka timestamps have millisecond
+	// precision), e.g. 2024-05-01T09:00:00.123Z. Every DLQ writer sets it
+	// with [SourceTimestamp]. The DLQ record's own Kafka timestamp is the
+	// time it was dead-lettered (time-based retention of the DLQ topic
+	// works on it); redrive gives the re-published record this timestamp,
+	// so that it keeps the time it had. It is absent when the source record
+	// had no timestamp, and on dead letters written before it existed.
+	HeaderSourceTimestamp = "dlq.source.timestamp"
 )
+
+// SourceTimestamp returns the value of the HeaderSourceTimestamp header of
+// the dead letter of a record with Kafka timestamp t. ok is false when t is
+// not a timestamp (the zero time, or before the Unix epoch, as the -1 of a
+// record without one is): the header is then left out.
+func SourceTimestamp(t time.Time) (value string, ok bool) {
+	if t.IsZero() || t.UnixMilli() < 0 {
+		return "", false
+	}
+	return t.UTC().Format(time.RFC3339Nano), true
+}

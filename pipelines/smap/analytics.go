@@ -180,7 +180,7 @@ func runAnalyzer(an Analyzer, in *Input, res *Result) (err error) {
 // dlqRecord builds the smap.analytics.errors record of a failed item: the
 // original key and value and the DLQ headers of DESIGN §3.
 func (a *analytics) dlqRecord(m stages.Msg[collectedMsg], f *failure, attempts int, now time.Time) *kgo.Record {
-	hs := make([]kgo.RecordHeader, 0, len(m.Headers)+9)
+	hs := make([]kgo.RecordHeader, 0, len(m.Headers)+10)
 	for _, h := range m.Headers {
 		if strings.HasPrefix(h.Key, "dlq.") && h.Key != stages.HeaderRedriveCount {
 			continue
@@ -198,6 +198,9 @@ func (a *analytics) dlqRecord(m stages.Msg[collectedMsg], f *failure, attempts i
 		kgo.RecordHeader{Key: stages.HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
 		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(now.Format(time.RFC3339))},
 	)
+	if ts, ok := stages.SourceTimestamp(m.Source.Timestamp); ok {
+		hs = append(hs, kgo.RecordHeader{Key: stages.HeaderSourceTimestamp, Value: []byte(ts)})
+	}
 	return &kgo.Record{Topic: a.cfg.AnalyticsErrorsTopic, Key: []byte(m.Key), Value: m.Value.Raw, Headers: hs}
 }
 

@@ -379,6 +379,9 @@ func (w *worker) dlqRecord(m stages.Msg[taskIn], reason stages.Reason, err error
 		kgo.RecordHeader{Key: stages.HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
 		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(w.cfg.Now().UTC().Format(time.RFC3339))},
 	)
+	if ts, ok := stages.SourceTimestamp(m.Source.Timestamp); ok {
+		hs = append(hs, kgo.RecordHeader{Key: stages.HeaderSourceTimestamp, Value: []byte(ts)})
+	}
 	return &kgo.Record{Topic: w.cfg.DLQTopic, Key: []byte(m.Key), Value: m.Value.raw, Headers: hs}
 }
 

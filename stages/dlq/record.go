@@ -3,7 +3,10 @@
 // topic they came from (Redrive) and archives them into PostgreSQL (Archive).
 //
 // DLQ records carry the original key and value and the dlq.* headers named in
-// package stages (DESIGN §3). Nothing here deletes from a DLQ topic: Kafka
+// package stages (DESIGN §3, which lists the ones every DLQ record has at
+// least; dlq.source.timestamp, the original record's Kafka timestamp in RFC
+// 3339 with fractional seconds, is one more, see
+// stages.HeaderSourceTimestamp). Nothing here deletes from a DLQ topic: Kafka
 // topics are append-only, so a record stays in the DLQ after it was re-driven
 // or archived, until retention removes it.
 //
@@ -49,6 +52,13 @@ type Record struct {
 	SourceOffset    int64
 	Attempts        int       // dlq.attempts, 0 when absent
 	FailedAt        time.Time // dlq.failed_at, zero when absent
+	// SourceTimestamp is the original record's Kafka timestamp
+	// (dlq.source.timestamp, RFC 3339 with fractional seconds, see
+	// stages.HeaderSourceTimestamp), zero when absent: dead letters written
+	// before the header existed lack it. Redrive gives the re-published
+	// record this timestamp. Timestamp, the DLQ record's own, is when the
+	// record was dead-lettered.
+	SourceTimestamp time.Time
 	// RedriveCount is how many times the record was already re-driven
 	// (dlq.redrive_count, 0 when absent).
 	RedriveCount int
@@ -147,6 +157,14 @@ func Parse(kr *kgo.Record) (Record, error) {
 				continue
 			}
 			r.FailedAt = ts
+		case stages.HeaderSourceTimestamp:
+			ts, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
+			if err != nil {
+				bad(h, err)
+				r.SourceTimestamp = time.Time{}
+				continue
+			}
+			r.SourceTimestamp = ts
 		case stages.HeaderRedriveCount:
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil || n < 0 {

@@ -101,9 +101,12 @@ type RedriveResult struct {
 // Redrive re-publishes the DLQ records that match req.Filter to their
 // dlq.source.topic with the original key, value and non-dlq headers, and
 // with dlq.redrive_count set to one more than before (all other dlq.*
-// headers are dropped). A record goes back to the partition it came from
-// (dlq.source.partition) when that partition exists, so a key keeps its
-// partition and its order; otherwise the key is hashed. Records whose
+// headers are dropped). A record keeps the original timestamp
+// (dlq.source.timestamp) when the DLQ record carries it; one written before
+// that header existed gets the time of the redrive. A record goes back to
+// the partition it came from (dlq.source.partition) when that partition
+// exists, so a key keeps its partition and its order; otherwise the key is
+// hashed. Records whose
 // redrive count reached req.MaxRedrives are refused, stubs of records
 // that were too large for the DLQ (dlq.value_omitted) are skipped, and so
 // are records whose source topic does not exist (deleted since; they count
@@ -239,9 +242,15 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 }
 
 // redriven builds the record to re-publish: source topic, original key and
-// value, non-dlq headers, incremented redrive count, source partition or -1.
+// value, non-dlq headers, incremented redrive count, source partition or -1,
+// and the original record's timestamp when the DLQ record carries it
+// (dlq.source.timestamp; without it the producer stamps the time of the
+// redrive).
 func redriven(r Record) *kgo.Record {
 	out := &kgo.Record{Topic: r.SourceTopic, Key: r.Key, Value: r.Value, Partition: r.SourcePartition}
+	if !r.SourceTimestamp.IsZero() && r.SourceTimestamp.UnixMilli() >= 0 {
+		out.Timestamp = r.SourceTimestamp
+	}
 	for _, h := range r.Headers {
 		if !strings.HasPrefix(h.Key, "dlq.") {
 			out.Headers = append(out.Headers, h)

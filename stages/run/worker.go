@@ -563,7 +563,7 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 // non-DLQ headers, plus the DLQ headers of DESIGN §3. A redrive count header
 // from an earlier redrive is kept for the redrive loop guard.
 func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts int, stage string) deadLetter {
-	hs := make([]kgo.RecordHeader, 0, len(rec.Headers)+9)
+	hs := make([]kgo.RecordHeader, 0, len(rec.Headers)+10)
 	for _, h := range rec.Headers {
 		if strings.HasPrefix(h.Key, "dlq.") && h.Key != stages.HeaderRedriveCount {
 			continue
@@ -585,6 +585,9 @@ func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts i
 		kgo.RecordHeader{Key: stages.HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
 		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339))},
 	)
+	if ts, ok := stages.SourceTimestamp(rec.Timestamp); ok {
+		hs = append(hs, kgo.RecordHeader{Key: stages.HeaderSourceTimestamp, Value: []byte(ts)})
+	}
 	return deadLetter{rec: &kgo.Record{Topic: w.r.cfg.DLQTopic, Key: rec.Key, Value: rec.Value, Headers: hs}, reason: c.Reason, rule: c.Rule}
 }
 

@@ -1,0 +1,65 @@
+package dlq_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/dlq"
+)
+
+// Redrive re-publishes a record with the timestamp of the original
+// (dlq.source.timestamp), not the time of the redrive; a dead letter
+// written before that header existed is re-published as before, stamped
+// by the producer.
+func TestRedriveKeepsSourceTimestamp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	srcTime := time.Date(2024, 5, 1, 8, 59, 58, 250e6, time.UTC)
+	e.write(t, e.dlqTopic,
+		spec{key: "with", value: "1", reason: "sanity_fail", srcTopic: e.src, srcPartition: 0, failedAt: t0, redrives: -1,
+			extra: []kgo.RecordHeader{{Key: stages.HeaderSourceTimestamp, Value: []byte("2024-05-01T08:59:58.25Z")}}},
+		spec{key: "without", value: "2", reason: "sanity_fail", srcTopic: e.src, srcPartition: 0, failedAt: t0, redrives: -1})
+	before := time.Now().Add(-time.Second)
+	res, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: e.dlqTopic})
+	if err != nil || res.Sent != 2 {
+		t.Fatalf("redrive: %+v, %v; want 2 sent", res, err)
+	}
+	got := map[string]time.Time{}
+	for _, r := range e.k.ReadTopic(t, e.src) {
+		got[string(r.Key)] = r.Timestamp
+		if _, ok := testkit.Header(r, stages.HeaderSourceTimestamp); ok {
+			t.Errorf("%s: re-published with a dlq.source.timestamp header", r.Key)
+		}
+	}
+	if !got["with"].Equal(srcTime) {
+		t.Errorf("with: timestamp %v, want the source's %v", got["with"], srcTime)
+	}
+	if got["without"].Before(before) {
+		t.Errorf("without: timestamp %v, want the time of the redrive (after %v)", got["without"], before)
+	}
+}
+
+func TestParseSourceTimestamp(t *testing.T) {
+	t.Parallel()
+	r, err := dlq.Parse(&kgo.Record{Topic: "d", Headers: []kgo.RecordHeader{{Key: stages.HeaderSourceTimestamp, Value: []byte("2024-05-01T08:59:58.25Z")}}})
+	if err != nil || !r.SourceTimestamp.Equal(time.Date(2024, 5, 1, 8, 59, 58, 250e6, time.UTC)) {
+		t.Fatalf("Parse: %v, source timestamp %v", err, r.SourceTimestamp)
+	}
+	r, err = dlq.Parse(&kgo.Record{Topic: "d", Headers: []kgo.RecordHeader{{Key: stages.HeaderSourceTimestamp, Value: []byte("1714553998250")}}})
+	if err == nil || !strings.Contains(err.Error(), stages.HeaderSourceTimestamp) || !r.SourceTimestamp.IsZero() {
+		t.Fatalf("malformed: err %v, source timestamp %v; want an error naming the header and no timestamp", err, r.SourceTimestamp)
+	}
+	if v, ok := stages.SourceTimestamp(time.UnixMilli(1714553998250)); !ok || v != "2024-05-01T08:59:58.25Z" {
+		t.Fatalf("SourceTimestamp = %q, %v", v, ok)
+	}
+	for _, none := range []time.Time{{}, time.UnixMilli(-1)} {
+		if v, ok := stages.SourceTimestamp(none); ok {
+			t.Fatalf("SourceTimestamp(%v) = %q, want no header", none, v)
+		}
+	}
+}
