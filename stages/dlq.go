@@ -15,7 +15,11 @@ const (
 	HeaderAttempts        = "dlq.attempts"
 	HeaderFailedAt        = "dlq.failed_at"
 	// HeaderRedriveCount counts how many times a record was re-driven from a
-	// DLQ to its source topic; redrive refuses records past its limit.
+	// DLQ to its source topic and failed again (each redrive sends it with
+	// one more; a DLQ writer keeps it). Redrive refuses records that reached
+	// its limit: that bounds the depth of a fail → redrive → fail chain, not
+	// how often redrive runs re-send one DLQ record (it stays in the DLQ with
+	// its count).
 	HeaderRedriveCount = "dlq.redrive_count"
 	// HeaderValueOmitted marks a dead letter that could not carry the
 	// original record because the DLQ topic refused its size: the DLQ record

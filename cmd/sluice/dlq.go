@@ -229,11 +229,13 @@ func newDLQRedriveCmd(g *globalConfig) *cobra.Command {
 		Long: `redrive re-publishes the DLQ records that match the filters to their
 dlq.source.topic (and source partition) with the original key and value,
 without the dlq.* headers except dlq.redrive_count, incremented. Records
-already re-driven --max-redrives times are refused (loop guard). --dry-run
-lists what would be sent and sends nothing.
+whose dlq.redrive_count reached --max-redrives (they were re-driven and
+failed again that many times) are refused: this loop guard bounds how often
+a record goes round the DLQ, not how often one DLQ record is re-sent.
+--dry-run lists what would be sent and sends nothing.
 
-Kafka topics are append-only: re-driven records stay in the DLQ, and running
-the same redrive again sends them again. The command prints the --since
+Kafka topics are append-only: re-driven records stay in the DLQ with their
+count unchanged, and running the same redrive again sends them again. The command prints the --since
 value that limits a later redrive to records that failed after this one
 started (from the start of that second: dlq.failed_at is written to the
 second).`,
@@ -287,7 +289,7 @@ second).`,
 	f.StringVar(&topic, "topic", topics.BronzeDLQ, "DLQ topic")
 	ff.register(cmd)
 	f.BoolVar(&dryRun, "dry-run", false, "list what would be sent; send nothing")
-	f.IntVar(&maxRedrives, "max-redrives", dlq.DefaultMaxRedrives, "refuse records already re-driven this many times")
+	f.IntVar(&maxRedrives, "max-redrives", dlq.DefaultMaxRedrives, "refuse records whose dlq.redrive_count (redrives that failed again) reached this")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "time limit for the operation once connected")
 	return cmd
 }

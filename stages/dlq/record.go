@@ -59,8 +59,9 @@ type Record struct {
 	// record this timestamp. Timestamp, the DLQ record's own, is when the
 	// record was dead-lettered.
 	SourceTimestamp time.Time
-	// RedriveCount is how many times the record was already re-driven
-	// (dlq.redrive_count, 0 when absent).
+	// RedriveCount is how many redrives the record went through before it
+	// failed again and came back to the DLQ (dlq.redrive_count, 0 when
+	// absent). Redrive runs that send this DLQ record do not change it.
 	RedriveCount int
 	// ValueOmitted is set (dlq.value_omitted) on the stub of a record that
 	// was too large for the DLQ topic: Key/Value/Headers are not the

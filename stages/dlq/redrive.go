@@ -16,7 +16,14 @@ import (
 )
 
 // DefaultMaxRedrives is the loop guard used when RedriveRequest.MaxRedrives
-// is not set: a record already re-driven this many times is refused.
+// is not set: a record whose dlq.redrive_count is at least this is refused.
+//
+// The guard limits the depth of a fail → redrive → fail chain: the count is
+// carried by the re-published record and comes back to the DLQ with it when
+// it fails again. It does not limit how often one DLQ record is sent: the
+// record stays in the DLQ with its count unchanged, so every redrive run
+// whose filter matches it sends it again while its count is below the
+// limit (see RedriveResult.StartedAt to avoid that).
 const DefaultMaxRedrives = 3
 
 // redriveBatch is how many records Redrive produces per synchronous batch.
@@ -29,7 +36,8 @@ const (
 	// Send re-publishes the record to its source topic.
 	Send Decision = iota
 	// Refuse skips a record whose redrive count reached the limit (or is
-	// unreadable): the loop guard.
+	// unreadable): the loop guard (see DefaultMaxRedrives for what it
+	// limits).
 	Refuse
 	// Unroutable skips a record without a dlq.source.topic header, or
 	// whose source topic does not exist (any more).
@@ -63,7 +71,9 @@ type RedriveRequest struct {
 	// DryRun reads and decides but produces nothing.
 	DryRun bool
 	// MaxRedrives refuses records whose dlq.redrive_count is already at
-	// least this (default DefaultMaxRedrives when <= 0).
+	// least this (default DefaultMaxRedrives when <= 0): records that went
+	// through that many redrives and failed again each time. Records below
+	// it are sent by every run that matches them (see DefaultMaxRedrives).
 	MaxRedrives int
 	// Each, when set, is called for every record that matched the filter,
 	// with the decision, in DLQ partition order, before it is produced.

@@ -63,3 +63,27 @@ func TestParseSourceTimestamp(t *testing.T) {
 		}
 	}
 }
+
+// The loop guard bounds the depth of a fail → redrive → fail chain, not
+// repeats: a DLQ record keeps its dlq.redrive_count, so every redrive run
+// that matches it sends it again, each time with the same count.
+func TestRedriveRunsResendBelowTheLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.write(t, e.dlqTopic, spec{key: "a", value: "1", reason: "exception", srcTopic: e.src, srcPartition: 0, failedAt: t0, redrives: 0})
+	for run := range 2 {
+		res, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: e.dlqTopic, MaxRedrives: 1})
+		if err != nil || res.Sent != 1 || res.Refused != 0 {
+			t.Fatalf("run %d: %+v, %v; want 1 sent", run+1, res, err)
+		}
+	}
+	got := e.k.ReadTopic(t, e.src)
+	if len(got) != 2 {
+		t.Fatalf("source got %d records after 2 runs, want 2", len(got))
+	}
+	for _, r := range got {
+		if c, _ := testkit.Header(r, stages.HeaderRedriveCount); c != "1" {
+			t.Fatalf("re-sent with %s %q, want 1 both times", stages.HeaderRedriveCount, c)
+		}
+	}
+}
