@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -403,6 +404,23 @@ func TestInspectTransactionalDLQ(t *testing.T) {
 	write(true, "a", "b")
 	write(false, "aborted")
 	write(true, "c")
+	// EndTransaction returns once the coordinator decided; the markers
+	// reach the partitions a moment later, and until then "c" is past the
+	// last stable offset, so not part of a scan starting now.
+	adm := e.k.Admin(t)
+	testkit.WaitFor(t, 30*time.Second, "the commit markers written", func() bool {
+		lso, err1 := adm.ListCommittedOffsets(ctx, e.dlqTopic)
+		hwm, err2 := adm.ListEndOffsets(ctx, e.dlqTopic)
+		if err1 != nil || err2 != nil || lso.Error() != nil || hwm.Error() != nil {
+			return false
+		}
+		same := true
+		hwm.Each(func(o kadm.ListedOffset) {
+			l, ok := lso.Lookup(o.Topic, o.Partition)
+			same = same && ok && l.Offset == o.Offset
+		})
+		return same
+	})
 
 	start := time.Now()
 	var keys []string

@@ -11,7 +11,8 @@ import (
 // Inspect reads the DLQ topic from its start up to the end offsets captured
 // when it is called (records appended later are not read, so it terminates;
 // the end is the last stable offset, so records of a transaction still open
-// then are not read) and calls fn with every record that matches f, at most limit of them
+// then are not read, nor those of a transaction whose commit markers had
+// not yet reached the partition) and calls fn with every record that matches f, at most limit of them
 // (limit <= 0: no limit). Records come in offset order within a partition;
 // partitions interleave. A record whose dlq.* headers are malformed is still
 // passed on with the fields that parsed (see [Parse]); its raw headers are in
