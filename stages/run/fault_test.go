@@ -113,20 +113,7 @@ func TestShutdownCommitRefusedRedelivers(t *testing.T) {
 			return nil, nil, false
 		}
 		refused.Add(1)
-		rq := req.(*kmsg.OffsetCommitRequest)
-		resp := rq.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range rq.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic = rt.Topic
-			for _, p := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition = p.Partition
-				sp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return offsetCommitRefusal(req, kerr.CoordinatorNotAvailable.Code), nil, true
 	})
 	sink := memsink.New[msg]()
 	_, stop := start(t, k, cfg, passthrough, sink)
@@ -188,20 +175,7 @@ func periodicCommitRefused(t *testing.T, code *kerr.Error, logged string, counte
 		if !refuse.Load() {
 			return nil, nil, false
 		}
-		rq := req.(*kmsg.OffsetCommitRequest)
-		resp := rq.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range rq.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, p := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition = p.Partition
-				sp.ErrorCode = code.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return offsetCommitRefusal(req, code.Code), nil, true
 	})
 	reg := prometheus.NewRegistry()
 	var logs logBuffer

@@ -466,22 +466,28 @@ func refuseOffsetCommits(k *testkit.Kafka, n int32, code int16) *atomic.Int32 {
 		if refused.Add(1) < n {
 			k.Fake().KeepControl()
 		}
-		rq := req.(*kmsg.OffsetCommitRequest)
-		resp := rq.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range rq.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, p := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition = p.Partition
-				sp.ErrorCode = code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return offsetCommitRefusal(req, code), nil, true
 	})
 	return &refused
+}
+
+// offsetCommitRefusal answers an OffsetCommit request with code for every
+// partition it names.
+func offsetCommitRefusal(req kmsg.Request, code int16) *kmsg.OffsetCommitResponse {
+	rq := req.(*kmsg.OffsetCommitRequest)
+	resp := rq.ResponseKind().(*kmsg.OffsetCommitResponse)
+	for _, rt := range rq.Topics {
+		st := kmsg.NewOffsetCommitResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, p := range rt.Partitions {
+			sp := kmsg.NewOffsetCommitResponseTopicPartition()
+			sp.Partition = p.Partition
+			sp.ErrorCode = code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
 }
 
 // When the commit of the "latest" start is refused, no record of the
