@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // Rule ids (the dlq.rule header) of analytics failures.
@@ -180,27 +179,10 @@ func runAnalyzer(an Analyzer, in *Input, res *Result) (err error) {
 // dlqRecord builds the smap.analytics.errors record of a failed item: the
 // original key and value and the DLQ headers of DESIGN §3.
 func (a *analytics) dlqRecord(m stages.Msg[collectedMsg], f *failure, attempts int, now time.Time) *kgo.Record {
-	hs := make([]kgo.RecordHeader, 0, len(m.Headers)+10)
-	for _, h := range m.Headers {
-		if strings.HasPrefix(h.Key, "dlq.") && h.Key != stages.HeaderRedriveCount {
-			continue
-		}
-		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-	}
-	hs = append(hs,
-		kgo.RecordHeader{Key: stages.HeaderReason, Value: []byte(f.reason)},
-		kgo.RecordHeader{Key: stages.HeaderRule, Value: []byte(f.rule)},
-		kgo.RecordHeader{Key: stages.HeaderError, Value: []byte(f.err.Error())},
-		kgo.RecordHeader{Key: stages.HeaderStage, Value: []byte(AnalyticsStageName)},
-		kgo.RecordHeader{Key: stages.HeaderSourceTopic, Value: []byte(m.Source.Topic)},
-		kgo.RecordHeader{Key: stages.HeaderSourcePartition, Value: []byte(strconv.Itoa(int(m.Source.Partition)))},
-		kgo.RecordHeader{Key: stages.HeaderSourceOffset, Value: []byte(strconv.FormatInt(m.Source.Offset, 10))},
-		kgo.RecordHeader{Key: stages.HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
-		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(now.Format(time.RFC3339))},
-	)
-	if ts, ok := stages.SourceTimestamp(m.Source.Timestamp); ok {
-		hs = append(hs, kgo.RecordHeader{Key: stages.HeaderSourceTimestamp, Value: []byte(ts)})
-	}
+	hs := run.DLQHeaders(m.Headers, run.DeadLetter{
+		Reason: f.reason, Rule: f.rule, Error: f.err.Error(), Stage: AnalyticsStageName,
+		Source: m.Source, Attempts: attempts, FailedAt: now,
+	})
 	return &kgo.Record{Topic: a.cfg.AnalyticsErrorsTopic, Key: []byte(m.Key), Value: m.Value.Raw, Headers: hs}
 }
 

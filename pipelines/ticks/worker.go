@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/ratelimit"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // taskIn is a decoded task with its original value bytes (kept for the DLQ).
@@ -361,27 +362,10 @@ func (w *worker) segmentWithRetry(ctx context.Context, m stages.Msg[taskIn]) ([]
 // headers of DESIGN §3; it is written by the sink with the job's FAILED
 // state, before the task's offset commits.
 func (w *worker) dlqRecord(m stages.Msg[taskIn], reason stages.Reason, err error, attempts int) *kgo.Record {
-	var hs []kgo.RecordHeader
-	for _, h := range m.Headers {
-		if strings.HasPrefix(h.Key, "dlq.") && h.Key != stages.HeaderRedriveCount {
-			continue
-		}
-		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-	}
-	hs = append(hs,
-		kgo.RecordHeader{Key: stages.HeaderReason, Value: []byte(reason)},
-		kgo.RecordHeader{Key: stages.HeaderRule, Value: nil},
-		kgo.RecordHeader{Key: stages.HeaderError, Value: []byte(err.Error())},
-		kgo.RecordHeader{Key: stages.HeaderStage, Value: []byte("ticks/segment")},
-		kgo.RecordHeader{Key: stages.HeaderSourceTopic, Value: []byte(m.Source.Topic)},
-		kgo.RecordHeader{Key: stages.HeaderSourcePartition, Value: []byte(strconv.Itoa(int(m.Source.Partition)))},
-		kgo.RecordHeader{Key: stages.HeaderSourceOffset, Value: []byte(strconv.FormatInt(m.Source.Offset, 10))},
-		kgo.RecordHeader{Key: stages.HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
-		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(w.cfg.Now().UTC().Format(time.RFC3339))},
-	)
-	if ts, ok := stages.SourceTimestamp(m.Source.Timestamp); ok {
-		hs = append(hs, kgo.RecordHeader{Key: stages.HeaderSourceTimestamp, Value: []byte(ts)})
-	}
+	hs := run.DLQHeaders(m.Headers, run.DeadLetter{
+		Reason: reason, Error: err.Error(), Stage: "ticks/segment",
+		Source: m.Source, Attempts: attempts, FailedAt: w.cfg.Now(),
+	})
 	return &kgo.Record{Topic: w.cfg.DLQTopic, Key: []byte(m.Key), Value: m.Value.raw, Headers: hs}
 }
 
