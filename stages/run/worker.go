@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,14 +136,21 @@ func (w *worker[In, Out]) abandon() {
 	w.lost.Store(true)
 	w.pmu.Lock()
 	defer w.pmu.Unlock()
+	w.releaseFetchesLocked()
+	if w.win != nil {
+		w.win.release()
+	}
+}
+
+// releaseFetchesLocked, with pmu held, resumes the partition's fetches if
+// the worker paused them and marks the worker as no longer touching them
+// (abandoned): setPause does nothing from then on.
+func (w *worker[In, Out]) releaseFetchesLocked() {
 	w.abandoned = true
 	if w.paused != 0 {
 		w.paused = 0
 		w.r.cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
 		w.r.m.paused.Dec()
-	}
-	if w.win != nil {
-		w.win.release()
 	}
 }
 
@@ -226,12 +232,7 @@ func (w *worker[In, Out]) take() []*kgo.Record {
 // and was never fetched again if it came back to this member.
 func (w *worker[In, Out]) exit() {
 	w.pmu.Lock()
-	w.abandoned = true
-	if w.paused != 0 {
-		w.paused = 0
-		w.r.cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
-		w.r.m.paused.Dec()
-	}
+	w.releaseFetchesLocked()
 	w.pmu.Unlock()
 	if w.win != nil {
 		w.win.reset() // an abandoned window's keys no longer count
@@ -563,31 +564,19 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 // non-DLQ headers, plus the DLQ headers of DESIGN §3. A redrive count header
 // from an earlier redrive is kept for the redrive loop guard.
 func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts int, stage string) deadLetter {
-	hs := make([]kgo.RecordHeader, 0, len(rec.Headers)+10)
-	for _, h := range rec.Headers {
-		if strings.HasPrefix(h.Key, "dlq.") && h.Key != stages.HeaderRedriveCount {
-			continue
-		}
-		hs = append(hs, h)
+	own := make([]stages.Header, len(rec.Headers))
+	for i, h := range rec.Headers {
+		own[i] = stages.Header{Key: h.Key, Value: h.Value}
 	}
 	msg := ""
 	if c.Err != nil {
-		msg = truncateError(c.Err.Error())
+		msg = c.Err.Error()
 	}
-	hs = append(hs,
-		kgo.RecordHeader{Key: stages.HeaderReason, Value: []byte(c.Reason)},
-		kgo.RecordHeader{Key: stages.HeaderRule, Value: []byte(c.Rule)},
-		kgo.RecordHeader{Key: stages.HeaderError, Value: []byte(msg)},
-		kgo.RecordHeader{Key: stages.HeaderStage, Value: []byte(stage)},
-		kgo.RecordHeader{Key: stages.HeaderSourceTopic, Value: []byte(rec.Topic)},
-		kgo.RecordHeader{Key: stages.HeaderSourcePartition, Value: []byte(strconv.Itoa(int(rec.Partition)))},
-		kgo.RecordHeader{Key: stages.HeaderSourceOffset, Value: []byte(strconv.FormatInt(rec.Offset, 10))},
-		kgo.RecordHeader{Key: stages.HeaderAttempts, Value: []byte(strconv.Itoa(attempts))},
-		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339))},
-	)
-	if ts, ok := stages.SourceTimestamp(rec.Timestamp); ok {
-		hs = append(hs, kgo.RecordHeader{Key: stages.HeaderSourceTimestamp, Value: []byte(ts)})
-	}
+	hs := DLQHeaders(own, DeadLetter{
+		Reason: c.Reason, Rule: c.Rule, Error: msg, Stage: stage,
+		Source:   stages.Source{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp},
+		Attempts: attempts, FailedAt: time.Now(),
+	})
 	return deadLetter{rec: &kgo.Record{Topic: w.r.cfg.DLQTopic, Key: rec.Key, Value: rec.Value, Headers: hs}, reason: c.Reason, rule: c.Rule}
 }
 
