@@ -34,9 +34,11 @@ const (
 	// precision), e.g. 2024-05-01T09:00:00.123Z. Every DLQ writer sets it
 	// with [SourceTimestamp]. The DLQ record's own Kafka timestamp is the
 	// time it was dead-lettered (time-based retention of the DLQ topic
-	// works on it); redrive gives the re-published record this timestamp,
-	// so that it keeps the time it had. It is absent when the source record
-	// had no timestamp, and on dead letters written before it existed.
+	// works on it). Redrive does not give it to the re-published record,
+	// which the producer stamps with the time of the redrive, so that the
+	// source topic's time-based retention does not delete it at once. It
+	// is absent when the source record had no timestamp, and on dead
+	// letters written before it existed.
 	HeaderSourceTimestamp = "dlq.source.timestamp"
 )
 

@@ -55,9 +55,8 @@ type Record struct {
 	// SourceTimestamp is the original record's Kafka timestamp
 	// (dlq.source.timestamp, RFC 3339 with fractional seconds, see
 	// stages.HeaderSourceTimestamp), zero when absent: dead letters written
-	// before the header existed lack it. Redrive gives the re-published
-	// record this timestamp. Timestamp, the DLQ record's own, is when the
-	// record was dead-lettered.
+	// before the header existed lack it. Timestamp, the DLQ record's own,
+	// is when the record was dead-lettered.
 	SourceTimestamp time.Time
 	// RedriveCount is how many redrives the record went through before it
 	// failed again and came back to the DLQ (dlq.redrive_count, 0 when

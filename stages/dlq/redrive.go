@@ -111,9 +111,8 @@ type RedriveResult struct {
 // Redrive re-publishes the DLQ records that match req.Filter to their
 // dlq.source.topic with the original key, value and non-dlq headers, and
 // with dlq.redrive_count set to one more than before (all other dlq.*
-// headers are dropped). A record keeps the original timestamp
-// (dlq.source.timestamp) when the DLQ record carries it; one written before
-// that header existed gets the time of the redrive. A record goes back to
+// headers are dropped), stamped with the time of the redrive (see
+// redriven for why not the original's). A record goes back to
 // the partition it came from (dlq.source.partition) when that partition
 // exists, so a key keeps its partition and its order; otherwise the key is
 // hashed. Records whose
@@ -252,15 +251,14 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 }
 
 // redriven builds the record to re-publish: source topic, original key and
-// value, non-dlq headers, incremented redrive count, source partition or -1,
-// and the original record's timestamp when the DLQ record carries it
-// (dlq.source.timestamp; without it the producer stamps the time of the
-// redrive).
+// value, non-dlq headers, incremented redrive count, source partition or -1.
+// The producer stamps it with the time of the redrive, not the original
+// timestamp (dlq.source.timestamp): time-based retention of the source
+// topic would otherwise delete a re-driven record older than retention.ms
+// as soon as its segment holds nothing newer, possibly before it was
+// consumed.
 func redriven(r Record) *kgo.Record {
 	out := &kgo.Record{Topic: r.SourceTopic, Key: r.Key, Value: r.Value, Partition: r.SourcePartition}
-	if !r.SourceTimestamp.IsZero() && r.SourceTimestamp.UnixMilli() >= 0 {
-		out.Timestamp = r.SourceTimestamp
-	}
 	for _, h := range r.Headers {
 		if !strings.HasPrefix(h.Key, "dlq.") {
 			out.Headers = append(out.Headers, h)

@@ -12,14 +12,13 @@ import (
 	"github.com/sluicehq/sluice/stages/dlq"
 )
 
-// Redrive re-publishes a record with the timestamp of the original
-// (dlq.source.timestamp), not the time of the redrive; a dead letter
-// written before that header existed is re-published as before, stamped
-// by the producer.
-func TestRedriveKeepsSourceTimestamp(t *testing.T) {
+// Redrive re-publishes a record stamped with the time of the redrive, not
+// the original's (dlq.source.timestamp), whether or not the dead letter
+// carries that header: an old timestamp would let the source topic's
+// time-based retention delete the re-driven record at once.
+func TestRedriveStampsRedriveTime(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	srcTime := time.Date(2024, 5, 1, 8, 59, 58, 250e6, time.UTC)
 	e.write(t, e.dlqTopic,
 		spec{key: "with", value: "1", reason: "sanity_fail", srcTopic: e.src, srcPartition: 0, failedAt: t0, redrives: -1,
 			extra: []kgo.RecordHeader{{Key: stages.HeaderSourceTimestamp, Value: []byte("2024-05-01T08:59:58.25Z")}}},
@@ -36,11 +35,10 @@ func TestRedriveKeepsSourceTimestamp(t *testing.T) {
 			t.Errorf("%s: re-published with a dlq.source.timestamp header", r.Key)
 		}
 	}
-	if !got["with"].Equal(srcTime) {
-		t.Errorf("with: timestamp %v, want the source's %v", got["with"], srcTime)
-	}
-	if got["without"].Before(before) {
-		t.Errorf("without: timestamp %v, want the time of the redrive (after %v)", got["without"], before)
+	for _, k := range []string{"with", "without"} {
+		if got[k].Before(before) {
+			t.Errorf("%s: timestamp %v, want the time of the redrive (after %v)", k, got[k], before)
+		}
 	}
 }
 
