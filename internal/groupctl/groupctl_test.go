@@ -102,7 +102,9 @@ func TestReplayRefusesActiveMemberThenReplaysToTimestamp(t *testing.T) {
 	t.Parallel()
 	opts, adm, names := cluster(t, 1, "replay.ts")
 	topic, group := names[0], testkit.Name(t, "g")
-	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
+	// Recent: a real broker's time-based retention (7 days by default)
+	// deletes older records within minutes, under the test.
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second).UTC()
 	produce(t, opts, topic, 0, 10, t0, time.Second)
 
 	// A live member that consumed everything.
@@ -157,7 +159,9 @@ func TestReplayTargets(t *testing.T) {
 	t.Parallel()
 	opts, adm, names := cluster(t, 2, "replay.targets")
 	topic := names[0]
-	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
+	// Recent: a real broker's time-based retention (7 days by default)
+	// deletes older records within minutes, under the test.
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second).UTC()
 	produce(t, opts, topic, 0, 10, t0, time.Second)  // p0: offsets 0..9 at t0..t9
 	produce(t, opts, topic, 1, 4, t0, 3*time.Second) // p1: offsets 0..3 at t0, t3, t6, t9
 
