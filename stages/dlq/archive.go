@@ -24,6 +24,10 @@ import (
 // none is given.
 const DefaultArchiveGroup = "dlq-archive"
 
+// commitTimeout bounds the commit of an archived batch, which runs to its
+// end even when the archiver's context is done.
+const commitTimeout = 10 * time.Second
+
 // DB is what the archiver needs from PostgreSQL; *pgxpool.Pool and
 // *pgx.Conn satisfy it.
 type DB interface {
@@ -318,7 +322,12 @@ func (a *archiver) archive(ctx context.Context, fs kgo.Fetches) error {
 	if err != nil {
 		return err
 	}
-	if err := a.cl.CommitRecords(ctx, all...); err != nil {
+	// Commit what was inserted even when ctx ended meanwhile (a shutdown
+	// between the insert and the commit): otherwise the next run reads
+	// those records again (harmless, the insert is idempotent, but work).
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if err := a.cl.CommitRecords(cctx, all...); err != nil {
 		return fmt.Errorf("commit offsets: %w", err)
 	}
 	a.res.Read += len(rows)
