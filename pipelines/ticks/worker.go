@@ -362,7 +362,7 @@ func (w *worker) segmentWithRetry(ctx context.Context, m stages.Msg[taskIn]) ([]
 // headers of DESIGN §3; it is written by the sink with the job's FAILED
 // state, before the task's offset commits.
 func (w *worker) dlqRecord(m stages.Msg[taskIn], reason stages.Reason, err error, attempts int) *kgo.Record {
-	hs := run.DLQHeaders(m.Headers, run.DeadLetter{
+	hs := run.DLQHeaders(m.Headers, run.DLQMeta{
 		Reason: reason, Error: err.Error(), Stage: "ticks/segment",
 		Source: m.Source, Attempts: attempts, FailedAt: w.cfg.Now(),
 	})

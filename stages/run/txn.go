@@ -302,7 +302,7 @@ type txOut struct {
 }
 
 // dlqOut is the txOut of d, the dead letter of recs[src].
-func dlqOut(d deadLetter, src int) txOut {
+func dlqOut(d dlqItem, src int) txOut {
 	return txOut{rec: d.rec, src: src, dlq: true, reason: d.reason, rule: d.rule}
 }
 

@@ -17,7 +17,7 @@ func TestDLQHeaders(t *testing.T) {
 		{Key: stages.HeaderRedriveCount, Value: []byte("2")}, // kept for the loop guard
 	}
 	ts := time.Date(2024, 5, 1, 9, 0, 0, 123e6, time.UTC)
-	d := run.DeadLetter{
+	d := run.DLQMeta{
 		Reason: stages.ReasonSanityFail, Rule: "ta.symbol", Error: strings.Repeat("é", 5000), Stage: "silver",
 		Source:   stages.Source{Topic: "bronze.records", Partition: 3, Offset: 42, Timestamp: ts},
 		Attempts: 1, FailedAt: time.Date(2024, 5, 1, 16, 0, 0, 5e8, time.FixedZone("ICT", 7*3600)),

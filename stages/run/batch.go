@@ -1,0 +1,247 @@
+package run
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/stages"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// pending accumulates the effects of a batch until they are flushed.
+type pending[Out any] struct {
+	outs   []Out
+	owners []int // owners[i] is the batch index of the record that produced outs[i]
+	dlq    []*kgo.Record
+	labels [][2]string // reason and rule of dlq[i], for the metrics
+	dlqIdx map[int]bool
+}
+
+// handle processes a batch. Records before a stop or a fatal error are still
+// flushed and committed; the rest is left for redelivery.
+func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
+	p, done, stopErr := w.process(batch)
+	if done > 0 {
+		if err := w.flush(batch[:done], p); err != nil {
+			return err
+		}
+	}
+	return stopErr
+}
+
+// process runs decode and the stage for the records of batch in order. It
+// returns their outputs and dead letters, how many records were handled
+// (all unless a fatal error or an abandon stopped it) and that error.
+func (w *worker[In, Out]) process(batch []*kgo.Record) (p *pending[Out], done int, stopErr error) {
+	r := w.r
+	r.m.batchSize.Observe(float64(len(batch)))
+	r.m.in.WithLabelValues(w.tp.topic).Add(float64(len(batch)))
+	p = &pending[Out]{}
+	done = len(batch)
+	start := time.Now()
+	for i, rec := range batch {
+		outs, dl, err := w.processOne(rec)
+		if err != nil {
+			done, stopErr = i, err
+			break
+		}
+		if dl.rec != nil {
+			p.addDLQ(i, dl)
+			continue
+		}
+		for _, o := range outs {
+			p.outs = append(p.outs, o)
+			p.owners = append(p.owners, i)
+		}
+	}
+	r.m.batchDur.WithLabelValues("process").Observe(time.Since(start).Seconds())
+	return p, done, stopErr
+}
+
+// addDLQ queues the dead letter d of batch record i, once per record.
+func (p *pending[Out]) addDLQ(i int, d dlqItem) {
+	if p.dlqIdx == nil {
+		p.dlqIdx = map[int]bool{}
+	}
+	if p.dlqIdx[i] {
+		return
+	}
+	p.dlqIdx[i] = true
+	p.dlq = append(p.dlq, d.rec)
+	p.labels = append(p.labels, [2]string{string(d.reason), d.rule})
+}
+
+// processOne decodes and runs the stage for one record, with retries. It
+// returns the outputs, or a dead letter (rec set), or an error (errAbandoned
+// or fatal).
+func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, dlqItem, error) {
+	r := w.r
+	in, err := w.callDecode(rec)
+	if err != nil {
+		c := stages.Classify(err)
+		if c.Kind != stages.KindDeadLetter {
+			c = &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonDecodeError, Err: err}
+		}
+		return nil, w.dlqRecord(rec, c, 1, r.cfg.Name+"/decode"), nil
+	}
+	msg := stages.Msg[In]{Key: string(rec.Key), Value: in, Source: stages.Source{
+		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp,
+	}}
+	if len(rec.Headers) > 0 {
+		msg.Headers = make([]stages.Header, len(rec.Headers))
+		for i, h := range rec.Headers {
+			msg.Headers[i] = stages.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		t0 := time.Now()
+		outs, err := w.callStage(msg)
+		r.m.stageDur.Observe(time.Since(t0).Seconds())
+		if err == nil {
+			r.m.out.Add(float64(len(outs)))
+			return outs, dlqItem{}, nil
+		}
+		// A cancelled worker, or a stage that gave up its record because
+		// the worker is stopping (stages.ErrStopped): the record is left
+		// for redelivery, neither retried nor dead-lettered.
+		if w.ctx.Err() != nil || (errors.Is(err, stages.ErrStopped) && w.isStopping()) {
+			return nil, dlqItem{}, errAbandoned
+		}
+		c := stages.Classify(err)
+		switch c.Kind {
+		case stages.KindDeadLetter:
+			return nil, w.dlqRecord(rec, c, attempt, r.o.stageName), nil
+		case stages.KindFatal:
+			return nil, dlqItem{}, fmt.Errorf("stage %s at %s/%d@%d: %w", r.o.stageName, rec.Topic, rec.Partition, rec.Offset, err)
+		}
+		if attempt >= r.cfg.Retry.MaxAttempts {
+			ex := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonRetriesExhausted, Rule: c.Rule, Err: c.Err}
+			return nil, w.dlqRecord(rec, ex, attempt, r.o.stageName), nil
+		}
+		r.m.retries.WithLabelValues("stage").Inc()
+		wait := retryWait(r.cfg.Retry, attempt, c.After)
+		r.o.log.Debug("stage retry", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "attempt", attempt, "wait", wait, "err", err)
+		if !w.sleep(wait) {
+			return nil, dlqItem{}, errAbandoned
+		}
+	}
+}
+
+// callDecode runs the decoder; a panic is a decode error (the record is
+// dead-lettered as decode_error), as a stage panic is an exception.
+func (w *worker[In, Out]) callDecode(rec *kgo.Record) (in In, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var zero In
+			in, err = zero, fmt.Errorf("decoder panic: %v", p)
+		}
+	}()
+	return w.r.decode(rec.Key, rec.Value)
+}
+
+// callStage runs the stage, turning a panic into an "exception" dead letter
+// so that one bad record cannot stop its partition.
+func (w *worker[In, Out]) callStage(msg stages.Msg[In]) (outs []Out, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			outs, err = nil, stages.DeadLetter(stages.ReasonException, "", fmt.Errorf("stage panic: %v", p))
+		}
+	}()
+	return w.r.stage(w.sctx, msg)
+}
+
+// write hands outs to the sink with one Write, retrying transient failures
+// (with the partition's fetches paused) until it succeeds or the worker
+// stops. The wait before a retry is Config.SinkRetry's backoff, or longer
+// when the error is a [stages.RetryAfter] (see retryWait). A
+// *stages.Rejections goes to rejected, which dead-letters (or queues) the
+// records behind it; an error of rejected counts as transient and retries
+// the write, except errInvalidRejection (a sink that rejected an index
+// outside its batch) and a fatal error (a dead letter that does not fit the
+// DLQ topic even as a stub), which are returned.
+func (w *worker[In, Out]) write(outs []Out, rejected func(rej *stages.Rejections, attempt int) error) error {
+	r := w.r
+	t0 := time.Now()
+	for attempt := 1; ; attempt++ {
+		ts := time.Now()
+		err := r.sink.Write(w.ctx, outs)
+		r.m.sinkDur.Observe(time.Since(ts).Seconds())
+		if err == nil {
+			break
+		}
+		var rej *stages.Rejections
+		if errors.As(err, &rej) {
+			if err = rejected(rej, attempt); err == nil {
+				break
+			}
+			if errors.Is(err, errInvalidRejection) || stages.Classify(err).Kind == stages.KindFatal {
+				return err
+			}
+		} else if stages.Classify(err).Kind == stages.KindFatal {
+			return fmt.Errorf("sink: %w", err)
+		}
+		r.m.retries.WithLabelValues("sink").Inc()
+		wait := retryWait(r.cfg.SinkRetry, attempt, stages.Classify(err).After)
+		r.o.log.Warn("sink write failed, retrying", "topic", w.tp.topic, "partition", w.tp.partition, "attempt", attempt, "wait", wait, "err", err)
+		if !w.sleep(wait) {
+			return errAbandoned
+		}
+	}
+	r.m.batchDur.WithLabelValues("write").Observe(time.Since(t0).Seconds())
+	return nil
+}
+
+// maxRetryAfter caps the wait a [stages.RetryAfter] error asks for, so
+// that a nonsensical wait (a misread Retry-After, hours) cannot park a
+// partition for that long; the error is retried after the cap and may ask
+// again.
+const maxRetryAfter = 5 * time.Minute
+
+// retryWait returns the wait before attempt number attempt+1 (attempt ≥ 1)
+// under policy p when the failed attempt's error asked for at least after
+// (the After of a [stages.RetryAfter], 0 otherwise): p's backoff, or after
+// (capped at maxRetryAfter) when that is longer.
+func retryWait(p RetryPolicy, attempt int, after time.Duration) time.Duration {
+	return max(min(after, maxRetryAfter), p.Backoff(attempt))
+}
+
+// errInvalidRejection reports a sink that rejected an index outside the
+// batch it was given.
+var errInvalidRejection = errors.New("sink rejected an item outside its batch")
+
+// flush writes the batch's outputs, dead-letters rejected and failed records,
+// and marks the batch's offsets for commit — in that order, each step durable
+// before the next.
+func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
+	r := w.r
+	if len(p.outs) > 0 {
+		err := w.write(p.outs, func(rej *stages.Rejections, attempt int) error {
+			for _, it := range rej.Items {
+				if it.Index < 0 || it.Index >= len(p.owners) {
+					return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, len(p.owners))
+				}
+				i := p.owners[it.Index]
+				p.addDLQ(i, w.dlqRecord(batch[i], sinkRejection(it.Rule, it.Err), attempt, r.cfg.Name+"/sink"))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if len(p.dlq) > 0 {
+		if err := w.produceDLQ(p); err != nil {
+			return err
+		}
+	}
+	if w.lost.Load() {
+		return errAbandoned
+	}
+	last := batch[len(batch)-1]
+	r.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
+		last.Topic: {last.Partition: {Epoch: last.LeaderEpoch, Offset: last.Offset + 1}},
+	})
+	r.m.committed.WithLabelValues(last.Topic).Add(float64(len(batch)))
+	return nil
+}

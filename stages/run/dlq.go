@@ -1,0 +1,303 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/stages"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// deadLetter is a DLQ record with the reason and rule it carries.
+type dlqItem struct {
+	rec    *kgo.Record
+	reason stages.Reason
+	rule   string
+}
+
+// sinkRejection returns the dead-letter classification of one item a sink
+// rejected (the Rule and Err of a [stages.Rejection]). When err is itself a
+// dead letter ([stages.Classify] reports KindDeadLetter: a sink passing on
+// a caller's [stages.DeadLetter], as kafkasink does for its mapping
+// function), its rule is dlq.rule when rule is empty, and its reason is
+// dlq.reason when that is one of the design's (knownReason; sink_rejected
+// otherwise, so that dlq.reason keeps the design's vocabulary). Any other
+// rejection is sink_rejected with rule. Err is err either way, so
+// dlq.error keeps the sink's message.
+func sinkRejection(rule string, err error) *stages.Error {
+	c := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonSinkRejected, Rule: rule, Err: err}
+	if d := stages.Classify(err); d != nil && d.Kind == stages.KindDeadLetter {
+		if knownReason(d.Reason) {
+			c.Reason = d.Reason
+		}
+		if c.Rule == "" {
+			c.Rule = d.Rule
+		}
+	}
+	return c
+}
+
+// knownReason reports whether reason is one of the dlq.reason values fixed
+// by the design (DESIGN §3).
+func knownReason(reason stages.Reason) bool { return slices.Contains(designReasons(), reason) }
+
+// designReasons returns the dlq.reason values fixed by the design (DESIGN
+// §3), in a new slice.
+func designReasons() []stages.Reason {
+	return []stages.Reason{stages.ReasonSanityFail, stages.ReasonDecodeError, stages.ReasonUnknownTaskType,
+		stages.ReasonSinkRejected, stages.ReasonRetriesExhausted, stages.ReasonException}
+}
+
+// dlqRecord builds the dead letter of rec: original key, value and
+// non-DLQ headers, plus the DLQ headers of DESIGN §3. A redrive count header
+// from an earlier redrive is kept for the redrive loop guard.
+func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts int, stage string) dlqItem {
+	own := make([]stages.Header, len(rec.Headers))
+	for i, h := range rec.Headers {
+		own[i] = stages.Header{Key: h.Key, Value: h.Value}
+	}
+	msg := ""
+	if c.Err != nil {
+		msg = c.Err.Error()
+	}
+	hs := DLQHeaders(own, DLQMeta{
+		Reason: c.Reason, Rule: c.Rule, Error: msg, Stage: stage,
+		Source:   stages.Source{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp},
+		Attempts: attempts, FailedAt: time.Now(),
+	})
+	return dlqItem{rec: &kgo.Record{Topic: w.r.cfg.DLQTopic, Key: rec.Key, Value: rec.Value, Headers: hs}, reason: c.Reason, rule: c.Rule}
+}
+
+// maxDLQError bounds the dlq.error header: an error message that quotes its
+// input (a huge field, say) must not make the dead letter too large for the
+// DLQ topic.
+const maxDLQError = 4 << 10
+
+// truncateError cuts msg to at most maxDLQError bytes (see truncate).
+func truncateError(msg string) string { return truncate(msg, maxDLQError) }
+
+// truncate cuts msg to at most limit bytes (limit > 64), on a UTF-8
+// boundary, saying how much was cut.
+func truncate(msg string, limit int) string {
+	if len(msg) <= limit {
+		return msg
+	}
+	cut := limit - 64
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes cut)", msg[:cut], len(msg)-cut)
+}
+
+// omitValue returns the stub of a dead letter the DLQ topic refused as too
+// large (see stages.HeaderValueOmitted): its dlq.* headers without the
+// source record's value and headers, and without its key when that is
+// larger than maxStubKey.
+func omitValue(rec *kgo.Record, cause error) *kgo.Record {
+	stub := &kgo.Record{Topic: rec.Topic, Key: rec.Key}
+	omitted := fmt.Sprintf("value of %d bytes", len(rec.Value))
+	if len(rec.Key) > maxStubKey {
+		stub.Key = nil
+		omitted = fmt.Sprintf("key of %d bytes, %s", len(rec.Key), omitted)
+	}
+	n := 0
+	for _, h := range rec.Headers {
+		if h.Key == stages.HeaderError {
+			h.Value = []byte(truncate(string(h.Value), maxStubError))
+		}
+		if strings.HasPrefix(h.Key, "dlq.") {
+			stub.Headers = append(stub.Headers, h)
+		} else {
+			n++
+		}
+	}
+	if n > 0 {
+		omitted = fmt.Sprintf("%s, %d source header(s)", omitted, n)
+	}
+	omitted += " (the DLQ topic refused the record: " + truncate(cause.Error(), maxStubError) + ")"
+	stub.Headers = append(stub.Headers, kgo.RecordHeader{Key: stages.HeaderValueOmitted, Value: []byte(omitted)})
+	return stub
+}
+
+// maxStubKey is the largest key a stub dead letter keeps; maxStubError
+// bounds the error texts it carries.
+const (
+	maxStubKey   = 1 << 10
+	maxStubError = 512
+)
+
+// tooLarge reports whether a produce error says the record can never fit.
+func tooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
+}
+
+// produceDLQ produces p's dead letters, retrying those that failed until
+// they are acknowledged or the worker stops, and counts them. A dead letter
+// the DLQ topic refuses as too large is replaced at once by its stub (see
+// stages.HeaderValueOmitted) instead of being retried forever. A stub the
+// DLQ topic still refuses as too large (its max.message.bytes is below the
+// dlq.* headers alone) can never be produced: that is a fatal error (see
+// stubTooLarge), and the offsets behind it are not marked.
+func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
+	r := w.r
+	t0 := time.Now()
+	todo := p.dlq
+	for attempt := 1; ; attempt++ {
+		var failed, large []*kgo.Record
+		var err error
+		for _, res := range r.cl.ProduceSync(w.ctx, todo...) {
+			switch {
+			case res.Err == nil:
+			case tooLarge(res.Err):
+				large = append(large, res.Record)
+			default:
+				failed = append(failed, res.Record)
+				if err == nil {
+					err = res.Err
+				}
+			}
+		}
+		// The broker refuses a whole batch when it is too large: produce
+		// its records one at a time, in order, to find those that do not fit
+		// alone, and send each of those as its stub at once. A stub refused
+		// in a batch (with a large dead letter) says nothing until it is
+		// refused alone.
+		for _, rec := range large {
+			res := r.cl.ProduceSync(w.ctx, rec)[0]
+			if res.Err != nil && tooLarge(res.Err) && !hasHeader(rec, stages.HeaderValueOmitted) {
+				r.o.log.Warn("dead letter too large for the DLQ topic, producing it without the record's value",
+					"topic", r.cfg.DLQTopic, "value_bytes", len(rec.Value), "err", res.Err)
+				rec = omitValue(rec, res.Err)
+				res = r.cl.ProduceSync(w.ctx, rec)[0]
+			}
+			if res.Err != nil && tooLarge(res.Err) {
+				return stubTooLarge(w.ctx, r.cl, r.cfg.DLQTopic, rec, res.Err)
+			}
+			if res.Err != nil {
+				failed = append(failed, rec)
+				if err == nil {
+					err = res.Err
+				}
+			}
+		}
+		if len(failed) == 0 {
+			break
+		}
+		todo = failed
+		r.m.retries.WithLabelValues("dlq").Inc()
+		r.o.log.Warn("DLQ produce failed, retrying", "topic", r.cfg.DLQTopic, "attempt", attempt, "err", err)
+		if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
+			return errAbandoned
+		}
+	}
+	for _, l := range p.labels {
+		r.m.deadLettered(stages.Reason(l[0]), l[1])
+	}
+	r.m.batchDur.WithLabelValues("dlq").Observe(time.Since(t0).Seconds())
+	return nil
+}
+
+func hasHeader(rec *kgo.Record, key string) bool {
+	_, ok := headerValue(rec, key)
+	return ok
+}
+
+// headerValue returns the value of rec's first header named key.
+func headerValue(rec *kgo.Record, key string) (string, bool) {
+	for _, h := range rec.Headers {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// stubTooLarge returns the fatal error for a dead-letter stub that the DLQ
+// topic refused as too large (cause): no dead letter of that record fits
+// the topic, so retrying would hang the partition and skipping it would
+// lose the record. The error names the source record, the DLQ topic and its
+// max.message.bytes (looked up with cl for the message; "unknown" when the
+// lookup fails).
+func stubTooLarge(ctx context.Context, cl *kgo.Client, dlqTopic string, stub *kgo.Record, cause error) error {
+	topic, _ := headerValue(stub, stages.HeaderSourceTopic)
+	part, _ := headerValue(stub, stages.HeaderSourcePartition)
+	off, _ := headerValue(stub, stages.HeaderSourceOffset)
+	return stages.Fatal(fmt.Errorf("dead letter of %s/%s@%s does not fit the DLQ topic %s even as a stub with only its dlq.* headers "+
+		"(the topic's max.message.bytes %s); raise it: %w", topic, part, off, dlqTopic, maxMessageBytes(ctx, cl, dlqTopic), cause))
+}
+
+// maxMessageBytes returns topic's max.message.bytes, for error messages.
+func maxMessageBytes(ctx context.Context, cl *kgo.Client, topic string) string {
+	ctx, cancel := context.WithTimeout(ctx, readBackTimeout)
+	defer cancel()
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return fmt.Sprintf("unknown: %v", err)
+	}
+	rc, err := rcs.On(topic, nil)
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return fmt.Sprintf("unknown: %v", err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "max.message.bytes" {
+			return c.MaybeValue()
+		}
+	}
+	return "unknown: not described"
+}
+
+// DeadLetter describes one dead letter for [DLQHeaders].
+type DLQMeta struct {
+	Reason   stages.Reason
+	Rule     string // empty when no rule applies
+	Error    string // dlq.error; cut to 4 KiB (see DLQHeaders)
+	Stage    string
+	Source   stages.Source // the dead-lettered record's coordinates and timestamp
+	Attempts int
+	FailedAt time.Time
+}
+
+// DLQHeaders returns the headers of a dead letter (DESIGN §3): the source
+// record's own headers except earlier dlq.* ones (dlq.redrive_count is kept
+// for redrive's loop guard), then dlq.reason, dlq.rule, dlq.error (cut to
+// 4 KiB, so that an error quoting a huge input cannot make the dead letter
+// too large for the DLQ topic), dlq.stage, dlq.source.topic,
+// dlq.source.partition, dlq.source.offset, dlq.attempts, dlq.failed_at
+// (RFC 3339, UTC, to the second) and, when the source record had a
+// timestamp, dlq.source.timestamp. Every DLQ writer of sluice builds its
+// headers with it, so they all write the same set.
+func DLQHeaders(own []stages.Header, d DLQMeta) []kgo.RecordHeader {
+	hs := make([]kgo.RecordHeader, 0, len(own)+10)
+	for _, h := range own {
+		if strings.HasPrefix(h.Key, "dlq.") && h.Key != stages.HeaderRedriveCount {
+			continue
+		}
+		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	hs = append(hs,
+		kgo.RecordHeader{Key: stages.HeaderReason, Value: []byte(d.Reason)},
+		kgo.RecordHeader{Key: stages.HeaderRule, Value: []byte(d.Rule)},
+		kgo.RecordHeader{Key: stages.HeaderError, Value: []byte(truncateError(d.Error))},
+		kgo.RecordHeader{Key: stages.HeaderStage, Value: []byte(d.Stage)},
+		kgo.RecordHeader{Key: stages.HeaderSourceTopic, Value: []byte(d.Source.Topic)},
+		kgo.RecordHeader{Key: stages.HeaderSourcePartition, Value: []byte(strconv.Itoa(int(d.Source.Partition)))},
+		kgo.RecordHeader{Key: stages.HeaderSourceOffset, Value: []byte(strconv.FormatInt(d.Source.Offset, 10))},
+		kgo.RecordHeader{Key: stages.HeaderAttempts, Value: []byte(strconv.Itoa(d.Attempts))},
+		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(d.FailedAt.UTC().Format(time.RFC3339))},
+	)
+	if ts, ok := stages.SourceTimestamp(d.Source.Timestamp); ok {
+		hs = append(hs, kgo.RecordHeader{Key: stages.HeaderSourceTimestamp, Value: []byte(ts)})
+	}
+	return hs
+}

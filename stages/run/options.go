@@ -1,0 +1,56 @@
+package run
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Option configures optional runner knobs.
+type Option func(*options)
+
+type options struct {
+	reg        prometheus.Registerer
+	log        *slog.Logger
+	kopts      []kgo.Opt
+	onAssigned func(ctx context.Context, assigned map[string][]int32) error
+	onRevoked  func(ctx context.Context, revoked map[string][]int32)
+	stageName  string
+	topicCheck time.Duration // period of watchTopics (default topicCheckInterval); set by tests
+}
+
+// WithRegisterer registers the runner's metrics on reg (default: a private
+// registry, i.e. metrics are kept but not exported).
+func WithRegisterer(reg prometheus.Registerer) Option { return func(o *options) { o.reg = reg } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithKafkaOpts adds client options, typically the connection settings from
+// kconf.Config.Opts (seed brokers, SASL, TLS). Group, topics, balancer and
+// commit options are set by the runner and must not be passed here.
+func WithKafkaOpts(opts ...kgo.Opt) Option {
+	return func(o *options) { o.kopts = append(o.kopts, opts...) }
+}
+
+// WithAssignHook sets a function called with newly assigned partitions
+// before their workers start, e.g. to restore state from a changelog topic.
+// The runner reports ready only after the hook returned; an error stops the
+// runner.
+func WithAssignHook(fn func(ctx context.Context, assigned map[string][]int32) error) Option {
+	return func(o *options) { o.onAssigned = fn }
+}
+
+// WithRevokeHook sets a function called after the workers of revoked
+// partitions stopped and their offsets were committed.
+func WithRevokeHook(fn func(ctx context.Context, revoked map[string][]int32)) Option {
+	return func(o *options) { o.onRevoked = fn }
+}
+
+// WithStageName sets the dlq.stage header of records dead-lettered by the
+// stage (default: the pipeline name). Decode failures carry
+// "<name>/decode" and sink rejections "<name>/sink".
+func WithStageName(name string) Option { return func(o *options) { o.stageName = name } }
