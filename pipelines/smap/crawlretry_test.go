@@ -4,135 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice/internal/testkit"
-	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/run"
 )
-
-// newRetryCollector returns a collector with only what crawlWithRetry
-// uses, its crawler cr and a fast retry policy.
-func newRetryCollector(t *testing.T, cr Crawler, pol run.RetryPolicy) (*collector, *prometheus.Registry) {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	m, err := newMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Crawler: cr, CrawlRetry: pol}.withDefaults()
-	return &collector{cfg: cfg, m: m, log: slog.New(slog.NewTextHandler(io.Discard, nil))}, reg
-}
-
-// A target failing transiently is crawled again, with backoff, up to the
-// bound; a permanent error, a panic and exhausted retries end it with the
-// crawl's error, after exactly the expected number of crawls.
-func TestCrawlWithRetry(t *testing.T) {
-	t.Parallel()
-	fast := run.RetryPolicy{MaxAttempts: 4, Initial: time.Millisecond, Max: 5 * time.Millisecond}
-	transient := stages.Retry(errors.New("503 Service Unavailable"))
-	permanent := errors.New("404 Not Found")
-	for _, c := range []struct {
-		name      string
-		fails     int   // crawls that fail before one succeeds
-		err       error // what they fail with
-		panics    bool
-		wantCalls int
-		wantErr   bool
-		retries   float64
-	}{
-		{name: "transient twice then ok", fails: 2, err: transient, wantCalls: 3, retries: 2},
-		{name: "transient on every attempt", fails: 100, err: transient, wantCalls: 4, wantErr: true, retries: 3},
-		{name: "wrapped transient", fails: 1, err: fmt.Errorf("crawl: %w", transient), wantCalls: 2, retries: 1},
-		{name: "permanent", fails: 100, err: permanent, wantCalls: 1, wantErr: true},
-		{name: "dead letter is permanent", fails: 100, err: stages.DeadLetter(stages.ReasonSanityFail, "", permanent), wantCalls: 1, wantErr: true},
-		{name: "panic", fails: 100, panics: true, wantCalls: 1, wantErr: true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			var calls atomic.Int32
-			cr := crawlerFunc(func(_ context.Context, _ ProjectCreated, _ Target, emit func(Item) error) error {
-				n := int(calls.Add(1))
-				if err := emit(Item{SourceID: "first"}); err != nil { // found before failing
-					return err
-				}
-				if n <= c.fails {
-					if c.panics {
-						panic("boom")
-					}
-					return c.err
-				}
-				return emit(Item{SourceID: "second"})
-			})
-			col, reg := newRetryCollector(t, cr, fast)
-			var got []string
-			attempts, err := col.crawlWithRetry(context.Background(), ProjectCreated{ProjectID: "p"}, Target{Platform: "tiktok"}, func(it Item) error {
-				got = append(got, it.SourceID)
-				return nil
-			})
-			if int(calls.Load()) != c.wantCalls || attempts != c.wantCalls {
-				t.Errorf("%d crawls (reported %d), want %d", calls.Load(), attempts, c.wantCalls)
-			}
-			if (err != nil) != c.wantErr {
-				t.Errorf("err = %v, want error %t", err, c.wantErr)
-			}
-			if !c.wantErr && (len(got) == 0 || got[len(got)-1] != "second") {
-				t.Errorf("items %q: the successful crawl's items were not emitted", got)
-			}
-			if v := testkit.Metric(t, reg, "smap_crawl_retries_total", "platform", "tiktok"); v != c.retries {
-				t.Errorf("smap_crawl_retries_total = %v, want %v", v, c.retries)
-			}
-		})
-	}
-}
-
-// The wait before a retry is at least the error's RetryAfter, capped at
-// CrawlRetry.Max, and ends with the context.
-func TestCrawlWithRetryWaits(t *testing.T) {
-	t.Parallel()
-	failing := func(after time.Duration) Crawler {
-		return crawlerFunc(func(context.Context, ProjectCreated, Target, func(Item) error) error {
-			return stages.RetryAfter(after, errors.New("429 Too Many Requests"))
-		})
-	}
-	emit := func(Item) error { return nil }
-	p, tg := ProjectCreated{ProjectID: "p"}, Target{Platform: "x"}
-
-	col, _ := newRetryCollector(t, failing(150*time.Millisecond), run.RetryPolicy{MaxAttempts: 2, Initial: time.Millisecond, Max: time.Second})
-	start := time.Now()
-	if _, err := col.crawlWithRetry(context.Background(), p, tg, emit); err == nil {
-		t.Fatal("want the last crawl's error")
-	}
-	if d := time.Since(start); d < 150*time.Millisecond {
-		t.Errorf("retried after %v, want at least the 150ms RetryAfter", d)
-	}
-
-	col, _ = newRetryCollector(t, failing(time.Hour), run.RetryPolicy{MaxAttempts: 2, Initial: time.Millisecond, Max: 50 * time.Millisecond})
-	start = time.Now()
-	if _, err := col.crawlWithRetry(context.Background(), p, tg, emit); err == nil {
-		t.Fatal("want the last crawl's error")
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("retried after %v, want the wait capped at Max (50ms)", d)
-	}
-
-	col, _ = newRetryCollector(t, failing(time.Hour), run.RetryPolicy{MaxAttempts: 5, Initial: time.Hour, Max: time.Hour})
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	start = time.Now()
-	n, err := col.crawlWithRetry(ctx, p, tg, emit)
-	if !errors.Is(err, context.DeadlineExceeded) || n != 1 || time.Since(start) > 5*time.Second {
-		t.Errorf("after %v: %d crawls, err %v; want 1 crawl and the context's error at once", time.Since(start), n, err)
-	}
-}
 
 // The synthetic crawler injects transient failures (fail=N, per project
 // and target), permanent ones (fail=permanent), after fail_after items.

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // Permanent object-store errors are not retried: an invalid key from a
@@ -65,7 +66,7 @@ func testInvalidKey(t *testing.T, pgs *testkit.PostgresServer) {
 	}
 	h.objects = fs
 	cfg := h.cfg
-	cfg.ObjectAttempts, cfg.ObjectBackoff = 3, 10*time.Millisecond
+	cfg.Runtime.Retry = run.RetryPolicy{MaxAttempts: 3, Initial: 10 * time.Millisecond} // a retry (there must be none) is quick
 	d := h.start(cfg)
 	h.createProject(ProjectCreated{ProjectID: project, Targets: []Target{synthetic("tiktok", n)}})
 	st := h.waitDone(project, 60*time.Second)
@@ -101,7 +102,7 @@ func testStoreConfigFatal(t *testing.T, pgs *testkit.PostgresServer) {
 		err: minio.ErrorResponse{StatusCode: 403, Code: "AccessDenied", Message: "Access Denied.", BucketName: "bkt-denied"}}
 	h.objects = fs
 	cfg := h.cfg
-	cfg.ObjectAttempts, cfg.ObjectBackoff = 3, 10*time.Millisecond
+	cfg.Runtime.Retry = run.RetryPolicy{MaxAttempts: 3, Initial: 10 * time.Millisecond} // a retry (there must be none) is quick
 	svcs, err := Services(h.env(prometheus.NewRegistry()), cfg)
 	if err != nil {
 		t.Fatal(err)
