@@ -177,8 +177,7 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 				break
 			}
 			if dl.rec != nil {
-				out = append(out, dlqOut(dl, i))
-				continue
+				out = append(out, dlqOut(dl, i)) // with the outputs of a stages.DeadLetterWith
 			}
 			for _, o := range outs {
 				out = append(out, txOut{rec: o, src: i})
