@@ -21,7 +21,12 @@ import (
 // Contract: records are processed in offset order per partition, one poll
 // at a time on one goroutine (parallelism comes from group members). A stage
 // retry error is retried in place (bounded by Config.Retry, the poll's
-// transaction stays open), then dead-lettered as retries_exhausted. A fatal
+// transaction stays open), then dead-lettered as retries_exhausted; a
+// [stages.Wait] waits in place too, spending no attempt, so it holds the
+// whole poll (every partition of the member) and its open transaction,
+// which the broker aborts when the wait outlasts the transaction timeout. A
+// [stages.DeadLetterWith]'s outputs are produced in the transaction with
+// its dead letter. A fatal
 // error aborts the transaction, so none of the poll's outputs become visible
 // and its offsets are not committed; Run returns the error. A failed
 // produce also aborts the transaction (never commits the inputs without
