@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +16,6 @@ import (
 	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/ratelimit"
-	"github.com/sluicehq/sluice/stages/run"
 )
 
 // taskIn is a decoded task with its original value bytes (kept for the DLQ).
@@ -54,14 +51,13 @@ type worker struct {
 	log    *slog.Logger
 	fetchF stages.Func[fetchReq, []Tick]
 
-	mu       sync.Mutex
-	states   map[int32]map[string]*JobState // by tasks partition, then job key
-	attempts map[string]int                 // failed attempts per task ("partition/offset")
+	mu     sync.Mutex
+	states map[int32]map[string]*JobState // by tasks partition, then job key
 }
 
 func newWorker(cfg Config, store objstore.Store, lim *ratelimit.Limiter, kopts []kgo.Opt, m *metrics, log *slog.Logger) *worker {
 	w := &worker{cfg: cfg, store: store, kopts: kopts, m: m, log: log,
-		states: map[int32]map[string]*JobState{}, attempts: map[string]int{}}
+		states: map[int32]map[string]*JobState{}}
 	w.fetchF = w.fetch
 	if lim != nil {
 		w.fetchF = ratelimit.Stage(lim, func(m stages.Msg[fetchReq]) (string, bool) { return m.Value.account, true }, cfg.RateLimit.Backoff, w.fetch)
@@ -100,12 +96,6 @@ func (w *worker) release(_ context.Context, revoked map[string][]int32) {
 	defer w.mu.Unlock()
 	for _, p := range revoked[w.cfg.TasksTopic] {
 		delete(w.states, p)
-		pre := strconv.Itoa(int(p)) + "/"
-		for k := range w.attempts {
-			if strings.HasPrefix(k, pre) {
-				delete(w.attempts, k)
-			}
-		}
 	}
 }
 
@@ -175,7 +165,7 @@ func (w *worker) stage(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record
 	case KindTrigger:
 		return w.onTrigger(p, m.Source.Offset, t)
 	case KindSegment:
-		return w.segmentWithRetry(ctx, m)
+		return w.segmentTask(ctx, m)
 	case KindStall:
 		return w.onStall(p, m.Source.Offset, t)
 	case KindBootstrap:
@@ -291,23 +281,23 @@ func (w *worker) startInstance(p int32, st *JobState, prev Status) ([]*kgo.Recor
 	return out, nil
 }
 
-// segmentWithRetry bounds the retries of a segment task: rate-limit
-// denials pass through (they are not failures); other transient errors are
-// retried after backoff up to Retry.MaxAttempts; then, or at once for a
-// permanent error, the job is FAILED and the task dead-lettered.
-func (w *worker) segmentWithRetry(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record, error) {
-	id := fmt.Sprintf("%d/%d", m.Source.Partition, m.Source.Offset)
-	out, err := w.onSegment(ctx, m.Source.Partition, m.Source.Offset, m.Value.Task)
+// segmentTask runs a segment task and decides about its failures; the
+// runtime retries and dead-letters (Config.Retry is its policy).
+// Rate-limit denials pass through (stages.Wait: they spend no attempt).
+// Another transient error is retried (after at least PacingBackoff for a
+// pacing violation), its type remembered in the job state, until the
+// task's last attempt; then, or at once for a permanent error, the job is
+// FAILED and the task dead-lettered (retries_exhausted, or exception for a
+// permanent error): the FAILED state is an output of the dead letter
+// (stages.DeadLetterWith).
+func (w *worker) segmentTask(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record, error) {
+	p := m.Source.Partition
+	out, err := w.onSegment(ctx, p, m.Source.Offset, m.Value.Task)
 	if errors.Is(err, errZombie) {
 		w.m.zombies.Inc()
 		return nil, nil
 	}
-	if err == nil || errors.Is(err, ratelimit.ErrDenied) || ctx.Err() != nil {
-		if err == nil {
-			w.mu.Lock()
-			delete(w.attempts, id)
-			w.mu.Unlock()
-		}
+	if err == nil || ctx.Err() != nil {
 		return out, err
 	}
 	if c := stages.Classify(err); c.Kind != stages.KindRetry {
@@ -315,58 +305,39 @@ func (w *worker) segmentWithRetry(ctx context.Context, m stages.Msg[taskIn]) ([]
 	}
 	typ, transient := errorType(err)
 	w.m.sourceErrs.WithLabelValues(typ).Inc()
-	w.mu.Lock()
-	w.attempts[id]++
-	n := w.attempts[id]
-	if !transient || n >= w.cfg.Retry.MaxAttempts {
-		delete(w.attempts, id)
-	}
-	w.mu.Unlock()
 	t := m.Value.Task
-	st := w.state(m.Source.Partition, t.JobKey)
+	st := w.state(p, t.JobKey)
 	if st == nil || st.JobInstanceID != t.JobInstanceID {
 		return nil, nil // became a zombie meanwhile
 	}
-	if transient && n < w.cfg.Retry.MaxAttempts {
+	if transient && !m.LastAttempt() {
 		// Remember the error type; it is written with the next state change.
 		w.mu.Lock()
-		if cur := w.states[m.Source.Partition][t.JobKey]; cur != nil {
+		if cur := w.states[p][t.JobKey]; cur != nil {
 			cur.LastErrorType, cur.LastError = typ, err.Error()
 		}
 		w.mu.Unlock()
-		wait := w.cfg.Retry.Backoff(n)
+		w.log.Warn("segment failed, retrying", "job", t.JobKey, "start_ts", t.StartTs, "attempt", m.Attempt, "max_attempts", m.MaxAttempts, "err", err)
 		if typ == ErrTypePacing {
-			wait = max(wait, w.cfg.PacingBackoff)
+			return nil, stages.RetryAfter(w.cfg.PacingBackoff, err)
 		}
-		w.log.Warn("segment failed, retrying", "job", t.JobKey, "start_ts", t.StartTs, "attempt", n, "wait", wait, "err", err)
-		return nil, stages.RetryAfter(wait, err)
+		return nil, stages.Retry(err)
 	}
 	reason := stages.ReasonRetriesExhausted
 	if !transient {
 		reason = stages.ReasonException
 	}
-	w.log.Error("segment failed for good", "job", t.JobKey, "start_ts", t.StartTs, "attempts", n, "reason", reason, "err", err)
+	w.log.Error("segment failed for good", "job", t.JobKey, "start_ts", t.StartTs, "attempts", m.Attempt, "reason", reason, "err", err)
 	prev := st.Status
 	st.LastErrorType, st.LastError = typ, err.Error()
 	if !t.Backfill {
 		st.Status = StatusFailed
 	}
-	rec, serr := w.setState(m.Source.Partition, st, prev)
+	rec, serr := w.setState(p, st, prev)
 	if serr != nil {
 		return nil, serr
 	}
-	return []*kgo.Record{rec, w.dlqRecord(m, reason, err, n)}, nil
-}
-
-// dlqRecord builds the dead-letter record of a failed segment task with the
-// DLQ headers (docs/dead-letters.md); it is written by the sink with the job's FAILED
-// state, before the task's offset commits.
-func (w *worker) dlqRecord(m stages.Msg[taskIn], reason stages.Reason, err error, attempts int) *kgo.Record {
-	hs := run.DLQHeaders(m.Headers, run.DLQMeta{
-		Reason: reason, Error: err.Error(), Stage: "ticks/segment",
-		Source: m.Source, Attempts: attempts, FailedAt: w.cfg.Now(),
-	})
-	return &kgo.Record{Topic: w.cfg.DLQTopic, Key: []byte(m.Key), Value: m.Value.raw, Headers: hs}
+	return stages.DeadLetterWith([]*kgo.Record{rec}, reason, "", err)
 }
 
 // onSegment runs one segment task: fence, heartbeat, idempotency check,
