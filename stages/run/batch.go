@@ -36,11 +36,14 @@ func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
 func (w *worker[In, Out]) process(batch []*kgo.Record) (p *pending[Out], done int, stopErr error) {
 	r := w.r
 	r.m.batchSize.Observe(float64(len(batch)))
-	r.m.in.WithLabelValues(w.tp.topic).Add(float64(len(batch)))
+	r.m.in.WithLabelValues(w.tp.topic).Add(float64(dataRecords(batch)))
 	p = &pending[Out]{}
 	done = len(batch)
 	start := time.Now()
 	for i, rec := range batch {
+		if rec.Attrs.IsControl() {
+			continue // a transaction marker (see WithKafkaOpts): its offset commits with the batch
+		}
 		outs, dl, err := w.processOne(rec)
 		if err != nil {
 			done, stopErr = i, err

@@ -156,6 +156,9 @@ const ruleTooLarge = "kafka.too_large"
 // stubTooLarge), and the offsets behind it are not marked.
 func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 	r := w.r
+	if r.cfg.NoDLQ {
+		return noDLQ(p.dlq[0])
+	}
 	t0 := time.Now()
 	todo := p.dlq
 	for attempt := 1; ; attempt++ {

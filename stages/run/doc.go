@@ -79,6 +79,16 @@
 // record's offset is not committed, since no dead letter of it can ever be
 // produced and skipping it would lose it.
 //
+// Without a DLQ topic (Config.NoDLQ, for a pipeline whose input is itself a
+// DLQ) a record that would be dead-lettered is a fatal error instead, and
+// its offset is not committed.
+//
+// # One-shot runs
+//
+// With Config.StopAtEnd, Run processes the group's backlog of when it
+// started (up to each partition's end, transaction markers included) and
+// returns nil by itself, as after a cancel; see Config.StopAtEnd.
+//
 // # Backpressure
 //
 // A worker buffers at most Config.MaxInFlight records; beyond that the

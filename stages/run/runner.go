@@ -37,6 +37,7 @@ type Runner[In, Out any] struct {
 	failMu  sync.Mutex
 	failErr error
 	stopRun context.CancelCauseFunc
+	end     *endWatch // Config.StopAtEnd's, set by Run
 }
 
 type tp struct {
@@ -150,6 +151,18 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	opts = append(opts, r.cfg.offsetOpts()...)
 	latest, setClient := latestOpts(r.cfg, r.o.log)
 	opts = append(opts, latest...)
+	if r.cfg.StopAtEnd {
+		end, err := newEndWatch(runCtx, r.o.kopts, r.cfg.Group, r.cfg.Topics, r.cfg.StopIdle)
+		if err != nil {
+			return fmt.Errorf("pipeline %s: %w", r.cfg.Name, err)
+		}
+		if end == nil {
+			r.o.log.Info("nothing to do: the group committed every input partition up to its end (StopAtEnd)", "group", r.cfg.Group)
+			return nil
+		}
+		r.end = end
+		opts = append(opts, kgo.KeepControlRecords())
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("pipeline %s: kafka client: %w", r.cfg.Name, err)
@@ -164,6 +177,9 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 			r.fail(err)
 		}
 	}()
+	if r.end != nil {
+		go r.end.run(runCtx, cl, r.o.log, func() { stop(nil) })
+	}
 
 	for runCtx.Err() == nil {
 		r.waitForCapacity(runCtx)
@@ -197,11 +213,13 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 			}
 			r.noteSkipped(w, p)
 			w.push(p.Records, p.HighWatermark)
+			r.end.fetched(p.Topic, p.Partition, last.Offset+1)
 		})
 	}
 
 	stop(nil)
 	<-watched
+	r.end.wait()
 
 	// Shutdown: finish or abandon in-flight batches, commit, leave.
 	r.mu.Lock()

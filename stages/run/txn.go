@@ -71,6 +71,9 @@ func NewTransactional[In any](cfg Config, transactionalID string, decode stages.
 	if cfg.Window.MaxKeys > 0 {
 		return nil, errors.New("transactional runner: coalescing windows are not supported")
 	}
+	if cfg.NoDLQ || cfg.StopAtEnd {
+		return nil, errors.New("transactional runner: NoDLQ and StopAtEnd are not supported")
+	}
 	o, m, err := setup(cfg, opts)
 	if err != nil {
 		return nil, err
