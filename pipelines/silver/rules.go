@@ -3,17 +3,16 @@ package silver
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
+	"github.com/sluicehq/sluice/pipelines/silver/internal/jsonidx"
 	"github.com/sluicehq/sluice/stages"
 )
 
@@ -141,15 +140,9 @@ func (v *Validator) Transform(env Envelope, recordTime time.Time) (Row, error) {
 // transform is Transform returning the row as a one-element slice, which
 // shares its allocation with the row.
 func (v *Validator) transform(env *Envelope, recordTime time.Time) ([]Row, error) {
-	p := payload{b: env.Payload}
-	if env.fields.size != 0 && env.fields.size == len(env.Payload) {
-		p.fields = env.fields
-	} else {
-		start, err := indexObject(env.Payload, p.fields.spans[:], nil)
-		if err != nil {
-			return nil, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("payload: %w", err))
-		}
-		p.b = env.Payload[start:]
+	var p payload
+	if err := p.index(env); err != nil {
+		return nil, err
 	}
 	switch env.TaskType {
 	case TaskTA:
@@ -161,10 +154,11 @@ func (v *Validator) transform(env *Envelope, recordTime time.Time) ([]Row, error
 }
 
 // fail dead-letters a record that failed rule, with reason sanity_fail;
-// except that a string the rule reads that is not text (errInvalidText) is
-// undecodable JSON, whatever rule reads it: decode_error, no rule.
+// except that a string the rule reads that is not text
+// (jsonidx.ErrInvalidText) is undecodable JSON, whatever rule reads it:
+// decode_error, no rule.
 func fail(rule string, err error) error {
-	if errors.Is(err, errInvalidText) {
+	if errors.Is(err, jsonidx.ErrInvalidText) {
 		return decodeFail(err)
 	}
 	return stages.DeadLetter(stages.ReasonSanityFail, rule, err)
@@ -215,11 +209,9 @@ func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time)
 	if err != nil {
 		return nil, fail(RuleTATradeDate, err)
 	}
-	d, ok := parseDate(ds)
+	d, ok := jsonidx.ParseDate(ds)
 	if !ok {
-		if d, err = time.Parse(time.DateOnly, string(ds)); err != nil {
-			return nil, failf(RuleTATradeDate, "trade_date %q is not a valid YYYY-MM-DD date", ds)
-		}
+		return nil, failf(RuleTATradeDate, "trade_date %q is not a valid YYYY-MM-DD date", ds)
 	}
 	ny, nm, nd := v.now().In(v.loc).Date()
 	today := time.Date(ny, nm, nd, 0, 0, 0, 0, time.UTC)
@@ -236,7 +228,7 @@ func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time)
 		if err != nil {
 			return nil, fail(RuleTAPrice, err)
 		}
-		x, err := parseFloat(raw)
+		x, err := jsonidx.ParseFloat(raw)
 		if err != nil {
 			return nil, failf(RuleTAPrice, "%s %s: %v", fieldNames[f], raw, err)
 		}
@@ -262,7 +254,7 @@ func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time)
 	if err != nil {
 		return nil, fail(RuleTAVolume, err)
 	}
-	vol, err := parseIntegerBytes(vraw)
+	vol, err := jsonidx.ParseInt(vraw)
 	if err != nil {
 		return nil, failf(RuleTAVolume, "volume %s: %v", vraw, err)
 	}
@@ -382,7 +374,7 @@ func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
 	if err != nil {
 		return nil, fail(RuleSAText, err)
 	}
-	if n := runeCount(text); n < MinTextLength {
+	if n := jsonidx.RuneCount(text); n < MinTextLength {
 		return nil, failf(RuleSAText, "text_normalized has %d characters, want at least %d", n, MinTextLength)
 	}
 	out.text = string(text)
@@ -424,8 +416,8 @@ func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
 
 	// language: normalised, never a failure.
 	out.language = LanguageUnknown
-	if raw, ok := p.raw(fLanguage); ok && kindOf(raw) == kindString {
-		if b, err := stringBytes(raw); err == nil {
+	if raw, ok := p.raw(fLanguage); ok && jsonidx.KindOf(raw) == jsonidx.String {
+		if b, err := jsonidx.StringBytes(raw); err == nil {
 			switch string(b) {
 			case "vi":
 				out.language = "vi"
@@ -536,7 +528,7 @@ func plainHTTPURL(b []byte) bool {
 	}
 	host := 0
 	for host < len(b) && b[host] != '/' {
-		if c := b[host]; !(isDigit(c) || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || c == '.' || c == '-') {
+		if c := b[host]; !(('0' <= c && c <= '9') || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || c == '.' || c == '-') {
 			return false
 		}
 		host++
@@ -556,7 +548,7 @@ func plainHTTPURL(b []byte) bool {
 // sub-delimiter or one of ':', '@', '/'.
 func pathChar(c byte) bool {
 	switch {
-	case isDigit(c) || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z'):
+	case ('0' <= c && c <= '9') || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z'):
 		return true
 	}
 	switch c {
@@ -566,348 +558,4 @@ func pathChar(c byte) bool {
 	return false
 }
 
-// runeCount is utf8.RuneCount for valid UTF-8 (which a decoded JSON string
-// is): the number of bytes that do not continue a multi-byte sequence, with
-// the continuation bytes (10xxxxxx) counted eight at a time.
-func runeCount(b []byte) int {
-	const hi = 0x8080808080808080
-	n := len(b)
-	for len(b) >= 8 {
-		x := binary.LittleEndian.Uint64(b)
-		n -= bits.OnesCount64(x &^ (x << 1) & hi)
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c&0xC0 == 0x80 {
-			n--
-		}
-	}
-	return n
-}
-
-// parseDate is the fast path of time.Parse(time.DateOnly, string(b)): when
-// it reports ok, time.Parse returns the same Time; when not, time.Parse
-// must decide.
-func parseDate(b []byte) (time.Time, bool) {
-	if len(b) != len("2006-01-02") || b[4] != '-' || b[7] != '-' {
-		return time.Time{}, false
-	}
-	for _, i := range [...]int{0, 1, 2, 3, 5, 6, 8, 9} {
-		if !isDigit(b[i]) {
-			return time.Time{}, false
-		}
-	}
-	year := int(b[0]-'0')*1000 + int(b[1]-'0')*100 + int(b[2]-'0')*10 + int(b[3]-'0')
-	month := int(b[5]-'0')*10 + int(b[6]-'0')
-	day := int(b[8]-'0')*10 + int(b[9]-'0')
-	if month < 1 || month > 12 || day < 1 || day > daysIn(time.Month(month), year) {
-		return time.Time{}, false
-	}
-	return time.Date(year, time.Month(month), day, 0, 0, 0, 0, time.UTC), true
-}
-
 func fmtF(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
-
-// parseFloat parses a JSON number as float64; values beyond float64's range
-// are an error (DOUBLE PRECISION could not store them).
-func parseFloat(raw []byte) (float64, error) {
-	if f, ok := parseShortDecimal(raw); ok {
-		return f, nil
-	}
-	f, err := strconv.ParseFloat(string(raw), 64)
-	if err != nil {
-		if errors.Is(err, strconv.ErrRange) && !math.IsInf(f, 0) {
-			// Underflow to a denormal or zero is a representable value.
-			return f, nil
-		}
-		if errors.Is(err, strconv.ErrRange) {
-			return 0, errors.New("out of range for DOUBLE PRECISION")
-		}
-		return 0, fmt.Errorf("not a number: %w", err)
-	}
-	return f, nil
-}
-
-// parseShortDecimal is the fast path of parseFloat for -?digits[.digits]
-// with at most 15 digits: the mantissa and the power of ten are then exact
-// float64 values, so their quotient is correctly rounded, i.e. the value
-// strconv.ParseFloat returns.
-func parseShortDecimal(b []byte) (float64, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 || len(b) > 16 {
-		return 0, false
-	}
-	var mant uint64
-	point := -1
-	for i, c := range b {
-		switch {
-		case isDigit(c):
-			mant = mant*10 + uint64(c-'0')
-		case c == '.' && point < 0:
-			point = i
-		default:
-			return 0, false
-		}
-	}
-	f := float64(mant)
-	if point >= 0 {
-		if len(b) == 1 { // "." alone
-			return 0, false
-		}
-		f /= pow10[len(b)-1-point]
-	} else if len(b) > 15 {
-		return 0, false
-	}
-	if neg {
-		f = -f
-	}
-	return f, true
-}
-
-// pow10 holds the powers of ten that parseShortDecimal divides by (a
-// constant table).
-var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
-
-var (
-	errNotInteger = errors.New("not an integer")
-	errIntRange   = errors.New("out of range for BIGINT")
-)
-
-// parseIntegerBytes is parseInteger on bytes, without allocating for a
-// plain integer of up to 18 digits.
-func parseIntegerBytes(raw []byte) (int64, error) {
-	digits := raw
-	if len(digits) > 0 && digits[0] == '-' {
-		digits = digits[1:]
-	}
-	if len(digits) == 0 || len(digits) > 18 {
-		return parseInteger(string(raw))
-	}
-	var n int64
-	for _, c := range digits {
-		if !isDigit(c) {
-			return parseInteger(string(raw))
-		}
-		n = n*10 + int64(c-'0')
-	}
-	if raw[0] == '-' {
-		n = -n
-	}
-	return n, nil
-}
-
-// parseInteger parses a JSON number whose value is an integer that fits an
-// int64, whatever its spelling: "1000", "1e3", "1000.0" and "1.0e3" are all
-// 1000; "1.5" and "1e-1" are not integers. Exponents are handled without
-// materialising huge numbers.
-func parseInteger(raw string) (int64, error) {
-	s := raw
-	neg := false
-	if strings.HasPrefix(s, "-") {
-		neg = true
-		s = s[1:]
-	}
-	mant, exp := s, ""
-	if i := strings.IndexAny(s, "eE"); i >= 0 {
-		mant, exp = s[:i], s[i+1:]
-	}
-	intPart, frac := mant, ""
-	if i := strings.IndexByte(mant, '.'); i >= 0 {
-		intPart, frac = mant[:i], mant[i+1:]
-	}
-	digits := strings.TrimLeft(intPart+frac, "0")
-	// value = digits × 10^scale
-	scale := -len(frac)
-	if exp != "" {
-		e, err := strconv.Atoi(exp)
-		if err != nil {
-			// An exponent beyond int range: zero stays zero, anything else
-			// is either a non-integer (huge negative) or out of range.
-			if digits == "" {
-				return 0, nil
-			}
-			if strings.HasPrefix(exp, "-") {
-				return 0, errNotInteger
-			}
-			return 0, errIntRange
-		}
-		scale += e
-	}
-	if digits == "" {
-		return 0, nil
-	}
-	trimmed := strings.TrimRight(digits, "0")
-	scale += len(digits) - len(trimmed)
-	digits = trimmed
-	if scale < 0 {
-		return 0, errNotInteger
-	}
-	if len(digits)+scale > 19 {
-		return 0, errIntRange
-	}
-	str := digits + strings.Repeat("0", scale)
-	if neg {
-		str = "-" + str
-	}
-	n, err := strconv.ParseInt(str, 10, 64)
-	if err != nil {
-		return 0, errIntRange
-	}
-	return n, nil
-}
-
-// payload gives typed access to the fields of a payload object. JSON null
-// is treated as absent.
-type payload struct {
-	b []byte // the payload object, from its '{'
-	// fields locates the fields in b. (It is a copy: a pointer into the
-	// Envelope would make it escape to the heap.)
-	fields payloadFields
-}
-
-// raw returns the JSON text of field f (the last member of that name) when
-// it is present and not null.
-func (p *payload) raw(f field) ([]byte, bool) {
-	sp := p.fields.spans[f]
-	if sp.end == 0 {
-		return nil, false
-	}
-	return presentRaw(p.b[sp.off:sp.end])
-}
-
-func typeErr(name, want string, raw []byte) error {
-	return fmt.Errorf("%s: want %s, got %s", name, want, describe(raw))
-}
-
-// requiredString is optionalString with absence an error.
-func (p *payload) requiredString(f field) ([]byte, error) {
-	s, ok, err := p.optionalString(f)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("%s missing", fieldNames[f])
-	}
-	return s, nil
-}
-
-// optionalString returns the decoded bytes of string field f (see
-// stringBytes: not to be retained as they are).
-func (p *payload) optionalString(f field) ([]byte, bool, error) {
-	raw, ok := p.raw(f)
-	if !ok {
-		return nil, false, nil
-	}
-	if kindOf(raw) != kindString {
-		return nil, false, typeErr(fieldNames[f], "a string", raw)
-	}
-	s, err := stringBytes(raw)
-	if err != nil {
-		return nil, false, fmt.Errorf("%s: %w", fieldNames[f], err)
-	}
-	return s, true, nil
-}
-
-// optionalStringPtr stores string field f in *dst and returns dst, or nil
-// when f is absent.
-func (p *payload) optionalStringPtr(f field, dst *string) (*string, error) {
-	s, ok, err := p.optionalString(f)
-	if err != nil || !ok {
-		return nil, err
-	}
-	*dst = string(s)
-	return dst, nil
-}
-
-func (p *payload) requiredNumber(f field) ([]byte, error) {
-	raw, ok := p.raw(f)
-	if !ok {
-		return nil, fmt.Errorf("%s missing", fieldNames[f])
-	}
-	if kindOf(raw) != kindNumber {
-		return nil, typeErr(fieldNames[f], "a number", raw)
-	}
-	return raw, nil
-}
-
-// optionalFloat stores number field f in *dst and returns dst, or nil when
-// f is absent.
-func (p *payload) optionalFloat(f field, dst *float64) (*float64, error) {
-	raw, ok := p.raw(f)
-	if !ok {
-		return nil, nil
-	}
-	if kindOf(raw) != kindNumber {
-		return nil, typeErr(fieldNames[f], "a number", raw)
-	}
-	x, err := parseFloat(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", fieldNames[f], raw, err)
-	}
-	*dst = x
-	return dst, nil
-}
-
-// optionalBool stores boolean field f in *dst and returns dst, or nil when
-// f is absent.
-func (p *payload) optionalBool(f field, dst *bool) (*bool, error) {
-	raw, ok := p.raw(f)
-	if !ok {
-		return nil, nil
-	}
-	if kindOf(raw) != kindBool {
-		return nil, typeErr(fieldNames[f], "a boolean", raw)
-	}
-	*dst = raw[0] == 't'
-	return dst, nil
-}
-
-func (p *payload) optionalTime(f field) (time.Time, bool, error) {
-	raw, ok := p.raw(f)
-	if !ok {
-		return time.Time{}, false, nil
-	}
-	t, err := parseTimeField(raw)
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("%s: %w", fieldNames[f], err)
-	}
-	return t, true, nil
-}
-
-// optionalStrings decodes an array of strings; an element of another type
-// is an error naming its index.
-func (p *payload) optionalStrings(f field) ([]string, bool, error) {
-	raw, ok := p.raw(f)
-	if !ok {
-		return nil, false, nil
-	}
-	name := fieldNames[f]
-	if kindOf(raw) != kindArray {
-		return nil, false, typeErr(name, "an array of strings", raw)
-	}
-	// Check every element, in order, before copying them into exactly sized
-	// memory.
-	var buf [8][]byte
-	elems := buf[:0]
-	for e, err := range arrayElements(raw) {
-		if err != nil {
-			return nil, false, fmt.Errorf("%s: %w", name, err)
-		}
-		if kindOf(e) != kindString {
-			return nil, false, typeErr(fmt.Sprintf("%s[%d]", name, len(elems)), "a string", e)
-		}
-		s, err := stringBytes(e)
-		if err != nil {
-			return nil, false, fmt.Errorf("%s[%d]: %w", name, len(elems), err)
-		}
-		elems = append(elems, s)
-	}
-	out := make([]string, len(elems))
-	for i, e := range elems {
-		out[i] = string(e)
-	}
-	return out, true, nil
-}

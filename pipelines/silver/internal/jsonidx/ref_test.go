@@ -1,4 +1,4 @@
-package silver
+package jsonidx
 
 import (
 	"encoding/json"
@@ -8,18 +8,22 @@ import (
 )
 
 // The scanner that collects every member of an object: the reference the
-// tests compare the indexed scanner (Decode's) with.
+// tests compare Index with. Its names are exported for the external tests
+// (package jsonidx_test), which use silver's corpus generator.
 
-// member is one name/value pair of a JSON object; raw aliases the input.
-type member struct {
-	key []byte // the decoded name
-	raw []byte // the value's JSON text, without surrounding whitespace
+// MaxDepth is the nesting bound of the scanner.
+const MaxDepth = maxDepth
+
+// Member is one name/value pair of a JSON object; Raw aliases the input.
+type Member struct {
+	Key []byte // the decoded name (U+FFFD for what is not text, as encoding/json)
+	Raw []byte // the value's JSON text, without surrounding whitespace
 }
 
 // object scans the object starting at s.b[i] == '{'. When members is not
 // nil, each member is appended to *members; when the member named nested
 // holds an object, its own members go to *nestedMembers (one level only).
-func (s *scanner) object(i int, members *[]member, nested string, nestedMembers *[]member) (int, error) {
+func (s *scanner) object(i int, members *[]Member, nested string, nestedMembers *[]Member) (int, error) {
 	s.depth++
 	if s.depth > maxDepth {
 		return i, errors.New("exceeded max depth")
@@ -43,7 +47,7 @@ func (s *scanner) object(i int, members *[]member, nested string, nestedMembers 
 			key = s.b[kstart+1 : end-1]
 			if escaped || !utf8.Valid(key) {
 				// As encoding/json decodes names: U+FFFD for what is not
-				// text (decodeString refuses it).
+				// text (DecodeString refuses it).
 				var k string
 				if err := json.Unmarshal(s.b[kstart:end], &k); err != nil {
 					return end, err
@@ -67,7 +71,7 @@ func (s *scanner) object(i int, members *[]member, nested string, nestedMembers 
 			return i, err
 		}
 		if members != nil {
-			*members = append(*members, member{key: key, raw: s.b[vstart:i]})
+			*members = append(*members, Member{Key: key, Raw: s.b[vstart:i]})
 		}
 		i = s.ws(i)
 		if i >= len(s.b) {
@@ -84,11 +88,11 @@ func (s *scanner) object(i int, members *[]member, nested string, nestedMembers 
 	}
 }
 
-// scanObject validates that b is exactly one JSON object (whitespace
+// ScanObject validates that b is exactly one JSON object (whitespace
 // around it allowed) and returns its members in order; when nested is not
 // "", the members of the object held by the member named nested are
 // returned too (nil when that member is absent or not an object).
-func scanObject(b []byte, nested string) (members, nestedMembers []member, err error) {
+func ScanObject(b []byte, nested string) (members, nestedMembers []Member, err error) {
 	s := scanner{b: b}
 	i := s.ws(0)
 	if i >= len(b) {
@@ -103,12 +107,12 @@ func scanObject(b []byte, nested string) (members, nestedMembers []member, err e
 		if end = s.ws(end); end < len(b) {
 			return nil, nil, s.errAt(end, "after top-level value")
 		}
-		return nil, nil, fmt.Errorf("%w: %s", errNotObject, kindOf(b[i:]))
+		return nil, nil, fmt.Errorf("%w: %s", ErrNotObject, KindOf(b[i:]))
 	}
-	members = make([]member, 0, 16)
-	var nm *[]member
+	members = make([]Member, 0, 16)
+	var nm *[]Member
 	if nested != "" {
-		nestedMembers = make([]member, 0, 16)
+		nestedMembers = make([]Member, 0, 16)
 		nm = &nestedMembers
 	}
 	end, err := s.object(i, &members, nested, nm)
@@ -121,12 +125,12 @@ func scanObject(b []byte, nested string) (members, nestedMembers []member, err e
 	return members, nestedMembers, nil
 }
 
-// lookup returns the value of the last member named name (encoding/json
+// Lookup returns the value of the last member named name (encoding/json
 // keeps the last of duplicate names) and whether it exists.
-func lookup(ms []member, name string) ([]byte, bool) {
+func Lookup(ms []Member, name string) ([]byte, bool) {
 	for i := len(ms) - 1; i >= 0; i-- {
-		if string(ms[i].key) == name {
-			return ms[i].raw, true
+		if string(ms[i].Key) == name {
+			return ms[i].Raw, true
 		}
 	}
 	return nil, false
