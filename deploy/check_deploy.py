@@ -289,8 +289,9 @@ def check_commands(docs, binary):
             continue
         if sub and sub[0] == "run":
             if pipelines is None:
-                m = re.search(r"^Pipelines: (.*)$", r.stdout, re.M)
-                pipelines = set(x.strip() for x in m.group(1).split(",")) if m else set()
+                # run --help lists one pipeline a line: "  name  doc".
+                m = re.search(r"^Pipelines:\n((?:  \S.*\n?)+)", r.stdout, re.M)
+                pipelines = set(l.split()[0] for l in m.group(1).splitlines()) if m else set()
             # Values of flags are not pipelines.
             names, skip = [], False
             for a in argv[1:]:

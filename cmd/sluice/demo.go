@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/groupctl"
 	"github.com/sluicehq/sluice/internal/localsvc"
+	"github.com/sluicehq/sluice/internal/opshttp"
 	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/pipelines/silver"
@@ -209,7 +210,10 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 	served := make(chan error, 1)
 	opsBound := make(chan net.Addr, 1)
 	go func() {
-		err := serve(runCtx, env, o.opsAddr, set.Services, func(a net.Addr) { opsBound <- a })
+		// The demo is a local, throwaway stack: its API needs no token,
+		// but takes one when SLUICE_API_TOKEN is set.
+		ops := opshttp.Listen{Addr: o.opsAddr, Token: apiToken(), Open: true}
+		err := serve(runCtx, env, ops, set.Services, func(a net.Addr) { opsBound <- a })
 		if err != nil {
 			pipesDown(err)
 		} else {

@@ -99,7 +99,7 @@ func TestDemoKeepPrintsBoundOpsAddr(t *testing.T) {
 			t.Parallel()
 			db := srv.Postgres(t)
 			root := newRootCmd()
-			out := &lockedBuffer{}
+			out := &testkit.Buffer{}
 			root.SetOut(out)
 			root.SetErr(out)
 			root.SetArgs([]string{"demo", "--keep", "--brokers=", "--redis-url=", "--s3-endpoint=", "--object-store-dir", t.TempDir(),

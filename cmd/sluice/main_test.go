@@ -1,33 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the signal goroutine and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // The first signal cancels the command's context; main used
 // signal.NotifyContext, which kept catching the signal afterwards, so a
@@ -51,7 +33,7 @@ func TestSignalContext(t *testing.T) {
 	}
 
 	t.Run("second signal", func(t *testing.T) {
-		var errOut lockedBuffer
+		var errOut testkit.Buffer
 		rec, exit := newExit()
 		ctx, stop := signalContext(context.Background(), time.Minute, &errOut, exit, syscall.SIGUSR1)
 		defer stop()
@@ -81,7 +63,7 @@ func TestSignalContext(t *testing.T) {
 	})
 
 	t.Run("grace elapsed", func(t *testing.T) {
-		var errOut lockedBuffer
+		var errOut testkit.Buffer
 		rec, exit := newExit()
 		_, stop := signalContext(context.Background(), 300*time.Millisecond, &errOut, exit, syscall.SIGUSR2)
 		defer stop()
@@ -100,7 +82,7 @@ func TestSignalContext(t *testing.T) {
 	})
 
 	t.Run("finished in time", func(t *testing.T) {
-		var errOut lockedBuffer
+		var errOut testkit.Buffer
 		rec, exit := newExit()
 		ctx, stop := signalContext(context.Background(), 300*time.Millisecond, &errOut, exit, syscall.SIGUSR1)
 		send(t, syscall.SIGUSR1)
@@ -115,7 +97,7 @@ func TestSignalContext(t *testing.T) {
 
 	t.Run("no signal", func(t *testing.T) {
 		rec, exit := newExit()
-		ctx, stop := signalContext(context.Background(), time.Minute, &lockedBuffer{}, exit, syscall.SIGUSR2)
+		ctx, stop := signalContext(context.Background(), time.Minute, &testkit.Buffer{}, exit, syscall.SIGUSR2)
 		if ctx.Err() != nil {
 			t.Fatal("context cancelled before any signal")
 		}

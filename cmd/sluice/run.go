@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluicehq/sluice/internal/opshttp"
 	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/pipelines/silver"
@@ -34,6 +36,9 @@ func runSpecs(o *runOptions) []pipelines.Spec {
 
 type runOptions struct {
 	opsAddr               string
+	apiHosts              []string
+	insecureOpenAPI       bool
+	tlsCert, tlsKey       string
 	groupPrefix           string
 	topicPrefix           string
 	backlogThreshold      int64
@@ -54,6 +59,34 @@ func (o *runOptions) envFlag(cmd *cobra.Command, env, flag string) {
 	}
 }
 
+// apiTokenEnv names the environment variable holding the bearer token of
+// the ops server's write routes. It is not a flag: command lines are
+// visible to every user of the host.
+const apiTokenEnv = "SLUICE_API_TOKEN"
+
+// apiToken is SLUICE_API_TOKEN without surrounding white space (a token
+// read from a file often ends in a newline). The name is spelled out for
+// deploy/check_deploy.py, which checks the variables the manifests set.
+func apiToken() string { return strings.TrimSpace(os.Getenv("SLUICE_API_TOKEN")) }
+
+// listen is the ops server's address and access rules.
+func (o *runOptions) listen() opshttp.Listen {
+	return opshttp.Listen{Addr: o.opsAddr, Token: apiToken(), Hosts: o.apiHosts, Open: o.insecureOpenAPI,
+		CertFile: o.tlsCert, KeyFile: o.tlsKey}
+}
+
+// checkListen validates the ops server's settings before anything connects.
+func (o *runOptions) checkListen() error {
+	if o.opsAddr == "" {
+		return nil
+	}
+	err := o.listen().Check()
+	if errors.Is(err, opshttp.ErrUnauthenticated) {
+		return fmt.Errorf("--ops-addr %s is reachable from other hosts and %s is not set: set it (clients send Authorization: Bearer <token>), or pass --insecure-open-api to accept unauthenticated writes", o.opsAddr, apiTokenEnv)
+	}
+	return err
+}
+
 // naming names the run's groups and topics: --group-prefix and
 // --topic-prefix (the prefix sluice topics ensure --prefix created them
 // with) before the declared names.
@@ -72,6 +105,9 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 			if o.envErr != nil {
 				return o.envErr
 			}
+			if err := o.checkListen(); err != nil {
+				return err
+			}
 			// silver would replace a threshold ≤ 0 by its default silently.
 			if slices.Contains(args, silver.Name) && o.backlogThreshold < 1 {
 				return fmt.Errorf("invalid backlog threshold %d (--backlog-threshold or BACKLOG_THRESHOLD; want ≥ 1)", o.backlogThreshold)
@@ -79,7 +115,14 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 			return runPipelines(cmd.Context(), g, o, args)
 		},
 	}
-	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", envOr("OPS_ADDR", "127.0.0.1:9464"), "ops HTTP address for /metrics, /healthz, /readyz and pipeline APIs (env OPS_ADDR)")
+	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", envOr("OPS_ADDR", "127.0.0.1:9464"), "ops HTTP address for /metrics, /healthz, /readyz and pipeline APIs; the APIs' write routes need Authorization: Bearer $"+apiTokenEnv+" when it is set, and a non-loopback address needs it (env OPS_ADDR)")
+	cmd.Flags().StringSliceVar(&o.apiHosts, "api-host", nil, "host names clients use to reach the ops server's API (a Service or ingress name), besides its bound address; other Host headers are refused (env SLUICE_API_HOSTS, comma list)")
+	o.envFlag(cmd, "SLUICE_API_HOSTS", "api-host")
+	cmd.Flags().BoolVar(&o.insecureOpenAPI, "insecure-open-api", false, "allow a non-loopback --ops-addr without "+apiTokenEnv+" (the API's write routes then accept any caller)")
+	cmd.Flags().StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain: the ops server speaks HTTPS (with --tls-key) (env OPS_TLS_CERT)")
+	o.envFlag(cmd, "OPS_TLS_CERT", "tls-cert")
+	cmd.Flags().StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert (env OPS_TLS_KEY)")
+	o.envFlag(cmd, "OPS_TLS_KEY", "tls-key")
 	cmd.Flags().StringVar(&o.groupPrefix, "group-prefix", "", "prefix for every consumer group name (to run an isolated copy; see --topic-prefix)")
 	cmd.Flags().StringVar(&o.topicPrefix, "topic-prefix", "", "prefix of every topic the pipelines read and write, as created by sluice topics ensure --prefix (to run an isolated copy on a shared cluster)")
 	cmd.Flags().Int64Var(&o.backlogThreshold, "backlog-threshold", 10_000, "silver: lag above which SCRAPE_SLOW is set (env BACKLOG_THRESHOLD)")
@@ -146,7 +189,7 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 		return err
 	}
 	defer set.Close()
-	return serve(ctx, env, o.opsAddr, set.Services, nil)
+	return serve(ctx, env, o.listen(), set.Services, nil)
 }
 
 // needsOf is what the pipelines of specs connect to together.
@@ -198,22 +241,26 @@ func checkPipelineTopics(ctx context.Context, env pipelines.Env, o *runOptions, 
 	return nil
 }
 
-// serve runs services and the ops HTTP server until ctx is done or a
-// service fails. listening, when not nil, is called with the address the
-// ops server bound (the port chosen for a port-0 opsAddr) before any
-// service starts; it is not called when the ops server is disabled or
-// fails to listen.
-func serve(ctx context.Context, env pipelines.Env, opsAddr string, services []pipelines.Service, listening func(net.Addr)) error {
+// serve runs services and the ops HTTP server (on ops; an empty ops.Addr
+// disables it) until ctx is done or a service fails. listening, when not
+// nil, is called with the address the ops server bound (the port chosen for
+// port 0) before any service starts; it is not called when the ops server
+// is disabled or fails to listen.
+func serve(ctx context.Context, env pipelines.Env, ops opshttp.Listen, services []pipelines.Service, listening func(net.Addr)) error {
 	grp, gctx := errgroup.WithContext(ctx)
-	if opsAddr != "" && env.Ops != nil {
+	if ops.Addr != "" && env.Ops != nil {
 		for _, s := range services {
 			env.Ops.AddReadiness(s.Name(), s.Ready)
 		}
-		addr, errc, err := env.Ops.ListenAndServe(gctx, opsAddr)
+		addr, errc, err := env.Ops.ListenAndServe(gctx, ops)
 		if err != nil {
 			return err
 		}
-		env.Logger.Info("ops endpoints", "metrics", fmt.Sprintf("http://%s/metrics", addr), "ready", fmt.Sprintf("http://%s/readyz", addr))
+		scheme := "http"
+		if ops.CertFile != "" {
+			scheme = "https"
+		}
+		env.Logger.Info("ops endpoints", "metrics", fmt.Sprintf("%s://%s/metrics", scheme, addr), "ready", fmt.Sprintf("%s://%s/readyz", scheme, addr))
 		if listening != nil {
 			listening(addr)
 		}

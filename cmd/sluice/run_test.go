@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -54,6 +56,28 @@ func TestRunMissingTopics(t *testing.T) {
 	}
 }
 
+// startCLI runs the command of args in the background until the test
+// ends, then stops it and fails the test if it returned an error. It
+// returns the command's output, safe to read while it runs.
+func startCLI(t *testing.T, args ...string) *testkit.Buffer {
+	t.Helper()
+	root := newRootCmd()
+	out := &testkit.Buffer{}
+	root.SetOut(out)
+	root.SetErr(out)
+	root.SetArgs(args)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- execute(ctx, root) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sluice %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		}
+	})
+	return out
+}
+
 // sluice run used to read and write the catalog's topic names only: a copy
 // run with --group-prefix on a shared cluster consumed the shared
 // bronze.records and produced its dead letters and SCRAPE_SLOW into the
@@ -97,21 +121,8 @@ func TestRunTopicPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	root := newRootCmd()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs([]string{"run", "silver", "--brokers", brokers, "--database-url", pg.URL, "--ops-addr", "", "--log-level", "error",
-		"--topic-prefix", prefix, "--group-prefix", group})
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- execute(rctx, root) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run silver: %v\n%s", err, out.String())
-		}
-	}()
+	out := startCLI(t, "run", "silver", "--brokers", brokers, "--database-url", pg.URL, "--ops-addr", "", "--log-level", "error",
+		"--topic-prefix", prefix, "--group-prefix", group)
 
 	// The dead letter lands in the prefixed DLQ topic, naming the prefixed source.
 	dl := k.Client(t, kgo.ConsumeTopics(prefix+topics.BronzeDLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -210,4 +221,98 @@ func TestRunMissingTopicsTicks(t *testing.T) {
 		"--s3-endpoint=", "--object-store-dir", t.TempDir(), "--ops-addr", "", "--topic-prefix", prefix)
 	singleLine(t, err, "pipeline ticks: topic(s) "+prefix+topics.IngestTasks+", "+prefix+topics.IngestJobs+", "+prefix+topics.IngestDLQ+
 		" do not exist (run sluice topics ensure --prefix "+prefix+")")
+}
+
+// An ops server other hosts can reach used to serve the write API (the
+// ingest trigger) to anyone; without SLUICE_API_TOKEN it is now refused at
+// start, in one line and before anything connects, unless
+// --insecure-open-api asks for it. A certificate needs its key.
+func TestRunOpsAddrNeedsToken(t *testing.T) {
+	t.Setenv(apiTokenEnv, "")
+	for _, addr := range []string{"0.0.0.0:9464", ":9464", "10.0.0.5:9464"} {
+		start := time.Now()
+		_, err := runCLI(t, "run", "ticks", "--brokers", "127.0.0.1:1", "--ops-addr", addr)
+		singleLine(t, err, "--ops-addr "+addr+" is reachable from other hosts and SLUICE_API_TOKEN is not set")
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("took %v to refuse %s (it connected first?)", d, addr)
+		}
+	}
+	// Allowed: loopback, the open API asked for, a token set. They go on to
+	// connect (and fail on the unreachable broker).
+	_, err := runCLI(t, "run", "ticks", "--brokers", "127.0.0.1:1", "--ops-addr", "127.0.0.1:9464")
+	singleLine(t, err, "kafka unreachable at 127.0.0.1:1")
+	_, err = runCLI(t, "run", "ticks", "--brokers", "127.0.0.1:1", "--ops-addr", "0.0.0.0:9464", "--insecure-open-api")
+	singleLine(t, err, "kafka unreachable at 127.0.0.1:1")
+	_, err = runCLI(t, "run", "ticks", "--brokers", "127.0.0.1:1", "--ops-addr", "", "--insecure-open-api")
+	singleLine(t, err, "kafka unreachable at 127.0.0.1:1")
+	_, err = runCLI(t, "run", "ticks", "--brokers", "127.0.0.1:1", "--ops-addr", "0.0.0.0:9464", "--tls-cert", "c.pem")
+	singleLine(t, err, "a certificate needs its key")
+	t.Setenv(apiTokenEnv, "run-test-token-81d3e6")
+	_, err = runCLI(t, "run", "ticks", "--brokers", "127.0.0.1:1", "--ops-addr", "0.0.0.0:9464")
+	singleLine(t, err, "kafka unreachable at 127.0.0.1:1")
+}
+
+// sluice run serves the pipelines' write routes behind SLUICE_API_TOKEN
+// and the --api-host names: the ticks trigger is refused without the
+// token and to an unknown Host, and accepted with both.
+func TestRunServesGuardedAPI(t *testing.T) {
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	r := testkit.NewRedis(t, testkit.FakeOK())
+	ctx := testkit.Context(t)
+	prefix := testkit.Name(t, "") + "."
+	adm := k.Admin(t)
+	for _, name := range []string{topics.IngestTasks, topics.IngestJobs, topics.IngestDLQ} {
+		if _, err := adm.CreateTopic(ctx, 1, -1, nil, prefix+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	const token = "run-test-token-0c7a51"
+	t.Setenv(apiTokenEnv, token)
+	t.Setenv("SLUICE_API_HOSTS", "sluice-ticks,sluice-ticks.sluice.svc")
+	startCLI(t, "run", "ticks", "--brokers", strings.Join(k.Brokers, ","), "--redis-url", r.URL,
+		"--s3-endpoint=", "--object-store-dir", t.TempDir(), "--ops-addr", addr, "--log-level", "error",
+		"--topic-prefix", prefix, "--group-prefix", testkit.Name(t, "g")+"-")
+	testkit.WaitFor(t, 30*time.Second, "ops server up", func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	})
+	post := func(host, auth string) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/v1/ingest/trigger",
+			strings.NewReader(`{"symbol":"NQ","date":"2025-11-18","account_id":"U1"}`))
+		req.Header.Set("Content-Type", "application/json")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("", ""); code != http.StatusUnauthorized {
+		t.Errorf("trigger without the token: %d, want 401", code)
+	}
+	if code := post("evil.example", "Bearer "+token); code != http.StatusMisdirectedRequest {
+		t.Errorf("trigger to a foreign Host: %d, want 421", code)
+	}
+	if code := post("sluice-ticks.sluice.svc:9464", "Bearer "+token); code != http.StatusAccepted {
+		t.Errorf("trigger to an --api-host name with the token: %d, want 202", code)
+	}
+	recs := k.ReadTopic(t, prefix+topics.IngestTasks)
+	if len(recs) != 1 || string(recs[0].Key) != "NQ:2025-11-18" {
+		t.Fatalf("%d task records, want the one accepted trigger", len(recs))
+	}
 }

@@ -42,6 +42,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
@@ -202,6 +203,7 @@ func checkK8s(what string, data []byte) {
 	kinds := map[string]int{}
 	var deployments []appsv1.Deployment
 	var pdbs []policyv1.PodDisruptionBudget
+	var netpols []networkingv1.NetworkPolicy
 	for i, d := range docs {
 		var meta struct {
 			APIVersion string `json:"apiVersion"`
@@ -227,6 +229,8 @@ func checkK8s(what string, data []byte) {
 			obj = &batchv1.Job{}
 		case "policy/v1/PodDisruptionBudget":
 			obj = &policyv1.PodDisruptionBudget{}
+		case "networking.k8s.io/v1/NetworkPolicy":
+			obj = &networkingv1.NetworkPolicy{}
 		case "autoscaling/v2/HorizontalPodAutoscaler":
 			obj = &autoscalingv2.HorizontalPodAutoscaler{}
 		default:
@@ -250,6 +254,8 @@ func checkK8s(what string, data []byte) {
 			checkPodSpec(what, "Job/"+o.Name, o.Spec.Template.Spec, false)
 		case *policyv1.PodDisruptionBudget:
 			pdbs = append(pdbs, *o)
+		case *networkingv1.NetworkPolicy:
+			netpols = append(netpols, *o)
 		case *corev1.Service:
 			if len(o.Spec.Selector) == 0 {
 				fail("k8s Service/%s: no selector", o.Name)
@@ -268,7 +274,72 @@ func checkK8s(what string, data []byte) {
 			fail("k8s PodDisruptionBudget/%s selects %d deployments", pdb.Name, n)
 		}
 	}
+	if len(deployments) > 0 {
+		checkOpsExposure(what, deployments, netpols)
+	}
 	ok("k8s %s: %d documents decoded strictly into k8s.io/api types %v", what, len(docs), kinds)
+}
+
+// checkOpsExposure checks that the ops port of every workload is covered by
+// a NetworkPolicy that admits ingress on it, and that a sluice container
+// whose ops server listens beyond loopback takes SLUICE_API_TOKEN from a
+// Secret (sluice refuses to start without it).
+func checkOpsExposure(what string, deployments []appsv1.Deployment, netpols []networkingv1.NetworkPolicy) {
+	for _, d := range deployments {
+		podLabels := labels.Set(d.Spec.Template.Labels)
+		covered := false
+		for _, np := range netpols {
+			sel, err := metav1LabelSelector(np.Spec.PodSelector.MatchLabels)
+			if err != nil || !sel.Matches(podLabels) {
+				continue
+			}
+			for _, rule := range np.Spec.Ingress {
+				for _, p := range rule.Ports {
+					if p.Port != nil && (p.Port.String() == "ops" || p.Port.IntValue() == 9464) {
+						covered = true
+					}
+				}
+			}
+		}
+		if !covered {
+			fail("k8s %s Deployment/%s: no NetworkPolicy selects its pods and admits the ops port", what, d.Name)
+		}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if !nonLoopbackOps(c.Args) { // sluice run … --ops-addr
+				continue
+			}
+			fromSecret := false
+			for _, e := range c.Env {
+				if e.Name == "SLUICE_API_TOKEN" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil &&
+					(e.ValueFrom.SecretKeyRef.Optional == nil || !*e.ValueFrom.SecretKeyRef.Optional) {
+					fromSecret = true
+				}
+			}
+			if !fromSecret {
+				fail("k8s %s Deployment/%s/%s: the ops server listens beyond loopback but SLUICE_API_TOKEN does not come from a (required) Secret key", what, d.Name, c.Name)
+			}
+		}
+	}
+}
+
+// nonLoopbackOps reports whether args give an --ops-addr other hosts can
+// reach.
+func nonLoopbackOps(args []string) bool {
+	for i, a := range args {
+		v, found := strings.CutPrefix(a, "--ops-addr=")
+		if !found {
+			if a != "--ops-addr" || i+1 >= len(args) {
+				continue
+			}
+			v = args[i+1]
+		}
+		host := v
+		if j := strings.LastIndex(v, ":"); j >= 0 {
+			host = strings.Trim(v[:j], "[]")
+		}
+		return !(host == "localhost" || strings.HasPrefix(host, "127.") || host == "::1")
+	}
+	return false
 }
 
 func metav1LabelSelector(m map[string]string) (labels.Selector, error) {

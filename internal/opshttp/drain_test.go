@@ -26,7 +26,7 @@ func TestShutdownDrainsInFlightRequests(t *testing.T) {
 	}))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, errc, err := s.ListenAndServe(ctx, "127.0.0.1:0")
+	addr, errc, err := s.ListenAndServe(ctx, opshttp.Listen{Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

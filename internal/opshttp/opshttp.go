@@ -1,11 +1,14 @@
 // Package opshttp serves the operational HTTP endpoints of a sluice process:
 // /metrics (Prometheus), /healthz (the process is alive) and /readyz (every
 // registered readiness check passes). Pipelines may mount extra routes (for
-// example an ingest trigger) on the same server with Handle.
+// example an ingest trigger) on the same server with Handle; those are
+// guarded by the access rules of Listen (Host check, and for writes: same
+// origin, bearer token, JSON content type).
 package opshttp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,7 +58,8 @@ func (s *Server) AddReadiness(name string, ok func() bool) {
 // Handle mounts an extra route (Go 1.22 pattern syntax, e.g. "POST /api/v1/x").
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-// Handler returns the server's handler (for tests).
+// Handler returns the routes without the access rules ListenAndServe puts
+// in front of them (for tests of the routes themselves).
 func (s *Server) Handler() http.Handler { return s.mux }
 
 func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
@@ -98,23 +102,42 @@ func (s *Server) passes(name string, check func() bool) (ok bool) {
 // in-flight requests before it closes their connections.
 const shutdownWithin = 5 * time.Second
 
-// ListenAndServe serves on addr until ctx is done, then shuts down: it stops
-// accepting connections and waits up to 5 s for in-flight requests to
-// finish, then closes the connections still open. It returns once the
-// listener is bound or failed, serving in the background; the returned
-// channel yields once shutdown is complete (in-flight requests drained or
-// cut), with the serve error or nil (a cut request is logged, not an error).
-func (s *Server) ListenAndServe(ctx context.Context, addr string) (net.Addr, <-chan error, error) {
-	ln, err := net.Listen("tcp", addr)
+// ListenAndServe checks l (see Listen.Check), serves on l.Addr behind l's
+// access rules (HTTPS when l has a certificate) until ctx is done, then
+// shuts down: it stops accepting connections and waits up to 5 s for
+// in-flight requests to finish, then closes the connections still open. It
+// returns once the listener is bound or failed, serving in the background;
+// the returned channel yields once shutdown is complete (in-flight requests
+// drained or cut), with the serve error or nil (a cut request is logged,
+// not an error).
+func (s *Server) ListenAndServe(ctx context.Context, l Listen) (net.Addr, <-chan error, error) {
+	if err := l.Check(); err != nil {
+		return nil, nil, err
+	}
+	var tlsConf *tls.Config
+	if l.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(l.CertFile, l.KeyFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ops http tls: load %s and %s: %w", l.CertFile, l.KeyFile, err)
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	ln, err := net.Listen("tcp", l.Addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("ops http listen %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("ops http listen %s: %w", l.Addr, err)
 	}
 	// ReadHeaderTimeout stops clients that never finish their headers;
 	// IdleTimeout closes keep-alive connections nobody uses any more.
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	srv := &http.Server{Handler: newGuard(s.mux, l, ln.Addr(), s.log), TLSConfig: tlsConf,
+		ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
 	served := make(chan error, 1)
 	go func() {
-		err := srv.Serve(ln)
+		var err error
+		if tlsConf != nil {
+			err = srv.ServeTLS(ln, "", "") // the certificate is in TLSConfig
+		} else {
+			err = srv.Serve(ln)
+		}
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
@@ -145,6 +168,6 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) (net.Addr, <-c
 		}
 		errc <- err
 	}()
-	s.log.Info("ops http listening", "addr", ln.Addr().String())
+	s.log.Info("ops http listening", "addr", ln.Addr().String(), "tls", tlsConf != nil, "api_token", l.Token != "")
 	return ln.Addr(), errc, nil
 }

@@ -59,7 +59,7 @@ func TestEndpoints(t *testing.T) {
 func TestListenAndServeShutsDown(t *testing.T) {
 	s := opshttp.New(prometheus.NewRegistry(), nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	addr, errc, err := s.ListenAndServe(ctx, "127.0.0.1:0")
+	addr, errc, err := s.ListenAndServe(ctx, opshttp.Listen{Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestListenAndServeShutsDown(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatalf("serve returned %v after shutdown", err)
 	}
-	if _, _, err := s.ListenAndServe(context.Background(), "256.0.0.1:1"); err == nil {
+	if _, _, err := s.ListenAndServe(context.Background(), opshttp.Listen{Addr: "256.0.0.1:1", Open: true}); err == nil {
 		t.Fatal("listening on an invalid address succeeded")
 	}
 }

@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -10,6 +11,27 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// Buffer is a bytes.Buffer whose Write and String are safe for concurrent
+// use: the output of a logger or a command running in the background, read
+// by the test while it is written.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
 
 // StopTimeout bounds how long the stop function of RunInBackground waits
 // for the background run to return after cancelling it.

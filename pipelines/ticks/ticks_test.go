@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/internal/opshttp"
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/pipelines/ticks"
 	"github.com/sluicehq/sluice/stages"
@@ -145,6 +146,73 @@ func TestTriggerRejectsBadInput(t *testing.T) {
 		t.Errorf("GET unknown job: %d, want 404", resp.StatusCode)
 	}
 	resp.Body.Close()
+}
+
+// Behind the ops server's access rules, a trigger without the bearer
+// token, with the wrong one, as text/plain, from a foreign origin or to a
+// foreign Host name is refused before it reaches the coordinator; the
+// allowed request is accepted and is the only command on the tasks topic.
+func TestTriggerThroughGuardedOpsServer(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, ticks.SyntheticConfig{}, nil)
+	const token = "ticks-test-token-5b2f0c"
+	ops := opshttp.New(f.reg, f.env.Logger)
+	for p, h := range f.coord.Routes() {
+		ops.Handle(p, h)
+	}
+	ctx, cancel := context.WithCancel(testkit.Context(t))
+	addr, errc, err := ops.ListenAndServe(ctx, opshttp.Listen{Addr: "127.0.0.1:0", Token: token})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("ops server: %v", err)
+		}
+	}()
+	body := `{"symbol":"NQ","date":"2025-11-18","account_id":"U1"}`
+	for _, tc := range []struct {
+		name, host string
+		headers    map[string]string
+		code       int
+	}{
+		{"no token", "", map[string]string{"Content-Type": "application/json"}, http.StatusUnauthorized},
+		{"wrong token", "", map[string]string{"Authorization": "Bearer nope", "Content-Type": "application/json"}, http.StatusUnauthorized},
+		{"text/plain", "", map[string]string{"Authorization": "Bearer " + token, "Content-Type": "text/plain"}, http.StatusUnsupportedMediaType},
+		{"foreign origin", "", map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/json", "Origin": "https://evil.example"}, http.StatusForbidden},
+		{"foreign host", "evil.example", map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/json"}, http.StatusMisdirectedRequest},
+		{"allowed", "", map[string]string{"Authorization": "Bearer " + token, "Content-Type": "application/json"}, http.StatusAccepted},
+	} {
+		req, err := http.NewRequest(http.MethodPost, "http://"+addr.String()+"/api/v1/ingest/trigger", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.host != "" {
+			req.Host = tc.host
+		}
+		for k, v := range tc.headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res ticks.TriggerResult
+		_ = json.NewDecoder(resp.Body).Decode(&res)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code {
+			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.code)
+		}
+		if tc.code == http.StatusAccepted && (uuid.Validate(res.JobInstanceID) != nil || res.JobKey != "NQ:2025-11-18") {
+			t.Errorf("%s: result %+v", tc.name, res)
+		}
+	}
+	recs := f.k.ReadTopic(t, f.cfg.TasksTopic)
+	if len(recs) != 1 || string(recs[0].Key) != "NQ:2025-11-18" || !strings.Contains(string(recs[0].Value), `"kind":"trigger"`) {
+		t.Fatalf("tasks topic holds %d records, want the one allowed trigger", len(recs))
+	}
 }
 
 // Re-triggering a running job: the old instance's queued tasks write
