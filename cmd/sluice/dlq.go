@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -91,7 +93,9 @@ func newDLQInspectCmd(g *globalConfig) *cobra.Command {
 		Long: `inspect reads the DLQ topic from its start up to its current end and prints
 every record that matches the filters: coordinates, key, every header and
 the value (cut at 200 bytes; --json prints one complete JSON object per
-line instead). It joins no consumer group and commits nothing.`,
+line instead: valid UTF-8 JSON whatever the record holds, the value as JSON,
+text or base64 as its "value_encoding" says, a key or header that is not
+UTF-8 in base64). It joins no consumer group and commits nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := ff.filter(time.Now())
@@ -162,13 +166,23 @@ func writeDLQText(w io.Writer, r dlq.Record) error {
 	return err
 }
 
-// dlqJSON is the --json form of a DLQ record.
+// dlqJSON is the --json form of a DLQ record: one line of valid UTF-8
+// JSON whatever the record's bytes. The key, the value and every header
+// give back the record's exact bytes: a key or header that is not UTF-8 is
+// base64 with its *_encoding "base64"; the value's encoding is always named
+// (dlqValueJSON, dlqValueText or dlqValueBase64). The fields read from the
+// dlq.* headers (reason, rule, error …) are for reading: bytes that are not
+// UTF-8 show as U+FFFD there, exactly in headers.
 type dlqJSON struct {
-	Topic           string          `json:"topic"`
-	Partition       int32           `json:"partition"`
-	Offset          int64           `json:"offset"`
-	Timestamp       time.Time       `json:"timestamp"`
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	// Timestamp is absent when the record's timestamp is outside years
+	// 0–9999 (RFC 3339 cannot write it); TimestampMs is always there.
+	Timestamp       *time.Time      `json:"timestamp,omitempty"`
+	TimestampMs     int64           `json:"timestamp_ms"`
 	Key             string          `json:"key"`
+	KeyEncoding     string          `json:"key_encoding,omitempty"`
 	Reason          string          `json:"reason"`
 	Rule            string          `json:"rule"`
 	Error           string          `json:"error"`
@@ -180,38 +194,152 @@ type dlqJSON struct {
 	FailedAt        *time.Time      `json:"failed_at,omitempty"`
 	RedriveCount    int             `json:"redrive_count"`
 	Headers         []dlqJSONHeader `json:"headers"`
-	// Value is the value itself when it is JSON, else a JSON string.
-	Value json.RawMessage `json:"value"`
+	// Value is the record's value as ValueEncoding says.
+	Value         json.RawMessage `json:"value"`
+	ValueEncoding string          `json:"value_encoding"`
 }
 
+// The encodings of dlqJSON.Value.
+const (
+	// dlqValueJSON: the value is JSON text in UTF-8 without lone surrogate
+	// escapes, written as is (the bytes between the field's colon and the
+	// next comma are the record's value).
+	dlqValueJSON = "json"
+	// dlqValueText: the value is UTF-8 but not such JSON (or not compact);
+	// it is a JSON string.
+	dlqValueText = "text"
+	// dlqValueBase64: the value is not UTF-8; it is a string of standard
+	// base64.
+	dlqValueBase64 = "base64"
+)
+
 type dlqJSONHeader struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
+	Key           string `json:"key"`
+	KeyEncoding   string `json:"key_encoding,omitempty"`
+	Value         string `json:"value"`
+	ValueEncoding string `json:"value_encoding,omitempty"`
+}
+
+// utf8OrBase64 is b as a string when it is UTF-8, else its base64 and the
+// encoding name "base64".
+func utf8OrBase64(b []byte) (string, string) {
+	if utf8.Valid(b) {
+		return string(b), ""
+	}
+	return base64.StdEncoding.EncodeToString(b), dlqValueBase64
+}
+
+// jsonTime is t in UTC when JSON can carry it (years 0–9999), else nil.
+func jsonTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	if t.Year() < 0 || t.Year() > 9999 {
+		return nil
+	}
+	return &t
+}
+
+// dlqValue returns v encoded for dlqJSON.Value and the encoding's name.
+func dlqValue(v []byte) (json.RawMessage, string) {
+	switch {
+	case !utf8.Valid(v):
+		s, _ := json.Marshal(base64.StdEncoding.EncodeToString(v))
+		return s, dlqValueBase64
+	case json.Valid(v) && !hasLoneSurrogate(v) && isCompact(v):
+		return v, dlqValueJSON
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(string(v)) // a string always encodes
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), dlqValueText
+}
+
+// isCompact reports whether the JSON text v has no white space outside
+// strings: the encoder would compact it, changing its bytes.
+func isCompact(v []byte) bool {
+	var b bytes.Buffer
+	return json.Compact(&b, v) == nil && bytes.Equal(b.Bytes(), v)
+}
+
+// hasLoneSurrogate reports whether the valid JSON text v has a \u escape of
+// a UTF-16 surrogate that is not half of a high-low pair. json.Valid
+// accepts them, but they name no character: decoders replace them.
+func hasLoneSurrogate(v []byte) bool {
+	in := false
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case !in:
+			in = c == '"'
+		case c == '"':
+			in = false
+		case c == '\\':
+			if v[i+1] != 'u' {
+				i++ // the escaped character
+				continue
+			}
+			r := hex4(v[i+2 : i+6])
+			i += 5
+			switch {
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return true // low half first
+			case r >= 0xD800 && r <= 0xDBFF:
+				if i+6 >= len(v) || v[i+1] != '\\' || v[i+2] != 'u' {
+					return true
+				}
+				if lo := hex4(v[i+3 : i+7]); lo < 0xDC00 || lo > 0xDFFF {
+					return true
+				}
+				i += 6
+			}
+		}
+	}
+	return false
+}
+
+// hex4 is the value of four hexadecimal digits (valid JSON guarantees them).
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			r |= rune(c-'A') + 10
+		}
+	}
+	return r
 }
 
 func writeDLQJSON(w io.Writer, r dlq.Record) error {
-	j := dlqJSON{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp.UTC(), Key: string(r.Key),
+	j := dlqJSON{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+		Timestamp: jsonTime(r.Timestamp), TimestampMs: r.Timestamp.UnixMilli(),
 		Reason: r.Reason, Rule: r.Rule, Error: r.Error, Stage: r.Stage, SourceTopic: r.SourceTopic,
 		SourcePartition: r.SourcePartition, SourceOffset: r.SourceOffset, Attempts: r.Attempts, RedriveCount: r.RedriveCount,
-		Headers: []dlqJSONHeader{}}
-	if !r.FailedAt.IsZero() {
-		t := r.FailedAt.UTC()
-		j.FailedAt = &t
-	}
+		FailedAt: jsonTime(r.FailedAt), Headers: []dlqJSONHeader{}}
+	j.Key, j.KeyEncoding = utf8OrBase64(r.Key)
 	for _, h := range r.Headers {
-		j.Headers = append(j.Headers, dlqJSONHeader{Key: h.Key, Value: string(h.Value)})
+		var jh dlqJSONHeader
+		jh.Key, jh.KeyEncoding = utf8OrBase64([]byte(h.Key))
+		jh.Value, jh.ValueEncoding = utf8OrBase64(h.Value)
+		j.Headers = append(j.Headers, jh)
 	}
-	if json.Valid(r.Value) {
-		j.Value = r.Value
-	} else {
-		s, _ := json.Marshal(string(r.Value))
-		j.Value = s
-	}
-	b, err := json.Marshal(j)
-	if err != nil {
+	j.Value, j.ValueEncoding = dlqValue(r.Value)
+	// Without HTML escaping the encoder leaves a JSON value's bytes as they
+	// are (it would turn < > & into \u escapes).
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(j); err != nil {
 		return fmt.Errorf("encode record %s[%d]@%d: %w", r.Topic, r.Partition, r.Offset, err)
 	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
+	_, err := w.Write(b.Bytes())
 	return err
 }
 
