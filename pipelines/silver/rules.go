@@ -54,6 +54,10 @@ const (
 	PublisherTimeSkew = 5 * time.Minute
 	// FirstSeenMaxLag is how long before publisher_time first_seen_time may be.
 	FirstSeenMaxLag = 24 * time.Hour
+	// MinTradeYear: rule ta.trade_date rejects dates before January 1st
+	// of this year (1900-01-01). Without a lower bound 0000-01-01 passed
+	// and was stored as 0001-01-01 BC.
+	MinTradeYear = 1900
 	// DefaultCurrency replaces an absent or empty ta currency.
 	DefaultCurrency = "VND"
 	// DefaultMarketZone is the market time zone that decides "today" for
@@ -212,6 +216,9 @@ func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time)
 	d, ok := jsonidx.ParseDate(ds)
 	if !ok {
 		return nil, failf(RuleTATradeDate, "trade_date %q is not a valid YYYY-MM-DD date", ds)
+	}
+	if d.Year() < MinTradeYear {
+		return nil, failf(RuleTATradeDate, "trade_date %s is before %d-01-01", ds, MinTradeYear)
 	}
 	ny, nm, nd := v.now().In(v.loc).Date()
 	today := time.Date(ny, nm, nd, 0, 0, 0, 0, time.UTC)

@@ -179,6 +179,16 @@ func TestTARules(t *testing.T) {
 		{name: "trade date today in market zone is future in UTC", over: map[string]any{"trade_date": "2025-06-02"}, opts: []Option{WithMarketLocation(time.UTC)}, reason: sanity, rule: RuleTATradeDate},
 		{name: "trade date yesterday", over: map[string]any{"trade_date": "2025-06-01"}},
 		{name: "trade date far past", over: map[string]any{"trade_date": "1999-01-04"}},
+		// Before 1900-01-01: 0000-01-01 used to pass and be stored as
+		// 0001-01-01 BC.
+		{name: "trade date first accepted day", over: map[string]any{"trade_date": "1900-01-01"}, check: func(t *testing.T, r Row) {
+			if d := r.TA.TradeDate; d.Year() != 1900 || d.YearDay() != 1 {
+				t.Errorf("trade date %v, want 1900-01-01", d)
+			}
+		}},
+		{name: "trade date day before 1900", over: map[string]any{"trade_date": "1899-12-31"}, reason: sanity, rule: RuleTATradeDate, contains: []string{"1899-12-31", "before 1900-01-01"}},
+		{name: "trade date year zero", over: map[string]any{"trade_date": "0000-01-01"}, reason: sanity, rule: RuleTATradeDate, contains: []string{"0000-01-01"}},
+		{name: "trade date year one", over: map[string]any{"trade_date": "0001-01-01"}, reason: sanity, rule: RuleTATradeDate},
 		{name: "trade date impossible day", over: map[string]any{"trade_date": "2025-02-30"}, reason: sanity, rule: RuleTATradeDate, contains: []string{"2025-02-30"}},
 		{name: "trade date unpadded", over: map[string]any{"trade_date": "2025-6-2"}, reason: sanity, rule: RuleTATradeDate},
 		{name: "trade date other format", over: map[string]any{"trade_date": "02/06/2025"}, reason: sanity, rule: RuleTATradeDate},
