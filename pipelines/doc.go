@@ -50,6 +50,26 @@ type Env struct {
 	// Ops is the ops HTTP server; pipelines mount API routes and readiness
 	// checks on it. May be nil in tests.
 	Ops *opshttp.Server
+	// InstanceID, when not empty, makes the process's consumer-group
+	// members static (KIP-345): see GroupKafka. It must be unique among the
+	// processes of a group and the same across restarts of one (the pod
+	// name of a StatefulSet).
+	InstanceID string
+}
+
+// GroupKafka returns the client options of a member of consumer group:
+// Kafka, plus kgo.InstanceID("<InstanceID>-<group>") when InstanceID is
+// set, so that each group of the process has its own instance id. A static
+// member does not leave its group when it stops: restarted with the same id
+// within the session timeout (45 s by default) it gets its partitions back
+// without a rebalance; until then, or for good if it does not come back
+// in time, they are not consumed.
+func (e Env) GroupKafka(group string) []kgo.Opt {
+	opts := append([]kgo.Opt{}, e.Kafka...)
+	if e.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(e.InstanceID+"-"+group))
+	}
+	return opts
 }
 
 // Service is one runnable unit of a pipeline (a consumer-group runner, a

@@ -39,6 +39,7 @@ type runOptions struct {
 	apiHosts              []string
 	insecureOpenAPI       bool
 	tlsCert, tlsKey       string
+	instanceID            string
 	groupPrefix           string
 	topicPrefix           string
 	backlogThreshold      int64
@@ -108,6 +109,9 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 			if err := o.checkListen(); err != nil {
 				return err
 			}
+			if err := checkInstanceID(o.instanceID); err != nil {
+				return err
+			}
 			// silver would replace a threshold ≤ 0 by its default silently.
 			if slices.Contains(args, silver.Name) && o.backlogThreshold < 1 {
 				return fmt.Errorf("invalid backlog threshold %d (--backlog-threshold or BACKLOG_THRESHOLD; want ≥ 1)", o.backlogThreshold)
@@ -123,6 +127,8 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 	o.envFlag(cmd, "OPS_TLS_CERT", "tls-cert")
 	cmd.Flags().StringVar(&o.tlsKey, "tls-key", "", "PEM private key of --tls-cert (env OPS_TLS_KEY)")
 	o.envFlag(cmd, "OPS_TLS_KEY", "tls-key")
+	cmd.Flags().StringVar(&o.instanceID, "instance-id", "", "static group membership: this process's members join their groups as instance <id>-<group>, and get their partitions back without a rebalance when restarted with the same id within the session timeout (45 s); unique per process, stable across restarts, e.g. a StatefulSet pod name (env KAFKA_INSTANCE_ID)")
+	o.envFlag(cmd, "KAFKA_INSTANCE_ID", "instance-id")
 	cmd.Flags().StringVar(&o.groupPrefix, "group-prefix", "", "prefix for every consumer group name (to run an isolated copy; see --topic-prefix)")
 	cmd.Flags().StringVar(&o.topicPrefix, "topic-prefix", "", "prefix of every topic the pipelines read and write, as created by sluice topics ensure --prefix (to run an isolated copy on a shared cluster)")
 	cmd.Flags().Int64Var(&o.backlogThreshold, "backlog-threshold", 10_000, "silver: lag above which SCRAPE_SLOW is set (env BACKLOG_THRESHOLD)")
@@ -134,6 +140,23 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 		"silver: keys the windows of all partitions of this process hold together before they are written; bounds memory when a process takes over many partitions (0: default %d, -1: no bound beyond --silver-window-keys) (env SILVER_WINDOW_TOTAL_KEYS)", silver.DefaultWindowMaxTotalKeys))
 	o.envFlag(cmd, "SILVER_WINDOW_TOTAL_KEYS", "silver-window-total-keys")
 	return cmd
+}
+
+// checkInstanceID validates --instance-id: Kafka accepts group instance
+// ids of at most 249 letters, digits, '.', '_' and '-', and the id is
+// followed by "-<group>".
+func checkInstanceID(id string) error {
+	if id == "" {
+		return nil
+	}
+	ok := len(id) <= 200
+	for _, c := range id {
+		ok = ok && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-')
+	}
+	if !ok {
+		return fmt.Errorf("invalid --instance-id %q (KAFKA_INSTANCE_ID; want at most 200 letters, digits, '.', '_' or '-')", id)
+	}
+	return nil
 }
 
 // pipelineNames returns the names of specs, sorted.
@@ -181,6 +204,7 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 	if err != nil {
 		return err
 	}
+	env.InstanceID = o.instanceID
 	if err := checkPipelineTopics(ctx, env, o, specs); err != nil {
 		return err
 	}

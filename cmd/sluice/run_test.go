@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,26 +57,50 @@ func TestRunMissingTopics(t *testing.T) {
 	}
 }
 
-// startCLI runs the command of args in the background until the test
-// ends, then stops it and fails the test if it returned an error. It
-// returns the command's output, safe to read while it runs.
-func startCLI(t *testing.T, args ...string) *testkit.Buffer {
+// startCLI runs the command of args in the background. It returns the
+// command's output, safe to read while it runs, and stop, which cancels
+// the command and returns its error once it returned (later calls return
+// the same). When the test ends, stop is called and an error fails the
+// test.
+func startCLI(t *testing.T, args ...string) (out *testkit.Buffer, stop func() error) {
 	t.Helper()
 	root := newRootCmd()
-	out := &testkit.Buffer{}
+	out = &testkit.Buffer{}
 	root.SetOut(out)
 	root.SetErr(out)
 	root.SetArgs(args)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- execute(ctx, root) }()
-	t.Cleanup(func() {
+	stop = sync.OnceValue(func() error {
 		cancel()
-		if err := <-done; err != nil {
+		return <-done
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
 			t.Errorf("sluice %s: %v\n%s", strings.Join(args, " "), err, out.String())
 		}
 	})
-	return out
+	return out, stop
+}
+
+// createTopics creates prefix+name for each name with the given partition
+// count, deleted when the test ends.
+func createTopics(t *testing.T, k *testkit.Kafka, partitions int32, prefix string, names ...string) {
+	t.Helper()
+	adm := k.Admin(t)
+	for _, name := range names {
+		if _, err := adm.CreateTopic(testkit.Context(t), partitions, -1, nil, prefix+name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := adm.DeleteTopic(cctx, prefix+name); err != nil {
+				t.Logf("delete topic %s: %v", prefix+name, err)
+			}
+		})
+	}
 }
 
 // sluice run used to read and write the catalog's topic names only: a copy
@@ -98,19 +123,7 @@ func TestRunTopicPrefix(t *testing.T) {
 	if _, err := schemas.Migrate(ctx, pg.URL); err != nil {
 		t.Fatal(err)
 	}
-	adm := k.Admin(t)
-	for _, name := range []string{topics.BronzeRecords, topics.BronzeDLQ, topics.ControlFlags} {
-		if _, err := adm.CreateTopic(ctx, 1, -1, nil, prefix+name); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, err := adm.DeleteTopic(cctx, prefix+name); err != nil {
-				t.Logf("delete topic %s: %v", prefix+name, err)
-			}
-		})
-	}
+	createTopics(t, k, 1, prefix, topics.BronzeRecords, topics.BronzeDLQ, topics.ControlFlags)
 	cl := k.Client(t)
 	good := `{"task_type":"ta.bar","payload":{"symbol":"VNM","trade_date":"2024-05-02","open":70.1,"high":71.5,"low":69.8,"close":71.2,"volume":1203400}}`
 	bad := `{"task_type":"ta.bar","payload":{"symbol":"FPT","trade_date":"2024-05-02","open":100,"high":101,"low":99,"close":105,"volume":10}}`
@@ -121,7 +134,7 @@ func TestRunTopicPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	out := startCLI(t, "run", "silver", "--brokers", brokers, "--database-url", pg.URL, "--ops-addr", "", "--log-level", "error",
+	out, _ := startCLI(t, "run", "silver", "--brokers", brokers, "--database-url", pg.URL, "--ops-addr", "", "--log-level", "error",
 		"--topic-prefix", prefix, "--group-prefix", group)
 
 	// The dead letter lands in the prefixed DLQ topic, naming the prefixed source.
@@ -258,14 +271,8 @@ func TestRunOpsAddrNeedsToken(t *testing.T) {
 func TestRunServesGuardedAPI(t *testing.T) {
 	k := testkit.NewKafka(t, testkit.FakeOK())
 	r := testkit.NewRedis(t, testkit.FakeOK())
-	ctx := testkit.Context(t)
 	prefix := testkit.Name(t, "") + "."
-	adm := k.Admin(t)
-	for _, name := range []string{topics.IngestTasks, topics.IngestJobs, topics.IngestDLQ} {
-		if _, err := adm.CreateTopic(ctx, 1, -1, nil, prefix+name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createTopics(t, k, 1, prefix, topics.IngestTasks, topics.IngestJobs, topics.IngestDLQ)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +282,7 @@ func TestRunServesGuardedAPI(t *testing.T) {
 	const token = "run-test-token-0c7a51"
 	t.Setenv(apiTokenEnv, token)
 	t.Setenv("SLUICE_API_HOSTS", "sluice-ticks,sluice-ticks.sluice.svc")
-	startCLI(t, "run", "ticks", "--brokers", strings.Join(k.Brokers, ","), "--redis-url", r.URL,
+	_, _ = startCLI(t, "run", "ticks", "--brokers", strings.Join(k.Brokers, ","), "--redis-url", r.URL,
 		"--s3-endpoint=", "--object-store-dir", t.TempDir(), "--ops-addr", addr, "--log-level", "error",
 		"--topic-prefix", prefix, "--group-prefix", testkit.Name(t, "g")+"-")
 	testkit.WaitFor(t, 30*time.Second, "ops server up", func() bool {
@@ -315,4 +322,19 @@ func TestRunServesGuardedAPI(t *testing.T) {
 	if len(recs) != 1 || string(recs[0].Key) != "NQ:2025-11-18" {
 		t.Fatalf("%d task records, want the one accepted trigger", len(recs))
 	}
+}
+
+// --instance-id (KAFKA_INSTANCE_ID) is checked before anything connects:
+// Kafka allows letters, digits, '.', '_' and '-' in a group instance id
+// (249 at most, and "-<group>" follows).
+func TestRunInstanceIDChecked(t *testing.T) {
+	for _, id := range []string{"pod 0", "pod/0", strings.Repeat("x", 201)} {
+		_, err := runCLI(t, "run", "silver", "--brokers", "127.0.0.1:1", "--instance-id", id)
+		singleLine(t, err, "invalid --instance-id")
+	}
+	_, err := runCLI(t, "run", "silver", "--brokers", "127.0.0.1:1", "--instance-id", "sluice-silver-0")
+	singleLine(t, err, "kafka unreachable at 127.0.0.1:1")
+	t.Setenv("KAFKA_INSTANCE_ID", "a:b")
+	_, err = runCLI(t, "run", "silver", "--brokers", "127.0.0.1:1")
+	singleLine(t, err, `invalid --instance-id "a:b" (KAFKA_INSTANCE_ID`)
 }

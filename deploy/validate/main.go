@@ -201,7 +201,7 @@ func checkCompose(path string) {
 func checkK8s(what string, data []byte) {
 	docs := splitYAML(data)
 	kinds := map[string]int{}
-	var deployments []appsv1.Deployment
+	var workloads []workload
 	var pdbs []policyv1.PodDisruptionBudget
 	var netpols []networkingv1.NetworkPolicy
 	for i, d := range docs {
@@ -225,6 +225,8 @@ func checkK8s(what string, data []byte) {
 			obj = &corev1.Service{}
 		case "apps/v1/Deployment":
 			obj = &appsv1.Deployment{}
+		case "apps/v1/StatefulSet":
+			obj = &appsv1.StatefulSet{}
 		case "batch/v1/Job":
 			obj = &batchv1.Job{}
 		case "policy/v1/PodDisruptionBudget":
@@ -244,12 +246,10 @@ func checkK8s(what string, data []byte) {
 		kinds[meta.Kind]++
 		switch o := obj.(type) {
 		case *appsv1.Deployment:
-			deployments = append(deployments, *o)
-			checkPodSpec(what, "Deployment/"+o.Name, o.Spec.Template.Spec, true)
-			sel, err := metav1LabelSelector(o.Spec.Selector.MatchLabels)
-			if err != nil || !sel.Matches(labels.Set(o.Spec.Template.Labels)) {
-				fail("k8s Deployment/%s: selector does not match the template labels", o.Name)
-			}
+			workloads = append(workloads, checkWorkload(what, workload{"Deployment/" + o.Name, o.Spec.Selector.MatchLabels, o.Spec.Template}))
+		case *appsv1.StatefulSet:
+			workloads = append(workloads, checkWorkload(what, workload{"StatefulSet/" + o.Name, o.Spec.Selector.MatchLabels, o.Spec.Template}))
+			checkStaticMembers(what, "StatefulSet/"+o.Name, o.Spec.Template.Spec)
 		case *batchv1.Job:
 			checkPodSpec(what, "Job/"+o.Name, o.Spec.Template.Spec, false)
 		case *policyv1.PodDisruptionBudget:
@@ -265,28 +265,66 @@ func checkK8s(what string, data []byte) {
 	for _, pdb := range pdbs {
 		sel, _ := metav1LabelSelector(pdb.Spec.Selector.MatchLabels)
 		n := 0
-		for _, d := range deployments {
-			if sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		for _, w := range workloads {
+			if sel.Matches(labels.Set(w.template.Labels)) {
 				n++
 			}
 		}
 		if n != 1 {
-			fail("k8s PodDisruptionBudget/%s selects %d deployments", pdb.Name, n)
+			fail("k8s PodDisruptionBudget/%s selects %d workloads", pdb.Name, n)
 		}
 	}
-	if len(deployments) > 0 {
-		checkOpsExposure(what, deployments, netpols)
+	if len(workloads) > 0 {
+		checkOpsExposure(what, workloads, netpols)
 	}
 	ok("k8s %s: %d documents decoded strictly into k8s.io/api types %v", what, len(docs), kinds)
+}
+
+// workload is a Deployment or a StatefulSet: what the checks read of it.
+type workload struct {
+	name     string // Kind/name
+	selector map[string]string
+	template corev1.PodTemplateSpec
+}
+
+// checkWorkload checks w's pod template and that its selector matches the
+// template's labels; it returns w.
+func checkWorkload(what string, w workload) workload {
+	checkPodSpec(what, w.name, w.template.Spec, true)
+	sel, err := metav1LabelSelector(w.selector)
+	if err != nil || !sel.Matches(labels.Set(w.template.Labels)) {
+		fail("k8s %s: selector does not match the template labels", w.name)
+	}
+	return w
+}
+
+// checkStaticMembers checks that the sluice containers of a StatefulSet
+// take their group instance id from the pod name: the name a StatefulSet
+// keeps across restarts, which static membership relies on.
+func checkStaticMembers(what, name string, spec corev1.PodSpec) {
+	for _, c := range spec.Containers {
+		if len(c.Args) == 0 || c.Args[0] != "run" {
+			continue // not sluice run
+		}
+		ok := false
+		for _, e := range c.Env {
+			if e.Name == "KAFKA_INSTANCE_ID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name" {
+				ok = true
+			}
+		}
+		if !ok {
+			fail("k8s %s %s/%s: KAFKA_INSTANCE_ID must be the pod name (fieldRef metadata.name)", what, name, c.Name)
+		}
+	}
 }
 
 // checkOpsExposure checks that the ops port of every workload is covered by
 // a NetworkPolicy that admits ingress on it, and that a sluice container
 // whose ops server listens beyond loopback takes SLUICE_API_TOKEN from a
 // Secret (sluice refuses to start without it).
-func checkOpsExposure(what string, deployments []appsv1.Deployment, netpols []networkingv1.NetworkPolicy) {
-	for _, d := range deployments {
-		podLabels := labels.Set(d.Spec.Template.Labels)
+func checkOpsExposure(what string, workloads []workload, netpols []networkingv1.NetworkPolicy) {
+	for _, d := range workloads {
+		podLabels := labels.Set(d.template.Labels)
 		covered := false
 		for _, np := range netpols {
 			sel, err := metav1LabelSelector(np.Spec.PodSelector.MatchLabels)
@@ -302,9 +340,9 @@ func checkOpsExposure(what string, deployments []appsv1.Deployment, netpols []ne
 			}
 		}
 		if !covered {
-			fail("k8s %s Deployment/%s: no NetworkPolicy selects its pods and admits the ops port", what, d.Name)
+			fail("k8s %s %s: no NetworkPolicy selects its pods and admits the ops port", what, d.name)
 		}
-		for _, c := range d.Spec.Template.Spec.Containers {
+		for _, c := range d.template.Spec.Containers {
 			if !nonLoopbackOps(c.Args) { // sluice run … --ops-addr
 				continue
 			}
@@ -316,7 +354,7 @@ func checkOpsExposure(what string, deployments []appsv1.Deployment, netpols []ne
 				}
 			}
 			if !fromSecret {
-				fail("k8s %s Deployment/%s/%s: the ops server listens beyond loopback but SLUICE_API_TOKEN does not come from a (required) Secret key", what, d.Name, c.Name)
+				fail("k8s %s %s/%s: the ops server listens beyond loopback but SLUICE_API_TOKEN does not come from a (required) Secret key", what, d.name, c.Name)
 			}
 		}
 	}

@@ -141,7 +141,7 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 		return nil, err
 	}
 	runner, err := run.New(cfg.Runtime, Decode, Stage(vopts...), sink,
-		run.WithKafkaOpts(env.Kafka...), run.WithRegisterer(env.Registerer), run.WithLogger(env.Logger),
+		run.WithKafkaOpts(env.GroupKafka(cfg.Runtime.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(env.Logger),
 		run.WithStageName(StageName))
 	if err != nil {
 		return nil, fmt.Errorf("silver: %w", err)

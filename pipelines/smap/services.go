@@ -135,9 +135,9 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 		r.Add(cl.Close)
 		return cl, nil
 	}
-	opts := func(name string) []run.Option {
+	opts := func(name, group string) []run.Option {
 		return []run.Option{
-			run.WithKafkaOpts(env.Kafka...), run.WithRegisterer(env.Registerer),
+			run.WithKafkaOpts(env.GroupKafka(group)...), run.WithRegisterer(env.Registerer),
 			run.WithLogger(env.Logger), run.WithStageName(name),
 		}
 	}
@@ -155,7 +155,7 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 	// as the progress counter does.
 	crc.Retry.MaxAttempts = max(crc.Retry.MaxAttempts, minStateAttempts)
 	crun, err := run.New(crc,
-		decodeProjectCreated, col.stage, stages.SinkFunc[struct{}](discard), opts(CollectorName)...)
+		decodeProjectCreated, col.stage, stages.SinkFunc[struct{}](discard), opts(CollectorName, crc.Group)...)
 	if err != nil {
 		return nil, fmt.Errorf("smap collector: %w", err)
 	}
@@ -166,8 +166,8 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 		return nil, err
 	}
 	an := &analytics{cfg: cfg, objects: objects[AnalyticsName], m: m, log: log.With("service", AnalyticsName)}
-	arun, err := run.New(cfg.runConfig(AnalyticsName, cfg.AnalyticsGroup, cfg.DataCollectedTopic),
-		decodeCollected, an.stage, &analyticsSink{db: env.DB, prod: aprod, m: m}, opts(AnalyticsName)...)
+	arc := cfg.runConfig(AnalyticsName, cfg.AnalyticsGroup, cfg.DataCollectedTopic)
+	arun, err := run.New(arc, decodeCollected, an.stage, &analyticsSink{db: env.DB, prod: aprod, m: m}, opts(AnalyticsName, arc.Group)...)
 	if err != nil {
 		return nil, fmt.Errorf("smap analytics: %w", err)
 	}
@@ -180,7 +180,7 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 	pcomp := newCompleter(cfg, tr, pprod, objects[ProgressName], m, log.With("service", ProgressName))
 	prc := cfg.runConfig(ProgressName, cfg.ProgressGroup, cfg.AnalysisFinishedTopic)
 	prc.Retry.MaxAttempts = max(prc.Retry.MaxAttempts, minStateAttempts)
-	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, objects[ProgressName], m), pcomp.sink, opts(ProgressName)...)
+	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, objects[ProgressName], m), pcomp.sink, opts(ProgressName, prc.Group)...)
 	if err != nil {
 		return nil, fmt.Errorf("smap progress: %w", err)
 	}

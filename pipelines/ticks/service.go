@@ -94,7 +94,7 @@ func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 	}
 	w := newWorker(cfg, store, lim, env.Kafka, m, log)
 	runner, err := run.New(cfg.Runtime, decodeTaskIn, w.stage, kafkasink.Records(prod),
-		run.WithKafkaOpts(env.Kafka...),
+		run.WithKafkaOpts(env.GroupKafka(cfg.Runtime.Group)...),
 		run.WithRegisterer(env.Registerer),
 		run.WithLogger(base),
 		run.WithStageName(StageName),
