@@ -61,8 +61,8 @@ func TestParseDecimalRefuses(t *testing.T) {
 	for _, in := range []string{
 		`"NaN"`, `"Inf"`, `"-Infinity"`, `"0x10"`, `" 1"`, `"1 "`, `"1,5"`, `""`, `"-"`, `"."`, `"1e"`,
 		`true`, `null`, `[1]`, `{"v":1}`,
-		`"1e31"`,                           // 32 integer digits
-		`"1e-31"`,                          // 31 fractional digits
+		`"1e31"`,                            // 32 integer digits
+		`"1e-31"`,                           // 31 fractional digits
 		`"` + strings.Repeat("9", 31) + `"`, // 31 integer digits
 		`"` + strings.Repeat("1", 81) + `"`, // too long
 		`"1e99999"`,

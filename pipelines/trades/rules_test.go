@@ -52,7 +52,7 @@ func TestCheckUserID(t *testing.T) {
 		{"u1", ""},
 		{"A", ""},
 		{"a.b-c_d", ""},
-		{"0" + strings.Repeat("x", 63), ""},          // 64 characters
+		{"0" + strings.Repeat("x", 63), ""}, // 64 characters
 		{"0" + strings.Repeat("x", 64), RuleUserID}, // 65
 		{"", RuleUserID},
 		{"alice@example.com", RuleUserID},
