@@ -183,7 +183,7 @@ func TestScoreSinceAndLotLabels(t *testing.T) {
 func TestLotLabelsUnion(t *testing.T) {
 	h := []Trade{
 		at(0, "a", Buy, "1", "100", "0"),
-		at(time.Minute, "b", Sell, "1", "90", "0"), // loss
+		at(time.Minute, "b", Sell, "1", "90", "0"),  // loss
 		at(2*time.Minute, "c", Buy, "1", "95", "0"), // revenge
 	}
 	for i := range 9 { // the 10th trade within the hour is the closing SELL
