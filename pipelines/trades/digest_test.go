@@ -15,9 +15,12 @@ func scored(ext string, ts time.Time, side Side, qty, price, fee, realized strin
 		labels = []string{}
 	}
 	return TradeScored{
-		TradeID: TradeID("u1", "coinbase", ext), UserID: "u1", Broker: "coinbase", ExtID: ext, Symbol: "BTC", Side: side,
-		Qty: Exact{dec(qty)}, Price: Exact{dec(price)}, Fee: Exact{dec(fee)}, TS: ts, RealizedPnL: &r,
-		Labels: labels, Lots: lots, LotLabels: []string{},
+		TradeFields: TradeFields{
+			TradeID: TradeID("u1", "coinbase", ext), UserID: "u1", Broker: "coinbase", ExtID: ext, Symbol: "BTC", Side: side,
+			Qty: Exact{dec(qty)}, Price: Exact{dec(price)}, Fee: Exact{dec(fee)}, TS: ts,
+		},
+		RealizedPnL: &r,
+		Labels:      labels, Lots: lots, LotLabels: []string{},
 	}
 }
 

@@ -46,29 +46,41 @@ type Event[P any] struct {
 	Payload   P         `json:"payload"`
 }
 
-// TradeUpserted is the payload of trade.upserted: a trade as stored.
+// TradeFields are the fields of a stored trade that trade.upserted and
+// trade.scored carry (flattened into their payloads).
+type TradeFields struct {
+	TradeID string    `json:"trade_id"`
+	UserID  string    `json:"user_id"`
+	Broker  string    `json:"broker"`
+	ExtID   string    `json:"ext_id"`
+	Symbol  string    `json:"symbol"`
+	Side    Side      `json:"side"`
+	Qty     Exact     `json:"qty"`
+	Price   Exact     `json:"price"`
+	Fee     Exact     `json:"fee"`
+	TS      time.Time `json:"ts"`
+}
+
+// FieldsOf returns t's fields as events carry them.
+func FieldsOf(t Trade) TradeFields {
+	return TradeFields{
+		TradeID: t.ID, UserID: t.UserID, Broker: t.Broker, ExtID: t.ExtID, Symbol: t.Symbol, Side: t.Side,
+		Qty: Exact{t.Qty}, Price: Exact{t.Price}, Fee: Exact{t.Fee}, TS: t.TS,
+	}
+}
+
+// TradeUpserted is the payload of trade.upserted: a trade as stored, and
+// the import that stored it.
 type TradeUpserted struct {
-	TradeID  string    `json:"trade_id"`
-	UserID   string    `json:"user_id"`
-	Broker   string    `json:"broker"`
-	ExtID    string    `json:"ext_id"`
-	Symbol   string    `json:"symbol"`
-	Side     Side      `json:"side"`
-	Qty      Exact     `json:"qty"`
-	Price    Exact     `json:"price"`
-	Fee      Exact     `json:"fee"`
-	TS       time.Time `json:"ts"`
-	ImportID string    `json:"import_id"`
+	TradeFields
+	ImportID string `json:"import_id"`
 }
 
 // NewTradeUpserted is the trade.upserted event of t stored by importID.
 func NewTradeUpserted(t Trade, importID string, at time.Time) Event[TradeUpserted] {
 	return Event[TradeUpserted]{
 		EventID: TradeUpsertedEventID(t), Type: TypeTradeUpserted, Timestamp: at.UTC(),
-		Payload: TradeUpserted{
-			TradeID: t.ID, UserID: t.UserID, Broker: t.Broker, ExtID: t.ExtID, Symbol: t.Symbol, Side: t.Side,
-			Qty: Exact{t.Qty}, Price: Exact{t.Price}, Fee: Exact{t.Fee}, TS: t.TS, ImportID: importID,
-		},
+		Payload: TradeUpserted{TradeFields: FieldsOf(t), ImportID: importID},
 	}
 }
 
@@ -129,20 +141,11 @@ type LotPnL struct {
 // opened with (sorted). RealizedPnL is 0 for a BUY. A nil RealizedPnL is
 // absent (rule trades.scored). The digest aggregates these payloads.
 type TradeScored struct {
-	TradeID     string    `json:"trade_id"`
-	UserID      string    `json:"user_id"`
-	Broker      string    `json:"broker"`
-	ExtID       string    `json:"ext_id"`
-	Symbol      string    `json:"symbol"`
-	Side        Side      `json:"side"`
-	Qty         Exact     `json:"qty"`
-	Price       Exact     `json:"price"`
-	Fee         Exact     `json:"fee"`
-	TS          time.Time `json:"ts"`
-	RealizedPnL *Fixed8   `json:"realized_pnl"`
-	LotLabels   []string  `json:"lot_labels"`
-	Labels      []string  `json:"labels"`
-	Lots        []LotPnL  `json:"lots"`
+	TradeFields
+	RealizedPnL *Fixed8  `json:"realized_pnl"`
+	LotLabels   []string `json:"lot_labels"`
+	Labels      []string `json:"labels"`
+	Lots        []LotPnL `json:"lots"`
 }
 
 // DigestRequest is the payload of digest.request: emit the user's digest of

@@ -116,9 +116,11 @@ func TestTradeUpsertedEvent(t *testing.T) {
 func TestTradeScoredRoundTrip(t *testing.T) {
 	r := Fixed8{decimal.RequireFromString("-1.234567895")}
 	in := TradeScored{
-		TradeID: "t1", UserID: "u1", Broker: "coinbase", ExtID: "x", Symbol: "BTC-USD", Side: Sell,
-		Qty: Exact{decimal.RequireFromString("2")}, Price: Exact{decimal.RequireFromString("10.5")},
-		Fee: Exact{decimal.RequireFromString("0.1")}, TS: time.Date(2025, 1, 6, 10, 0, 0, 0, time.UTC),
+		TradeFields: TradeFields{
+			TradeID: "t1", UserID: "u1", Broker: "coinbase", ExtID: "x", Symbol: "BTC-USD", Side: Sell,
+			Qty: Exact{decimal.RequireFromString("2")}, Price: Exact{decimal.RequireFromString("10.5")},
+			Fee: Exact{decimal.RequireFromString("0.1")}, TS: time.Date(2025, 1, 6, 10, 0, 0, 0, time.UTC),
+		},
 		RealizedPnL: &r, LotLabels: []string{"overtrading"}, Labels: []string{},
 		Lots: []LotPnL{{Qty: Exact{decimal.RequireFromString("2")}, PnL: r, Labels: []string{"overtrading"}}},
 	}

@@ -183,12 +183,9 @@ func (s Scored) LabelNames() []string {
 
 // Payload is s's trade.scored payload.
 func (s Scored) Payload() TradeScored {
-	t := s.Trade
 	realized := Fixed8{s.Realized}
 	p := TradeScored{
-		TradeID: t.ID, UserID: t.UserID, Broker: t.Broker, ExtID: t.ExtID, Symbol: t.Symbol, Side: t.Side,
-		Qty: Exact{t.Qty}, Price: Exact{t.Price}, Fee: Exact{t.Fee}, TS: t.TS,
-		RealizedPnL: &realized, LotLabels: []string{}, Labels: s.LabelNames(), Lots: []LotPnL{},
+		TradeFields: FieldsOf(s.Trade), RealizedPnL: &realized, LotLabels: []string{}, Labels: s.LabelNames(), Lots: []LotPnL{},
 	}
 	for _, l := range s.Lots {
 		p.Lots = append(p.Lots, LotPnL{Qty: Exact{l.Qty}, PnL: Fixed8{l.PnL}, Labels: l.Labels})
