@@ -121,6 +121,8 @@ func (c PageCommand) MarshalJSON() ([]byte, error) {
 	}{KindPage, page(c)})
 }
 
+var _ stages.Decoder[Command] = DecodeCommand
+
 // DecodeCommand is the decoder of trades.import (a stages.Decoder): a value
 // that is not UTF-8 or not a JSON object is a decode_error, a missing or
 // unknown kind an unknown_task_type. Fields that rules check (user_id,

@@ -118,7 +118,7 @@ func clip(s string) string {
 // Exact is a decimal that travels as a JSON string with its exact value
 // (canonical text: no exponent, no trailing zeros), for quantities, prices
 // and fees. It unmarshals from a JSON string or number within the bounds
-// of ParseDecimal.
+// of ParseDecimal; null leaves it unchanged.
 type Exact struct{ decimal.Decimal }
 
 // MarshalJSON implements json.Marshaler.
@@ -128,6 +128,9 @@ func (e Exact) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (e *Exact) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" { // as encoding/json does: null leaves the value
+		return nil
+	}
 	d, err := ParseDecimal(b)
 	if err != nil {
 		return err
@@ -139,7 +142,7 @@ func (e *Exact) UnmarshalJSON(b []byte) error {
 // Fixed8 is a P/L value: a JSON string with exactly PnLPlaces fractional
 // digits, rounded half-even ("-12.34567890"). It unmarshals from a JSON
 // string or number within the bounds of ParseDecimal, keeping the value it
-// reads (no rounding on input).
+// reads (no rounding on input); null leaves it unchanged.
 type Fixed8 struct{ decimal.Decimal }
 
 // MarshalJSON implements json.Marshaler.
@@ -149,6 +152,9 @@ func (f Fixed8) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (f *Fixed8) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" { // as encoding/json does: null leaves the value
+		return nil
+	}
 	d, err := ParseDecimal(b)
 	if err != nil {
 		return err

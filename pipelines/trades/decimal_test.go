@@ -79,3 +79,16 @@ func TestParseDecimalRefuses(t *testing.T) {
 		}
 	}
 }
+
+func TestDecimalNullLeavesValue(t *testing.T) {
+	v := struct {
+		E Exact  `json:"e"`
+		F Fixed8 `json:"f"`
+	}{Exact{dec("1.5")}, Fixed8{dec("2")}}
+	if err := json.Unmarshal([]byte(`{"e":null,"f":null}`), &v); err != nil || v.E.String() != "1.5" || v.F.String() != "2" {
+		t.Errorf("after nulls: %s %s (%v)", v.E, v.F, err)
+	}
+	if err := json.Unmarshal([]byte(`{"e":"x"}`), &v); err == nil {
+		t.Error("a non-number was accepted")
+	}
+}

@@ -23,6 +23,11 @@
 //     (window.go), and the digest aggregate as a pure function of a
 //     window's contributions (Aggregate).
 //   - AES-GCM sealing of broker tokens under BROKER_TOKEN_KEY (tokens.go).
+//   - The BrokerAdapter interface with the classification of fetch errors
+//     (broker.go) and the deterministic synthetic broker with its fault
+//     options (synthetic.go); the coinbase and binance adapters are not
+//     written.
+//   - The HMAC-signed AI coach client (coach.go).
 //   - The tables, in schemas/migrations (trades, broker_connections,
 //     bias_tags, digests, market_bars).
 //
@@ -32,6 +37,8 @@
 // trades-import, trades-score and trades-digest, their state stores
 // (trades.import.state, trades.digest.state), timers and dead-lettering
 // need runtime features that are not in stages/run yet. There is no
-// declaration in the pipeline registry, no CLI command, no API route, no
-// metric, no JSON Schema for these records, no market data and no sim.
+// declaration in the pipeline registry, no topic in the catalog, no CLI
+// command, no API route, no metric, no JSON Schema for these records, no
+// record format for the import state, no Postgres or object-store sink,
+// no market data and no sim.
 package trades
