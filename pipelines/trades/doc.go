@@ -1,4 +1,4 @@
-// Package trades is the domain layer of the trades pipeline (seed 004): a
+// Package trades is the domain layer of the trades pipeline: a
 // user's broker trades are imported, scored for behavioural biases and
 // summed up in weekly digests. Every topic is keyed by user_id.
 //

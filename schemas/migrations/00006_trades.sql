@@ -1,7 +1,7 @@
--- Tables of the trades pipeline (package pipelines/trades). The seed's
--- ERD is not available: the columns are chosen from the fields its
--- repositories use. There is no outbox table: the Kafka topics are the
--- outbox.
+-- Tables of the trades pipeline (package pipelines/trades). The columns
+-- are chosen from the fields the original system's repositories used (its
+-- data model was not available). There is no outbox table: the Kafka
+-- topics are the outbox.
 --
 -- broker_connections holds a user's broker tokens, sealed with AES-GCM
 -- under BROKER_TOKEN_KEY (never stored or logged in clear). trades are
