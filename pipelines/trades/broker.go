@@ -63,10 +63,11 @@ func (e *BrokerError) Error() string {
 }
 
 // ClassifyFetchError says what the runtime does with a failed fetch:
-// 401 and 403 are permanent (sanity_fail, trades.broker_auth); 429 is
-// retried after Retry-After, else the page's last known reset, plus safety
-// (BROKER_RATE_LIMIT_SAFETY_MS); anything else (5xx, network, timeouts) is
-// retried with backoff. Retries carry rule trades.broker_fetch, so an
+// 401 and 403 are permanent (sanity_fail, trades.broker_auth); 429 is a
+// wait that spends no attempt (stages.Wait) of Retry-After, else the
+// page's last known reset, plus safety (BROKER_RATE_LIMIT_SAFETY_MS) — the
+// caller bounds the total a page may wait; anything else (5xx, network,
+// timeouts) is retried with backoff, with rule trades.broker_fetch, so an
 // import whose retries run out is dead-lettered as retries_exhausted with
 // that rule. A cancelled ctx's error is returned unchanged.
 func ClassifyFetchError(err error, reset, safety time.Duration) error {
@@ -83,7 +84,7 @@ func ClassifyFetchError(err error, reset, safety time.Duration) error {
 			if wait <= 0 {
 				wait = reset
 			}
-			return &stages.Error{Kind: stages.KindRetry, Rule: RuleBrokerFetch, After: wait + safety, Err: err}
+			return stages.Wait(wait+safety, err)
 		}
 	}
 	return &stages.Error{Kind: stages.KindRetry, Rule: RuleBrokerFetch, Err: err}

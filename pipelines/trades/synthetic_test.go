@@ -176,8 +176,8 @@ func TestClassifyFetchError(t *testing.T) {
 	}{
 		{"401", &BrokerError{Status: 401}, stages.KindDeadLetter, stages.ReasonSanityFail, RuleBrokerAuth, 0},
 		{"403", fmt.Errorf("page 3: %w", &BrokerError{Status: 403}), stages.KindDeadLetter, stages.ReasonSanityFail, RuleBrokerAuth, 0},
-		{"429 with Retry-After", &BrokerError{Status: 429, RetryAfter: time.Second}, stages.KindRetry, "", RuleBrokerFetch, time.Second + safety},
-		{"429 without", &BrokerError{Status: 429}, stages.KindRetry, "", RuleBrokerFetch, reset + safety},
+		{"429 with Retry-After", &BrokerError{Status: 429, RetryAfter: time.Second}, stages.KindWait, "", "", time.Second + safety},
+		{"429 without", &BrokerError{Status: 429}, stages.KindWait, "", "", reset + safety},
 		{"503", &BrokerError{Status: 503}, stages.KindRetry, "", RuleBrokerFetch, 0},
 		{"network", errors.New("connection reset"), stages.KindRetry, "", RuleBrokerFetch, 0},
 		{"deadline", context.DeadlineExceeded, stages.KindRetry, "", RuleBrokerFetch, 0},
