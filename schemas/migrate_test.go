@@ -152,10 +152,11 @@ func TestMigrateCreatesTablesInSearchPathSchema(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Migrate: %v", err)
 			}
-			if want := schemas.MigrationNames(); !slices.Equal(applied, want) || len(want) != 5 {
+			if want := schemas.MigrationNames(); !slices.Equal(applied, want) || len(want) != 6 {
 				t.Fatalf("applied %v, want %v", applied, want)
 			}
-			want := []string{"control_flags", "dlq_archive", "post_analytics", "sa_silver", schemas.VersionTable, "ta_silver"}
+			want := []string{"bias_tags", "broker_connections", "control_flags", "digests", "dlq_archive", "market_bars",
+				"post_analytics", "sa_silver", schemas.VersionTable, "ta_silver", "trades"}
 			if got := tables(t, admin, schema); !slices.Equal(got, want) {
 				t.Fatalf("tables in %s = %v, want %v", schema, got, want)
 			}
