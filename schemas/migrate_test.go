@@ -152,12 +152,12 @@ func TestMigrateCreatesTablesInSearchPathSchema(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Migrate: %v", err)
 			}
-			if want := schemas.MigrationNames(); !slices.Equal(applied, want) || len(want) != 6 {
+			if want := schemas.MigrationNames(); !slices.Equal(applied, want) || len(want) != 7 {
 				t.Fatalf("applied %v, want %v", applied, want)
 			}
-			want := []string{"analysis_catalog", "analysis_jobs", "analysis_jobs_status", "control_flags", "dlq_archive",
-				"module_snapshots", "post_analytics", "sa_silver", schemas.VersionTable, "ta_silver", "ticker_data_modules",
-				"ticker_modules_status", "unit_analyses"}
+			want := []string{"analysis_catalog", "analysis_jobs", "analysis_jobs_status", "bias_tags", "broker_connections",
+				"control_flags", "digests", "dlq_archive", "market_bars", "module_snapshots", "post_analytics", "sa_silver",
+				schemas.VersionTable, "ta_silver", "ticker_data_modules", "ticker_modules_status", "trades", "unit_analyses"}
 			if got := tables(t, admin, schema); !slices.Equal(got, want) {
 				t.Fatalf("tables in %s = %v, want %v", schema, got, want)
 			}
