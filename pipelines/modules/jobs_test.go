@@ -14,9 +14,9 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	paris := time.FixedZone("CET", 3600)
 	for name, k := range map[string]string{
-		"lower case":         IdempotencyKey("nvda", JobTypeTickerActivity, []string{"dark_pool", "options_flow"}, at1405),
-		"repeated module":    IdempotencyKey("NVDA", JobTypeTickerActivity, []string{"options_flow", "dark_pool", "options_flow"}, at1405),
-		"end of the hour":    IdempotencyKey("NVDA", JobTypeTickerActivity, []string{"dark_pool", "options_flow"}, at1405.Add(54*time.Minute+59*time.Second)),
+		"lower case":        IdempotencyKey("nvda", JobTypeTickerActivity, []string{"dark_pool", "options_flow"}, at1405),
+		"repeated module":   IdempotencyKey("NVDA", JobTypeTickerActivity, []string{"options_flow", "dark_pool", "options_flow"}, at1405),
+		"end of the hour":   IdempotencyKey("NVDA", JobTypeTickerActivity, []string{"dark_pool", "options_flow"}, at1405.Add(54*time.Minute+59*time.Second)),
 		"another time zone": IdempotencyKey("Nvda", JobTypeTickerActivity, []string{"options_flow", "dark_pool"}, at1405.In(paris)),
 	} {
 		if k != want {
