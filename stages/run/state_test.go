@@ -296,6 +296,15 @@ func tokenRecord(topic string, p int32, key string, value []byte, epoch int32, v
 	}}
 }
 
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("not a number: %q", s)
+	}
+	return n
+}
+
 func tallyJSON(n int) []byte { b, _ := json.Marshal(keyTally{N: n}); return b }
 
 // A zombie's late record (an epoch below one written before it in the
