@@ -317,7 +317,7 @@ func TestRestoreFence(t *testing.T) {
 	changelog := k.Topic(t, "state", 1, compacted)
 	recs := []*kgo.Record{
 		tokenRecord(changelog, 0, "a", tallyJSON(1), 5, 1),
-		tokenRecord(changelog, 0, "b", tallyJSON(2), 7, 2), // the new owner's first write
+		tokenRecord(changelog, 0, "b", tallyJSON(2), 7, 2),  // the new owner's first write
 		tokenRecord(changelog, 0, "a", tallyJSON(99), 5, 3), // the zombie's late write: refused
 		tokenRecord(changelog, 0, "c", tallyJSON(3), 7, 9),
 		tokenRecord(changelog, 0, "c", tallyJSON(4), 7, 8), // an earlier version after a later one
