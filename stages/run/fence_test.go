@@ -3,6 +3,7 @@ package run_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,8 +83,15 @@ func TestStoreRebalanceExact(t *testing.T) {
 	adm := k.Admin(t)
 	const n = 2000
 	recs := produce(t, k.Client(t), cfg.Topics[0], n, 53, nil)
+	// Member A is slow until B has partitions, so that B's join moves
+	// partitions that A has state for but has not finished.
+	regB := prometheus.NewRegistry()
+	var bAssigned atomic.Bool
 	slow := func(batch []msg, _ int) error {
-		time.Sleep(time.Duration(len(batch)) * time.Millisecond)
+		if !bAssigned.Load() {
+			bAssigned.Store(testkit.Metric(t, regB, "sluice_assigned_partitions") > 0)
+			time.Sleep(time.Duration(len(batch)) * 5 * time.Millisecond)
+		}
 		return nil
 	}
 	storeA := newKeyTallies(t, changelog, nil)
@@ -92,8 +100,7 @@ func TestStoreRebalanceExact(t *testing.T) {
 	testkit.WaitFor(t, 60*time.Second, "member A to write 300 records", func() bool { return sinkA.Len() >= 300 })
 
 	storeB := newKeyTallies(t, changelog, nil)
-	regB := prometheus.NewRegistry()
-	sinkB := memsink.New(memsink.WithFailure(slow))
+	sinkB := memsink.New[msg]()
 	_, stopB := start(t, k, cfg, tallyStage(storeB), sinkB, run.WithStores(storeB), run.WithRegisterer(regB))
 	testkit.WaitFor(t, 120*time.Second, "every record committed", func() bool {
 		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
