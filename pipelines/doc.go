@@ -1,8 +1,20 @@
 // Package pipelines holds what every sluice pipeline is built from: the
-// shared environment (connections, registry, logger, ops server) and the
-// Service contract the CLI runs. One sub-package per pipeline (silver,
-// ticks, smap, …) declares its topics → stages → sinks next to its business
-// rules.
+// shared environment (connections, registry, logger, ops server), the
+// Service contract the CLI runs, the Spec a pipeline declares itself with
+// and the builder that owns what the services hold.
+//
+// One sub-package per pipeline (silver, ticks, smap, …) declares itself
+// once, in its declare.go: name, doc line, consumer groups with their
+// input topic, decoder, stage, sink and DLQ, state stores, outputs, the
+// resources it needs, and Build. Topic names are catalog constants
+// (package topics). Package registry lists the declarations; sluice run
+// and sluice demo build them with Build, which applies the run's Naming
+// (group and topic prefixes), and release what they hold with Set.Close.
+//
+// A pipeline's constructor registers every client it builds on the
+// Resources it is given and closes nothing itself: the Resources are
+// released when all its services have returned from Run, when building
+// fails, or by Set.Close for services that never ran.
 package pipelines
 
 import (

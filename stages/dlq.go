@@ -2,7 +2,7 @@ package stages
 
 import "time"
 
-// DLQ header names fixed by the design (DESIGN §3). Every DLQ record keeps the
+// DLQ header names (the DLQ header contract, docs/dead-letters.md). Every DLQ record keeps the
 // original key and value bytes and carries these headers.
 const (
 	HeaderReason          = "dlq.reason"

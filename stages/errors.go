@@ -9,7 +9,7 @@ import (
 // Reason is the value of the dlq.reason header.
 type Reason string
 
-// Reasons fixed by the design (DESIGN §3).
+// The dlq.reason values (the DLQ header contract, docs/dead-letters.md).
 const (
 	ReasonSanityFail       Reason = "sanity_fail"
 	ReasonDecodeError      Reason = "decode_error"

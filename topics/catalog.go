@@ -1,6 +1,6 @@
 // Package topics is sluice's topic catalog: the name, key, partition count,
 // cleanup policy and retention of every Kafka topic the pipelines use
-// (DESIGN §4), plus idempotent creation and alignment of those topics with
+// (docs/topics.md), plus idempotent creation and alignment of those topics with
 // kadm (Ensure) and a per-topic summary of offsets (List).
 //
 // The catalog is data, not state: Catalog returns a fresh slice on every call
@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Topic names (fixed by DESIGN §4). Pipelines refer to topics through these
+// Topic names (the topic catalog, docs/topics.md). Pipelines refer to topics through these
 // constants; a prefix chosen with WithPrefix is prepended at run time.
 const (
 	BronzeRecords = "bronze.records"
@@ -152,7 +152,7 @@ func state(name, key string, partitions int32, doc string) Spec {
 		Cleanup: CleanupCompact, Configs: compactConfigs(), Doc: doc}
 }
 
-// Catalog returns every topic of DESIGN §4 with its default settings, in
+// Catalog returns every catalog topic (docs/topics.md) with its default settings, in
 // catalog order. The slice and its maps are new on every call.
 func Catalog() []Spec {
 	jobs := state(IngestJobs, "job key SYMBOL:YYYY-MM-DD", 3, "ticks job state (last record per job key)")

@@ -11,7 +11,7 @@ import (
 
 func TestCatalogCoversDesign(t *testing.T) {
 	t.Parallel()
-	want := map[string]string{ // DESIGN §4: name → cleanup policy
+	want := map[string]string{ // docs/topics.md: name → cleanup policy
 		"bronze.records": "delete", "bronze.dlq": "delete", "control.flags": "compact",
 		"ingest.tasks": "delete", "ingest.jobs": "compact", "ingest.dlq": "delete",
 		"smap.project.created": "delete", "smap.data.collected": "delete", "smap.analysis.finished": "delete",

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/groupctl"
 	"github.com/sluicehq/sluice/internal/localsvc"
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/pipelines/ticks"
@@ -158,7 +159,13 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 	}
 	tw.Flush()
 
-	env, closeEnv, err := g.buildEnv(ctx, needs{db: true, redis: true, objects: true})
+	scenarios := demoScenarios(o)
+	var settings registry.Settings
+	for _, s := range scenarios {
+		s.configure(&settings)
+	}
+	specs := registry.All(settings)
+	env, closeEnv, err := g.buildEnv(ctx, needsOf(specs))
 	defer closeEnv()
 	if err != nil {
 		return err
@@ -188,15 +195,11 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 	}
 	fmt.Fprintf(out, "migrations: %d applied\n", len(applied))
 
-	scenarios := demoScenarios(o)
-	var services []pipelines.Service
-	for _, s := range scenarios {
-		ss, err := s.services(env)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
-		services = append(services, ss...)
+	set, err := pipelines.Build(env, pipelines.Naming{}, specs)
+	if err != nil {
+		return err
 	}
+	defer set.Close()
 	// The scenarios run under pipeCtx, which ends when the pipelines stop on
 	// their own (a service failed, the ops address is taken): the scenarios
 	// would otherwise wait for records nobody processes until --timeout.
@@ -206,7 +209,7 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 	served := make(chan error, 1)
 	opsBound := make(chan net.Addr, 1)
 	go func() {
-		err := serve(runCtx, env, o.opsAddr, services, func(a net.Addr) { opsBound <- a })
+		err := serve(runCtx, env, o.opsAddr, set.Services, func(a net.Addr) { opsBound <- a })
 		if err != nil {
 			pipesDown(err)
 		} else {
@@ -228,10 +231,14 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 	}
 
 	var summary []demoRow
-	for _, s := range scenarios {
-		fmt.Fprintf(out, "\n▶ %s: %s\n", s.name, s.about)
+	for _, spec := range specs {
+		s, ok := scenarios[spec.Name]
+		if !ok {
+			continue // the pipeline runs, without a scenario
+		}
+		fmt.Fprintf(out, "\n▶ %s: %s\n", spec.Name, s.about)
 		sctx, cancel := context.WithTimeout(pipeCtx, o.timeout)
-		rows, err := s.run(sctx, env, adm, cl, out)
+		rows, err := s.run(sctx, spec, env, adm, cl, out)
 		cancel()
 		if err != nil {
 			perr := pipelinesFailed()
@@ -240,9 +247,9 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 			case perr != nil:
 				return fmt.Errorf("pipelines: %w", perr)
 			case ctx.Err() != nil:
-				return fmt.Errorf("demo interrupted during the %s scenario: %w", s.name, context.Cause(ctx))
+				return fmt.Errorf("demo interrupted during the %s scenario: %w", spec.Name, context.Cause(ctx))
 			}
-			return fmt.Errorf("%s scenario: %w", s.name, err)
+			return fmt.Errorf("%s scenario: %w", spec.Name, err)
 		}
 		summary = append(summary, rows...)
 	}
@@ -268,9 +275,9 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 		// One write, so that a reader seeing the first line sees them all.
 		hints := fmt.Sprintf("\nEverything keeps running; Ctrl-C to stop. Try:\n"+
 			"  kcat -b %[1]s -L\n"+
-			"  kcat -b %[1]s -C -t bronze.dlq -f '%%k %%h\\n%%s\\n\\n' -e\n"+
-			"  echo 'VNM:{\"task_type\":\"ta.bar\",\"payload\":{\"symbol\":\"VNM\",\"trade_date\":\"2024-05-02\",\"open\":1,\"high\":2,\"low\":1,\"close\":2,\"volume\":10}}' | kcat -b %[1]s -P -t bronze.records -K: -X topic.partitioner=murmur2_random\n",
-			strings.Join(g.Kafka.Brokers, ","))
+			"  kcat -b %[1]s -C -t %[2]s -f '%%k %%h\\n%%s\\n\\n' -e\n"+
+			"  echo 'VNM:{\"task_type\":\"ta.bar\",\"payload\":{\"symbol\":\"VNM\",\"trade_date\":\"2024-05-02\",\"open\":1,\"high\":2,\"low\":1,\"close\":2,\"volume\":10}}' | kcat -b %[1]s -P -t %[3]s -K: -X topic.partitioner=murmur2_random\n",
+			strings.Join(g.Kafka.Brokers, ","), topics.BronzeDLQ, topics.BronzeRecords)
 		if ops != nil {
 			hints += fmt.Sprintf("  curl -s http://%s/metrics | grep sluice_\n", dialAddr(ops))
 		}
@@ -309,15 +316,19 @@ type demoRow struct {
 	count          int64
 }
 
-// demoScenario is one pipeline's part of the demo.
+// demoScenario is one pipeline's part of the demo: configure sets the
+// pipeline's settings, run drives the running pipeline (spec is its
+// declaration) and reports what it did.
 type demoScenario struct {
-	name, about string
-	services    func(env pipelines.Env) ([]pipelines.Service, error)
-	run         func(ctx context.Context, env pipelines.Env, adm *kadm.Client, cl *kgo.Client, out io.Writer) ([]demoRow, error)
+	about     string
+	configure func(*registry.Settings)
+	run       func(ctx context.Context, spec pipelines.Spec, env pipelines.Env, adm *kadm.Client, cl *kgo.Client, out io.Writer) ([]demoRow, error)
 }
 
-func demoScenarios(o *demoOptions) []demoScenario {
-	return []demoScenario{silverDemo(o), ticksDemo(o), smapDemo(o)}
+// demoScenarios returns the scenarios by pipeline name; they run in the
+// registry's order. A pipeline without one runs without a scenario.
+func demoScenarios(o *demoOptions) map[string]demoScenario {
+	return map[string]demoScenario{silver.Name: silverDemo(o), ticks.Name: ticksDemo(o), smap.Name: smapDemo(o)}
 }
 
 // ticksDemo fetches a short synthetic session for a few symbols, segment by
@@ -327,12 +338,9 @@ func ticksDemo(o *demoOptions) demoScenario {
 	symbols := []string{"AAPL", "MSFT", "NVDA"}
 	const date = "2024-05-02"
 	return demoScenario{
-		name:  "ticks",
-		about: fmt.Sprintf("one synthetic 2-minute session of %s on %s, fetched in ≤1000-tick segments into Parquet", strings.Join(symbols, ", "), date),
-		services: func(env pipelines.Env) ([]pipelines.Service, error) {
-			return ticks.Services(env, cfg)
-		},
-		run: func(ctx context.Context, env pipelines.Env, _ *kadm.Client, _ *kgo.Client, out io.Writer) ([]demoRow, error) {
+		about:     fmt.Sprintf("one synthetic 2-minute session of %s on %s, fetched in ≤1000-tick segments into Parquet", strings.Join(symbols, ", "), date),
+		configure: func(s *registry.Settings) { s.Ticks = cfg },
+		run: func(ctx context.Context, _ pipelines.Spec, env pipelines.Env, _ *kadm.Client, _ *kgo.Client, out io.Writer) ([]demoRow, error) {
 			sum, err := ticks.DemoScenario(ctx, env, cfg, "demo", date, symbols...)
 			if err != nil {
 				return nil, err
@@ -352,12 +360,9 @@ func ticksDemo(o *demoOptions) demoScenario {
 // smapDemo creates a project of synthetic items and follows it to DONE.
 func smapDemo(o *demoOptions) demoScenario {
 	return demoScenario{
-		name:  "smap",
-		about: fmt.Sprintf("a project of %d synthetic social posts: collector → object store → analytics → progress → smap.job.completed", o.smapItems),
-		services: func(env pipelines.Env) ([]pipelines.Service, error) {
-			return smap.Services(env, smap.Config{})
-		},
-		run: func(ctx context.Context, env pipelines.Env, _ *kadm.Client, _ *kgo.Client, out io.Writer) ([]demoRow, error) {
+		about:     fmt.Sprintf("a project of %d synthetic social posts: collector → object store → analytics → progress → %s", o.smapItems, topics.SmapJobCompleted),
+		configure: func(s *registry.Settings) { s.Smap = smap.Config{} },
+		run: func(ctx context.Context, _ pipelines.Spec, env pipelines.Env, _ *kadm.Client, _ *kgo.Client, out io.Writer) ([]demoRow, error) {
 			bar := newProgressBar(out, "smap")
 			p, err := smap.DemoScenario(ctx, env, smap.Config{}, smap.DemoOptions{Items: o.smapItems, Report: func(p smap.Progress) {
 				bar.update(p.Processed, p.Total, p.Status)
@@ -373,7 +378,7 @@ func smapDemo(o *demoOptions) demoScenario {
 			return []demoRow{
 				{"smap", "project " + p.ProjectID + " items (status " + p.Status + ")", p.Total},
 				{"smap", "rows in post_analytics", analysed},
-				{"smap", "failed items (smap.analytics.errors)", p.Errors},
+				{"smap", "failed items (" + topics.SmapAnalyticsErrors + ")", p.Errors},
 			}, nil
 		},
 	}
@@ -383,18 +388,16 @@ func smapDemo(o *demoOptions) demoScenario {
 // consumed all of it.
 func silverDemo(o *demoOptions) demoScenario {
 	return demoScenario{
-		name:  "silver",
-		about: fmt.Sprintf("%d bronze records (half TA bars, half SA articles, 10%% invalid) → ta_silver / sa_silver / bronze.dlq", o.records),
-		services: func(env pipelines.Env) ([]pipelines.Service, error) {
-			return silver.Services(env, silver.Config{BacklogInterval: time.Second})
-		},
-		run: func(ctx context.Context, env pipelines.Env, adm *kadm.Client, cl *kgo.Client, out io.Writer) ([]demoRow, error) {
+		about:     fmt.Sprintf("%d bronze records (half TA bars, half SA articles, 10%% invalid) → ta_silver / sa_silver / %s", o.records, topics.BronzeDLQ),
+		configure: func(s *registry.Settings) { s.Silver = silver.Config{BacklogInterval: time.Second} },
+		run: func(ctx context.Context, spec pipelines.Spec, env pipelines.Env, adm *kadm.Client, cl *kgo.Client, out io.Writer) ([]demoRow, error) {
+			in := spec.Consumers[0]
 			corpus := silver.NewCorpus(time.Now().UnixNano(), 0.1, silver.CorpusKeys(max(1, o.records/3)))
 			bar := newProgressBar(out, "produce")
 			var perr error
 			for i := 0; i < o.records; i++ {
 				r := corpus.Next()
-				cl.Produce(ctx, &kgo.Record{Topic: topics.BronzeRecords, Key: []byte(r.Key), Value: r.Value}, func(_ *kgo.Record, err error) {
+				cl.Produce(ctx, &kgo.Record{Topic: in.Input, Key: []byte(r.Key), Value: r.Value}, func(_ *kgo.Record, err error) {
 					if err != nil && perr == nil {
 						perr = err
 					}
@@ -413,12 +416,12 @@ func silverDemo(o *demoOptions) demoScenario {
 			bar.finish()
 			bar = newProgressBar(out, "silver")
 			for {
-				rep, err := groupctl.Lag(ctx, adm, "silver")
+				rep, err := groupctl.Lag(ctx, adm, in.Group)
 				if err == nil {
-					if gl, ok := rep.Group("silver"); ok && gl.Err == nil && len(gl.Partitions) > 0 {
+					if gl, ok := rep.Group(in.Group); ok && gl.Err == nil && len(gl.Partitions) > 0 {
 						var lag, end int64
 						for _, p := range gl.Partitions {
-							if p.Topic == topics.BronzeRecords {
+							if p.Topic == in.Input {
 								lag += max(p.Lag, 0)
 								end += p.End
 							}
@@ -446,7 +449,7 @@ func silverDemo(o *demoOptions) demoScenario {
 				rows = append(rows, demoRow{"silver", "rows in " + tbl, n})
 			}
 			perRule := map[string]int64{}
-			err := dlq.Inspect(ctx, env.Kafka, topics.BronzeDLQ, dlq.Filter{}, 0, func(r dlq.Record) error {
+			err := dlq.Inspect(ctx, env.Kafka, in.DLQ, dlq.Filter{}, 0, func(r dlq.Record) error {
 				k := r.Reason
 				if r.Rule != "" {
 					k += " " + r.Rule
@@ -455,7 +458,7 @@ func silverDemo(o *demoOptions) demoScenario {
 				return nil
 			})
 			if err != nil {
-				return nil, fmt.Errorf("read bronze.dlq: %w", err)
+				return nil, fmt.Errorf("read %s: %w", in.DLQ, err)
 			}
 			keys := make([]string, 0, len(perRule))
 			for k := range perRule {
@@ -463,7 +466,7 @@ func silverDemo(o *demoOptions) demoScenario {
 			}
 			sort.Strings(keys)
 			for _, k := range keys {
-				rows = append(rows, demoRow{"silver", "bronze.dlq " + k, perRule[k]})
+				rows = append(rows, demoRow{"silver", in.DLQ + " " + k, perRule[k]})
 			}
 			return rows, nil
 		},

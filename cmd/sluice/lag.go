@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -31,13 +30,11 @@ non-zero after printing the others.`,
 			if err := checkTimeout(timeout); err != nil {
 				return err
 			}
-			adm, closeFn, err := kafkaAdmin(cmd.Context(), g)
+			adm, ctx, done, err := kafkaAdminFor(cmd.Context(), g, timeout)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
+			defer done()
 			rep, err := groupctl.Lag(ctx, adm, groups...)
 			if err != nil {
 				return err

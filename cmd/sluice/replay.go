@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -59,13 +58,11 @@ stderr: it seeds the group's start there, or, after a mistyped --group or
 					req.Partitions[t] = partitions
 				}
 			}
-			adm, closeFn, err := kafkaAdmin(cmd.Context(), g)
+			adm, ctx, done, err := kafkaAdminFor(cmd.Context(), g, timeout)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
+			defer done()
 			plan, err := groupctl.Replay(ctx, adm, req)
 			if err != nil {
 				return err

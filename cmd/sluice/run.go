@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -16,60 +17,19 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/pipelines/silver"
-	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/pipelines/ticks"
 	"github.com/sluicehq/sluice/stages/run"
-	"github.com/sluicehq/sluice/topics"
 )
 
-// pipelineSpec says how to build a named pipeline and what it connects to.
-type pipelineSpec struct {
-	needs needs
-	doc   string
-	// topics are the catalog topics the pipeline reads and writes; they
-	// must exist before it starts (sluice topics ensure creates them).
-	topics []string
-	build  func(env pipelines.Env) ([]pipelines.Service, error)
-}
-
-// pipelineSpecs lists the pipelines `sluice run` knows, built fresh per call.
-func pipelineSpecs(o *runOptions) map[string]pipelineSpec {
-	return map[string]pipelineSpec{
-		"silver": {
-			needs:  needs{db: true},
-			topics: []string{topics.BronzeRecords, topics.BronzeDLQ, topics.ControlFlags},
-			doc:    "bronze.records → validate → ta_silver/sa_silver upsert, bronze.dlq; SCRAPE_SLOW backlog flag",
-			build: func(env pipelines.Env) ([]pipelines.Service, error) {
-				return silver.Services(env, silver.Config{Group: o.group("silver"), BacklogThreshold: o.backlogThreshold,
-					Topic: o.topic(topics.BronzeRecords), DLQTopic: o.topic(topics.BronzeDLQ), FlagsTopic: o.topic(topics.ControlFlags),
-					Runtime: run.Config{Window: run.WindowConfig{MaxKeys: o.silverWindowKeys, MaxTotalKeys: o.silverWindowTotalKeys}}})
-			},
-		},
-		"ticks": {
-			needs:  needs{redis: true, objects: true},
-			topics: []string{topics.IngestTasks, topics.IngestJobs, topics.IngestDLQ},
-			doc:    "ingest.tasks → rate-limited fetch → Parquet segments → object store; job state in ingest.jobs; supervisor",
-			build: func(env pipelines.Env) ([]pipelines.Service, error) {
-				return ticks.Services(env, ticks.Config{Group: o.group("ticks"), Supervisor: ticks.SupervisorConfig{Enabled: true},
-					TasksTopic: o.topic(topics.IngestTasks), JobsTopic: o.topic(topics.IngestJobs), DLQTopic: o.topic(topics.IngestDLQ)})
-			},
-		},
-		"smap": {
-			needs: needs{db: true, redis: true, objects: true},
-			topics: []string{topics.SmapProjectCreated, topics.SmapDataCollected, topics.SmapAnalysisFinished,
-				topics.SmapJobCompleted, topics.SmapAnalyticsErrors},
-			doc: "smap.project.created → collector → analytics → progress counter → smap.job.completed",
-			build: func(env pipelines.Env) ([]pipelines.Service, error) {
-				return smap.Services(env, smap.Config{
-					CollectorGroup: o.group("smap-collector"), AnalyticsGroup: o.group("smap-analytics"), ProgressGroup: o.group("smap-progress"),
-					ProjectCreatedTopic: o.topic(topics.SmapProjectCreated), DataCollectedTopic: o.topic(topics.SmapDataCollected),
-					AnalysisFinishedTopic: o.topic(topics.SmapAnalysisFinished), JobCompletedTopic: o.topic(topics.SmapJobCompleted),
-					AnalyticsErrorsTopic: o.topic(topics.SmapAnalyticsErrors),
-				})
-			},
-		},
-	}
+// runSpecs returns the declarations of every pipeline with o's settings.
+func runSpecs(o *runOptions) []pipelines.Spec {
+	return registry.All(registry.Settings{
+		Silver: silver.Config{BacklogThreshold: o.backlogThreshold,
+			Runtime: run.Config{Window: run.WindowConfig{MaxKeys: o.silverWindowKeys, MaxTotalKeys: o.silverWindowTotalKeys}}},
+		Ticks: ticks.Config{Supervisor: ticks.SupervisorConfig{Enabled: true}},
+	})
 }
 
 type runOptions struct {
@@ -94,11 +54,12 @@ func (o *runOptions) envFlag(cmd *cobra.Command, env, flag string) {
 	}
 }
 
-func (o *runOptions) group(name string) string { return o.groupPrefix + name }
-
-// topic is the name of a catalog topic with --topic-prefix, the prefix
-// sluice topics ensure --prefix created it with.
-func (o *runOptions) topic(name string) string { return o.topicPrefix + name }
+// naming names the run's groups and topics: --group-prefix and
+// --topic-prefix (the prefix sluice topics ensure --prefix created them
+// with) before the declared names.
+func (o *runOptions) naming() pipelines.Naming {
+	return pipelines.Naming{GroupPrefix: o.groupPrefix, TopicPrefix: o.topicPrefix}
+}
 
 func newRunCmd(g *globalConfig) *cobra.Command {
 	o := &runOptions{}
@@ -106,13 +67,13 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 		Use:   "run PIPELINE...",
 		Short: "Run pipelines as members of their consumer groups (start more processes to scale out)",
 		Args:  cobra.MinimumNArgs(1),
-		Long:  "Runs the named pipelines until SIGINT/SIGTERM, then finishes in-flight batches, commits and leaves the group.\nPipelines: " + strings.Join(pipelineNames(o), ", "),
+		Long:  "Runs the named pipelines until SIGINT/SIGTERM, then finishes in-flight batches, commits and leaves the group.\n\nPipelines:\n" + pipelineList(runSpecs(o)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.envErr != nil {
 				return o.envErr
 			}
 			// silver would replace a threshold ≤ 0 by its default silently.
-			if slices.Contains(args, "silver") && o.backlogThreshold < 1 {
+			if slices.Contains(args, silver.Name) && o.backlogThreshold < 1 {
 				return fmt.Errorf("invalid backlog threshold %d (--backlog-threshold or BACKLOG_THRESHOLD; want ≥ 1)", o.backlogThreshold)
 			}
 			return runPipelines(cmd.Context(), g, o, args)
@@ -132,67 +93,81 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 	return cmd
 }
 
-func pipelineNames(o *runOptions) []string {
-	var names []string
-	for n := range pipelineSpecs(o) {
-		names = append(names, n)
+// pipelineNames returns the names of specs, sorted.
+func pipelineNames(specs []pipelines.Spec) []string {
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
 	}
 	sort.Strings(names)
 	return names
 }
 
+// pipelineList is one line per pipeline, name and doc, sorted by name.
+func pipelineList(specs []pipelines.Spec) string {
+	specs = slices.Clone(specs)
+	slices.SortFunc(specs, func(a, b pipelines.Spec) int { return strings.Compare(a.Name, b.Name) })
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	for _, s := range specs {
+		fmt.Fprintf(tw, "  %s\t%s\n", s.Name, s.Doc)
+	}
+	tw.Flush()
+	return b.String()
+}
+
 // runPipelines builds the named pipelines on one environment and runs them
 // until ctx is done or one fails.
 func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []string) error {
-	specs := pipelineSpecs(o)
-	var n needs
-	seen := map[string]bool{}
+	all := runSpecs(o)
+	var specs []pipelines.Spec
 	for _, name := range names {
-		s, ok := specs[name]
-		if !ok {
-			return fmt.Errorf("unknown pipeline %q (known: %s)", name, strings.Join(pipelineNames(o), ", "))
+		i := slices.IndexFunc(all, func(s pipelines.Spec) bool { return s.Name == name })
+		if i < 0 {
+			return fmt.Errorf("unknown pipeline %q (known: %s)", name, strings.Join(pipelineNames(all), ", "))
 		}
-		if seen[name] {
+		if slices.ContainsFunc(specs, func(s pipelines.Spec) bool { return s.Name == name }) {
 			// One process runs a pipeline once (its metrics and ops routes
 			// exist once); scale out with more processes.
 			return fmt.Errorf("pipeline %q is named twice; to run more members of its group, start more processes", name)
 		}
-		seen[name] = true
-		n.db = n.db || s.needs.db
-		n.redis = n.redis || s.needs.redis
-		n.objects = n.objects || s.needs.objects
+		specs = append(specs, all[i])
 	}
-	env, closeEnv, err := g.buildEnv(ctx, n)
+	env, closeEnv, err := g.buildEnv(ctx, needsOf(specs))
 	defer closeEnv()
 	if err != nil {
 		return err
 	}
-	if err := checkPipelineTopics(ctx, env, o, specs, names); err != nil {
+	if err := checkPipelineTopics(ctx, env, o, specs); err != nil {
 		return err
 	}
-	var services []pipelines.Service
-	for _, name := range names {
-		ss, err := specs[name].build(env)
-		if err != nil {
-			return fmt.Errorf("pipeline %s: %w", name, err)
-		}
-		services = append(services, ss...)
+	set, err := pipelines.Build(env, o.naming(), specs)
+	if err != nil {
+		return err
 	}
-	return serve(ctx, env, o.opsAddr, services, nil)
+	defer set.Close()
+	return serve(ctx, env, o.opsAddr, set.Services, nil)
 }
 
-// checkPipelineTopics fails when a topic of the named pipelines is missing:
-// a consumer group on a missing topic waits silently for ever.
-func checkPipelineTopics(ctx context.Context, env pipelines.Env, o *runOptions, specs map[string]pipelineSpec, names []string) error {
+// needsOf is what the pipelines of specs connect to together.
+func needsOf(specs []pipelines.Spec) needs {
+	n := pipelines.NeedsOf(specs)
+	return needs{db: n.DB, redis: n.Redis, objects: n.Objects}
+}
+
+// checkPipelineTopics fails when a topic of the pipelines is missing: a
+// consumer group on a missing topic waits silently for ever.
+func checkPipelineTopics(ctx context.Context, env pipelines.Env, o *runOptions, specs []pipelines.Spec) error {
 	cl, err := kgo.NewClient(env.Kafka...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
+	n := o.naming()
 	var all []string
-	for _, name := range names {
-		for _, t := range specs[name].topics {
-			all = append(all, o.topic(t))
+	for _, s := range specs {
+		for _, t := range s.Topics() {
+			all = append(all, n.Topic(t))
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, kafkaConnectTimeout)
@@ -201,15 +176,15 @@ func checkPipelineTopics(ctx context.Context, env pipelines.Env, o *runOptions, 
 	if err != nil {
 		return fmt.Errorf("describe the pipelines' topics: %w", err)
 	}
-	for _, name := range names {
+	for _, s := range specs {
 		var missing []string
-		for _, t := range specs[name].topics {
-			t = o.topic(t)
+		for _, t := range s.Topics() {
+			t = n.Topic(t)
 			d, ok := td[t]
 			if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
 				missing = append(missing, t)
 			} else if d.Err != nil {
-				return fmt.Errorf("pipeline %s: topic %s: %w", name, t, d.Err)
+				return fmt.Errorf("pipeline %s: topic %s: %w", s.Name, t, d.Err)
 			}
 		}
 		if len(missing) > 0 {
@@ -217,7 +192,7 @@ func checkPipelineTopics(ctx context.Context, env pipelines.Env, o *runOptions, 
 			if o.topicPrefix != "" {
 				hint += " --prefix " + o.topicPrefix
 			}
-			return fmt.Errorf("pipeline %s: topic(s) %s do not exist (run %s)", name, strings.Join(missing, ", "), hint)
+			return fmt.Errorf("pipeline %s: topic(s) %s do not exist (run %s)", s.Name, strings.Join(missing, ", "), hint)
 		}
 	}
 	return nil

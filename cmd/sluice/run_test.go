@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/schemas"
 	"github.com/sluicehq/sluice/topics"
 )
@@ -176,4 +178,36 @@ func TestRunBadBacklogThreshold(t *testing.T) {
 	// Only silver uses it: other pipelines ignore it.
 	_, err = runCLI(t, "run", "ticks", "--brokers", "127.0.0.1:1")
 	singleLine(t, err, "kafka unreachable at 127.0.0.1:1")
+}
+
+// run's help lists every pipeline of the registry with its doc line, and
+// an unknown name fails in one line naming the known ones, before
+// anything connects.
+func TestRunListsRegisteredPipelines(t *testing.T) {
+	t.Parallel()
+	specs := registry.All(registry.Settings{})
+	out, err := runCLI(t, "run", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		if !regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(s.Name) + ` +` + regexp.QuoteMeta(s.Doc) + `$`).MatchString(out) {
+			t.Errorf("run --help does not list %s with its doc:\n%s", s.Name, out)
+		}
+	}
+	_, err = runCLI(t, "run", "silver", "bronze", "--brokers", "127.0.0.1:1")
+	singleLine(t, err, `unknown pipeline "bronze" (known: silver, smap, ticks)`)
+}
+
+// Every pipeline checks the topics of its declaration, in catalog order,
+// under --topic-prefix: ticks' tasks, job states and dead letters.
+func TestRunMissingTopicsTicks(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	r := testkit.NewRedis(t, testkit.FakeOK())
+	prefix := testkit.Name(t, "") + "."
+	_, err := runCLI(t, "run", "ticks", "--brokers", strings.Join(k.Brokers, ","), "--redis-url", r.URL,
+		"--s3-endpoint=", "--object-store-dir", t.TempDir(), "--ops-addr", "", "--topic-prefix", prefix)
+	singleLine(t, err, "pipeline ticks: topic(s) "+prefix+topics.IngestTasks+", "+prefix+topics.IngestJobs+", "+prefix+topics.IngestDLQ+
+		" do not exist (run sluice topics ensure --prefix "+prefix+")")
 }

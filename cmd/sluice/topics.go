@@ -67,13 +67,11 @@ non-zero. Running it twice prints only "ok".`,
 			if err != nil {
 				return err
 			}
-			adm, closeFn, err := kafkaAdmin(cmd.Context(), g)
+			adm, ctx, done, err := kafkaAdminFor(cmd.Context(), g, timeout)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
+			defer done()
 			changes, err := topics.Ensure(ctx, adm, specs)
 			printChanges(cmd.OutOrStdout(), changes)
 			if err != nil {
@@ -131,13 +129,11 @@ prefix is prepended to catalog and named topics alike.`,
 				}
 				names = topics.Names(specs)
 			}
-			adm, closeFn, err := kafkaAdmin(cmd.Context(), g)
+			adm, ctx, done, err := kafkaAdminFor(cmd.Context(), g, timeout)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
+			defer done()
 			infos, err := topics.List(ctx, adm, names)
 			if err != nil {
 				return err
@@ -238,4 +234,16 @@ func formatRetention(d time.Duration) string {
 	default:
 		return d.String()
 	}
+}
+
+// kafkaAdminFor is kafkaAdmin for a command bounded by timeout: it returns
+// the admin client, a context that ends after timeout, and done, which
+// ends that context and closes the client.
+func kafkaAdminFor(ctx context.Context, g *globalConfig, timeout time.Duration) (*kadm.Client, context.Context, func(), error) {
+	adm, closeFn, err := kafkaAdmin(ctx, g)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	return adm, tctx, func() { cancel(); closeFn() }, nil
 }

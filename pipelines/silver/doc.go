@@ -1,4 +1,4 @@
-// Package silver is the domain logic of the silver pipeline (DESIGN §5.1,
+// Package silver is the domain logic of the silver pipeline (docs/pipelines/silver.md,
 // seed 000): bronze records from the bronze.records topic are decoded
 // ([Decode]), checked against the cheap sanity rules and turned into rows
 // ([Stage]), and upserted into ta_silver / sa_silver ([NewSink], built on
@@ -25,7 +25,7 @@
 //     surrogate pair ("\ud800" alone). Otherwise the record is dead-lettered
 //     with decode_error and an empty rule, whichever rule reads the field
 //     (it is not a wrong type but undecodable JSON: record values are UTF-8
-//     JSON, DESIGN §3); nothing is stored with U+FFFD in place of what was
+//     JSON, see docs/topics.md); nothing is stored with U+FFFD in place of what was
 //     sent. Members the pipeline ignores are not checked, and language,
 //     never a failure, becomes "unknown".
 //   - ta_silver.first_seen_time: the payload's first_seen_time (RFC 3339) if

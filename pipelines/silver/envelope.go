@@ -177,7 +177,7 @@ type payloadFields struct {
 }
 
 // Decode is the silver pipeline's [stages.Decoder]. It accepts exactly the
-// envelope of DESIGN §5.1:
+// envelope of the package doc (docs/pipelines/silver.md):
 //
 //   - a value that is not a JSON object, a payload that is absent or not a
 //     JSON object, a task_id that is neither a string nor a number, a
@@ -390,7 +390,7 @@ func plainString(raw []byte) ([]byte, bool) {
 // string as the scanner delimited it (escapes well formed), decodes to
 // Unicode text: valid UTF-8, and every \uD800–\uDBFF escape directly
 // followed by a \uDC00–\uDFFF one (a surrogate pair), no other
-// \uD800–\uDFFF escape. Record values are UTF-8 JSON (DESIGN §3); a
+// \uD800–\uDFFF escape. Record values are UTF-8 JSON (docs/topics.md); a
 // producer that sends anything else sends bytes the row cannot hold as
 // they are (PostgreSQL text is UTF-8).
 func checkText(inner []byte) error {

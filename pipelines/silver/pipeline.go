@@ -8,18 +8,17 @@ import (
 	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/sinks/pgsink"
 	"github.com/sluicehq/sluice/stages/run"
-	"github.com/sluicehq/sluice/topics"
 )
 
 // Config configures the silver pipeline. Zero fields take the defaults
 // documented on each field.
 type Config struct {
 	// Group is the consumer group; every process in it shares the
-	// partitions of Topic (default "silver").
+	// partitions of Topic.
 	Group string
-	// Topic is the bronze input (default bronze.records); DLQTopic receives
-	// failed records (default bronze.dlq); FlagsTopic receives SCRAPE_SLOW
-	// (default control.flags).
+	// Topic is the bronze input; DLQTopic receives failed records;
+	// FlagsTopic receives SCRAPE_SLOW. Empty names and Group default to
+	// the declared ones (Declare); tests set them for isolation.
 	Topic, DLQTopic, FlagsTopic string
 	// BacklogThreshold: a lag above it sets SCRAPE_SLOW (default 10 000).
 	BacklogThreshold int64
@@ -78,18 +77,7 @@ const (
 )
 
 func (c Config) withDefaults() (Config, error) {
-	if c.Group == "" {
-		c.Group = "silver"
-	}
-	if c.Topic == "" {
-		c.Topic = topics.BronzeRecords
-	}
-	if c.DLQTopic == "" {
-		c.DLQTopic = topics.BronzeDLQ
-	}
-	if c.FlagsTopic == "" {
-		c.FlagsTopic = topics.ControlFlags
-	}
+	c = c.named(Declare(Config{}), true)
 	if c.BacklogThreshold <= 0 {
 		c.BacklogThreshold = 10_000
 	}
@@ -154,7 +142,7 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	}
 	runner, err := run.New(cfg.Runtime, Decode, Stage(vopts...), sink,
 		run.WithKafkaOpts(env.Kafka...), run.WithRegisterer(env.Registerer), run.WithLogger(env.Logger),
-		run.WithStageName("silver/validate"))
+		run.WithStageName(StageName))
 	if err != nil {
 		return nil, fmt.Errorf("silver: %w", err)
 	}

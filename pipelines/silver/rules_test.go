@@ -764,7 +764,7 @@ func TestPlainHTTPURLIsAccepted(t *testing.T) {
 	}
 }
 
-// TestInvalidText: record values are UTF-8 JSON (DESIGN §3). A string the
+// TestInvalidText: record values are UTF-8 JSON (docs/topics.md). A string the
 // pipeline reads that is not valid UTF-8, or that escapes half of a
 // surrogate pair, cannot be decoded to text: decode_error, whatever rule
 // reads it, instead of being stored with U+FFFD in its place (which could

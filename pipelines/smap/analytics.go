@@ -177,7 +177,7 @@ func runAnalyzer(an Analyzer, in *Input, res *Result) (err error) {
 }
 
 // dlqRecord builds the smap.analytics.errors record of a failed item: the
-// original key and value and the DLQ headers of DESIGN §3.
+// original key and value and the DLQ headers (docs/dead-letters.md).
 func (a *analytics) dlqRecord(m stages.Msg[collectedMsg], f *failure, attempts int, now time.Time) *kgo.Record {
 	hs := run.DLQHeaders(m.Headers, run.DLQMeta{
 		Reason: f.reason, Rule: f.rule, Error: f.err.Error(), Stage: AnalyticsStageName,

@@ -1,20 +1,17 @@
 package smap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice/stages/progress"
 	"github.com/sluicehq/sluice/stages/run"
-	"github.com/sluicehq/sluice/topics"
 )
 
 // Defaults of Config.
 const (
-	DefaultCollectorGroup = "smap-collector"
-	DefaultAnalyticsGroup = "smap-analytics"
-	DefaultProgressGroup  = "smap-progress"
 	// DefaultRedisDB is the logical Redis database reserved for smap state
 	// (the seed keeps DB 0 for caches so that eviction never drops a
 	// progress counter).
@@ -26,18 +23,17 @@ const (
 // Config configures the smap pipelines. The zero value is usable: every
 // field has the default documented on it.
 type Config struct {
-	// Topics (defaults: the catalog names of package topics).
-	ProjectCreatedTopic   string // smap.project.created
-	DataCollectedTopic    string // smap.data.collected
-	AnalysisFinishedTopic string // smap.analysis.finished
-	JobCompletedTopic     string // smap.job.completed
-	// AnalyticsErrorsTopic is the smap DLQ (smap.analytics.errors): failed
-	// items from analytics, and the runtime dead letters of the collector
-	// and the progress counter (told apart by the dlq.stage header).
+	// Topics and consumer groups. Empty ones default to the declared
+	// names (Declare); tests set them for isolation.
+	ProjectCreatedTopic   string
+	DataCollectedTopic    string
+	AnalysisFinishedTopic string
+	JobCompletedTopic     string
+	// AnalyticsErrorsTopic is the smap DLQ: failed items from analytics,
+	// and the runtime dead letters of the collector and the progress
+	// counter (told apart by the dlq.stage header).
 	AnalyticsErrorsTopic string
 
-	// Consumer groups (defaults smap-collector, smap-analytics,
-	// smap-progress).
 	CollectorGroup, AnalyticsGroup, ProgressGroup string
 
 	// RedisDB is the logical database of the progress state (0 means
@@ -98,20 +94,8 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&c.ProjectCreatedTopic, topics.SmapProjectCreated)
-	def(&c.DataCollectedTopic, topics.SmapDataCollected)
-	def(&c.AnalysisFinishedTopic, topics.SmapAnalysisFinished)
-	def(&c.JobCompletedTopic, topics.SmapJobCompleted)
-	def(&c.AnalyticsErrorsTopic, topics.SmapAnalyticsErrors)
-	def(&c.CollectorGroup, DefaultCollectorGroup)
-	def(&c.AnalyticsGroup, DefaultAnalyticsGroup)
-	def(&c.ProgressGroup, DefaultProgressGroup)
-	def(&c.KeyPrefix, DefaultKeyPrefix)
+	c = c.named(Declare(Config{}), true)
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, DefaultKeyPrefix)
 	if c.RedisDB == 0 {
 		c.RedisDB = DefaultRedisDB
 	}

@@ -1,4 +1,4 @@
-// Package smap is the event-driven choreography of seed 001 (DESIGN §5.3):
+// Package smap is the event-driven choreography of seed 001 (docs/pipelines/smap.md):
 //
 //	smap.project.created ─▶ collector ─▶ raw/{platform}/{item}.json (object store)
 //	                                   └▶ smap.data.collected (key item id)
@@ -30,7 +30,7 @@
 // (retries_exhausted, smap.raw_object_read). It then writes three things
 // in one sink batch: the post_analytics row with error_type/error_msg, the
 // original data.collected record to smap.analytics.errors with the DLQ
-// headers of DESIGN §3, and an analysis.finished event with status
+// headers (docs/dead-letters.md), and an analysis.finished event with status
 // "error". The progress counter therefore sees every item, ok or failed,
 // on one topic, and counts failed ones in errors as well as done. (A
 // data.collected record that is not even a valid event cannot be

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -76,10 +74,19 @@ func NewTracker(rdb *redis.Client, cfg Config) (*progress.Tracker, error) {
 // env.Objects are required. When env.Ops is set, the progress query is
 // mounted on it at ProgressRoute (so call Services once per ops server).
 // Metrics go to env.Registerer, the object-store calls of each service
-// (sluice_objstore_*) with the service's name as their pipeline label. Each
-// service closes the clients it owns when its Run returns; Run may be
-// called once per service.
+// (sluice_objstore_*) with the service's name as their pipeline label. The
+// clients the services own (a producer each, the state database's Redis
+// client) are closed once every service has returned from Run (each may
+// run once), or at once when Services fails.
 func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
+	svcs, _, err := pipelines.Construct(func(r *pipelines.Resources) ([]pipelines.Service, error) {
+		return services(env, cfg, r)
+	})
+	return svcs, err
+}
+
+// services builds what Services returns, registering the clients on r.
+func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipelines.Service, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -115,20 +122,9 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 		}
 	}
 	rdb, closeRedis := StateClient(env.Redis, cfg)
-	shared := &refCloser{close: closeRedis, n: 3}
+	r.Add(func() { _ = closeRedis() })
 	tr, err := NewTracker(rdb, cfg)
 	if err != nil {
-		_ = closeRedis()
-		return nil, err
-	}
-	var built []*service
-	fail := func(err error) ([]pipelines.Service, error) {
-		for _, s := range built {
-			for _, c := range s.closers {
-				c()
-			}
-		}
-		_ = closeRedis()
 		return nil, err
 	}
 	producer := func() (*kgo.Client, error) {
@@ -136,6 +132,7 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 		if err != nil {
 			return nil, fmt.Errorf("smap: kafka producer: %w", err)
 		}
+		r.Add(cl.Close)
 		return cl, nil
 	}
 	opts := func(name string) []run.Option {
@@ -148,7 +145,7 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	// Collector.
 	cprod, err := producer()
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	comp := newCompleter(cfg, tr, cprod, objects[CollectorName], m, log)
 	col := &collector{cfg: cfg, tr: tr, objects: objects[CollectorName], prod: cprod, comp: comp, m: m, log: log.With("service", CollectorName)}
@@ -160,48 +157,38 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	crun, err := run.New(crc,
 		decodeProjectCreated, col.stage, stages.SinkFunc[struct{}](discard), opts(CollectorName)...)
 	if err != nil {
-		cprod.Close()
-		return fail(fmt.Errorf("smap collector: %w", err))
+		return nil, fmt.Errorf("smap collector: %w", err)
 	}
-	built = append(built, &service{Service: crun, closers: []func(){cprod.Close}, shared: shared})
 
 	// Analytics.
 	aprod, err := producer()
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	an := &analytics{cfg: cfg, objects: objects[AnalyticsName], m: m, log: log.With("service", AnalyticsName)}
 	arun, err := run.New(cfg.runConfig(AnalyticsName, cfg.AnalyticsGroup, cfg.DataCollectedTopic),
 		decodeCollected, an.stage, &analyticsSink{db: env.DB, prod: aprod, m: m}, opts(AnalyticsName)...)
 	if err != nil {
-		aprod.Close()
-		return fail(fmt.Errorf("smap analytics: %w", err))
+		return nil, fmt.Errorf("smap analytics: %w", err)
 	}
-	built = append(built, &service{Service: arun, closers: []func(){aprod.Close}, shared: shared})
 
 	// Progress counter.
 	pprod, err := producer()
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	pcomp := newCompleter(cfg, tr, pprod, objects[ProgressName], m, log.With("service", ProgressName))
 	prc := cfg.runConfig(ProgressName, cfg.ProgressGroup, cfg.AnalysisFinishedTopic)
 	prc.Retry.MaxAttempts = max(prc.Retry.MaxAttempts, minStateAttempts)
 	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, objects[ProgressName], m), pcomp.sink, opts(ProgressName)...)
 	if err != nil {
-		pprod.Close()
-		return fail(fmt.Errorf("smap progress: %w", err))
+		return nil, fmt.Errorf("smap progress: %w", err)
 	}
-	built = append(built, &service{Service: prun, closers: []func(){pprod.Close}, shared: shared})
 
 	if env.Ops != nil {
 		env.Ops.Handle(ProgressRoute, ProgressHandler(tr, log))
 	}
-	out := make([]pipelines.Service, len(built))
-	for i, s := range built {
-		out[i] = s
-	}
-	return out, nil
+	return []pipelines.Service{crun, arun, prun}, nil
 }
 
 func decodeFinished(_, value []byte) (Event[AnalysisFinished], error) {
@@ -278,40 +265,4 @@ func missingState(ctx context.Context, objects objstore.Store, id string, missin
 		return nil, nil
 	}
 	return nil, missing
-}
-
-// service is a runner plus the clients it owns.
-type service struct {
-	pipelines.Service
-	closers []func()
-	shared  *refCloser
-	once    sync.Once
-}
-
-// Run runs the service and closes its clients when it returns.
-func (s *service) Run(ctx context.Context) error {
-	defer s.closeAll()
-	return s.Service.Run(ctx)
-}
-
-func (s *service) closeAll() {
-	s.once.Do(func() {
-		for _, c := range s.closers {
-			c()
-		}
-		s.shared.release()
-	})
-}
-
-// refCloser closes a shared resource when its last user released it.
-type refCloser struct {
-	close func() error
-	n     int32
-	done  atomic.Int32
-}
-
-func (r *refCloser) release() {
-	if r.done.Add(1) == r.n {
-		_ = r.close()
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
 )
@@ -102,16 +103,18 @@ func testStoreConfigFatal(t *testing.T, pgs *testkit.PostgresServer) {
 	h.objects = fs
 	cfg := h.cfg
 	cfg.ObjectAttempts, cfg.ObjectBackoff = 3, 10*time.Millisecond
-	svcs, err := Services(h.env(prometheus.NewRegistry()), cfg)
+	env := h.env(prometheus.NewRegistry())
+	svcs, res, err := pipelines.Construct(func(r *pipelines.Resources) ([]pipelines.Service, error) {
+		return services(env, cfg, r)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ana *service
+	defer res.Close() // the other services are not run here
+	var ana pipelines.Service
 	for _, s := range svcs {
 		if s.Name() == AnalyticsName {
-			ana = s.(*service)
-		} else {
-			s.(*service).closeAll() // not run here
+			ana = s
 		}
 	}
 	if ana == nil {

@@ -6,18 +6,17 @@ import (
 
 	"github.com/sluicehq/sluice/stages/ratelimit"
 	"github.com/sluicehq/sluice/stages/run"
-	"github.com/sluicehq/sluice/topics"
 )
 
 // Config configures the ticks pipeline. Zero fields take the defaults
 // documented on each field.
 type Config struct {
-	// TasksTopic, JobsTopic and DLQTopic default to the catalog's
-	// ingest.tasks, ingest.jobs and ingest.dlq. Tasks and jobs must have the
-	// same partition count.
+	// TasksTopic, JobsTopic and DLQTopic: tasks and jobs must have the
+	// same partition count. Group is the worker consumer group. Empty
+	// names default to the declared ones (Declare); tests set them for
+	// isolation.
 	TasksTopic, JobsTopic, DLQTopic string
-	// Group is the worker consumer group (default "ticks").
-	Group string
+	Group                           string
 	// Source is the tick source (default: NewSynthetic with its defaults).
 	Source Source
 	// SourceName names the source in rate-limit keys and metrics
@@ -90,18 +89,7 @@ type SupervisorConfig struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.TasksTopic == "" {
-		c.TasksTopic = topics.IngestTasks
-	}
-	if c.JobsTopic == "" {
-		c.JobsTopic = topics.IngestJobs
-	}
-	if c.DLQTopic == "" {
-		c.DLQTopic = topics.IngestDLQ
-	}
-	if c.Group == "" {
-		c.Group = "ticks"
-	}
+	c = c.named(Declare(Config{}), true)
 	if c.Source == nil {
 		c.Source = NewSynthetic(SyntheticConfig{})
 	}

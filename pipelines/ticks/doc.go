@@ -1,4 +1,4 @@
-// Package ticks is the ticks ingestion pipeline (seed 002, DESIGN §5.2):
+// Package ticks is the ticks ingestion pipeline (seed 002, docs/pipelines/ticks.md):
 // chained micro-tasks fetch one day of ticks per symbol, segment by
 // segment, from a rate-limited tick source into Parquet files in the object
 // store.

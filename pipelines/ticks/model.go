@@ -17,7 +17,7 @@ import (
 // Status is a job's state-machine status.
 type Status string
 
-// Job statuses (seed 002, DESIGN §5.2).
+// Job statuses (seed 002, docs/pipelines/ticks.md).
 const (
 	StatusPending   Status = "PENDING"
 	StatusRunning   Status = "RUNNING"

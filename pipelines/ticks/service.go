@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -24,6 +25,7 @@ type Worker struct {
 	cfg    Config
 	kopts  []kgo.Opt
 	prod   *kgo.Client
+	close  func() // closes prod, once
 	w      *worker
 	runner *run.Runner[taskIn, *kgo.Record]
 }
@@ -95,7 +97,7 @@ func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 		run.WithKafkaOpts(env.Kafka...),
 		run.WithRegisterer(env.Registerer),
 		run.WithLogger(base),
-		run.WithStageName("ticks/segment"),
+		run.WithStageName(StageName),
 		run.WithAssignHook(w.restore),
 		run.WithRevokeHook(w.release),
 	)
@@ -103,7 +105,7 @@ func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 		prod.Close()
 		return nil, fmt.Errorf("ticks: %w", err)
 	}
-	return &Worker{cfg: cfg, kopts: env.Kafka, prod: prod, w: w, runner: runner}, nil
+	return &Worker{cfg: cfg, kopts: env.Kafka, prod: prod, close: sync.OnceFunc(prod.Close), w: w, runner: runner}, nil
 }
 
 // Name implements pipelines.Service.
@@ -116,7 +118,7 @@ func (w *Worker) Ready() bool { return w.runner.Ready() }
 // Run checks that the tasks and jobs topics are co-partitioned, then runs
 // the consumer until ctx is cancelled.
 func (w *Worker) Run(ctx context.Context) error {
-	defer w.prod.Close()
+	defer w.close()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err := checkCoPartitioned(cctx, kadm.NewClient(w.prod), w.cfg.TasksTopic, w.cfg.JobsTopic)
 	cancel()
@@ -126,58 +128,42 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.runner.Run(ctx)
 }
 
-// closer closes a client when its wrapped service stops.
-type closer struct {
-	pipelines.Service
-	close func()
-}
-
-func (c closer) Run(ctx context.Context) error {
-	defer c.close()
-	return c.Service.Run(ctx)
-}
-
-// close releases what NewWorker built (its producer), for a worker that
-// will never run; Run closes it otherwise.
-func (w *Worker) close() { w.prod.Close() }
-
 // Services builds the ticks pipeline: the worker, and the supervisor when
 // cfg.Supervisor.Enabled. When env.Ops is set, the trigger and status API
 // (POST /api/v1/ingest/trigger, GET /api/v1/ingest/jobs[/{job}]) is mounted
 // on it and the worker's readiness is registered. The Kafka clients it
-// builds (the worker's producer, the coordinator's client) are closed when
-// the worker's Run returns; if Services fails (or panics, e.g. when the
-// routes are already mounted on env.Ops) it closes them itself before
-// returning.
+// builds (the worker's producer, the coordinator's client) are closed once
+// every service has returned from Run; if Services fails (or panics, e.g.
+// when the routes are already mounted on env.Ops) it closes them itself
+// before returning.
 func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
+	svcs, _, err := pipelines.Construct(func(r *pipelines.Resources) ([]pipelines.Service, error) {
+		return services(env, cfg, r)
+	})
+	return svcs, err
+}
+
+// services builds what Services returns, registering the clients on r.
+func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipelines.Service, error) {
 	cfg = cfg.withDefaults()
 	wk, err := NewWorker(env, cfg)
 	if err != nil {
 		return nil, err
 	}
-	var cl *kgo.Client
-	built := false
-	defer func() {
-		if built {
-			return
-		}
-		if cl != nil {
-			cl.Close()
-		}
-		wk.close()
-	}()
+	r.Add(wk.close)
 	// The supervisor's calls count with the worker's (same labels, shared
 	// series).
 	store, err := objstore.Instrument(env.Objects, env.Registerer, cfg.Runtime.Name)
 	if err != nil {
 		return nil, fmt.Errorf("ticks: supervisor store: %w", err)
 	}
-	cl, err = kgo.NewClient(env.Kafka...)
+	cl, err := kgo.NewClient(env.Kafka...)
 	if err != nil {
 		return nil, fmt.Errorf("ticks: coordinator client: %w", err)
 	}
+	r.Add(cl.Close)
 	coord := NewCoordinator(cl, env.Kafka, cfg)
-	svcs := []pipelines.Service{closer{Service: wk, close: cl.Close}}
+	svcs := []pipelines.Service{wk}
 	if cfg.Supervisor.Enabled {
 		svcs = append(svcs, NewSupervisor(cfg, coord, store, env.Logger))
 	}
@@ -189,7 +175,6 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 			env.Ops.AddReadiness(s.Name(), s.Ready)
 		}
 	}
-	built = true
 	return svcs, nil
 }
 

@@ -110,11 +110,13 @@ func TestServicesClosesClientsWhenALaterStepFails(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// Run with a cancelled context: the worker returns at once and
-				// closes its clients.
+				// Run with a cancelled context: the services return at once,
+				// and the last one closes their clients.
 				ctx, cancel := context.WithCancel(context.Background())
 				cancel()
-				_ = svcs[0].Run(ctx)
+				for _, s := range svcs {
+					_ = s.Run(ctx)
+				}
 			},
 			wantPanic: "conflicts",
 			minOpened: 2,

@@ -359,7 +359,7 @@ func (w *worker) segmentWithRetry(ctx context.Context, m stages.Msg[taskIn]) ([]
 }
 
 // dlqRecord builds the dead-letter record of a failed segment task with the
-// headers of DESIGN §3; it is written by the sink with the job's FAILED
+// DLQ headers (docs/dead-letters.md); it is written by the sink with the job's FAILED
 // state, before the task's offset commits.
 func (w *worker) dlqRecord(m stages.Msg[taskIn], reason stages.Reason, err error, attempts int) *kgo.Record {
 	hs := run.DLQHeaders(m.Headers, run.DLQMeta{

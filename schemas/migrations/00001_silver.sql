@@ -1,4 +1,4 @@
--- Silver tables of the silver pipeline (seed 000, DESIGN §5.1). Columns,
+-- Silver tables of the silver pipeline (seed 000, docs/pipelines/silver.md). Columns,
 -- types, keys and indexes follow the seed's DDL.
 
 -- +goose Up

@@ -1,4 +1,4 @@
--- Mirror of the control.flags topic (DESIGN §5.1 backlog control, seed 000).
+-- Mirror of the control.flags topic (silver's backlog control, seed 000: docs/pipelines/silver.md).
 
 -- +goose Up
 CREATE TABLE control_flags (

@@ -1,4 +1,4 @@
--- Archive of DLQ records for SQL inspection and re-drive (DESIGN §5.1).
+-- Archive of DLQ records for SQL inspection and re-drive (docs/dead-letters.md).
 -- One row per DLQ record, identified by its DLQ coordinates so that
 -- archiving is idempotent. The dlq.* headers become columns; payload keeps
 -- the original value bytes, payload_json the value when it is valid JSON.

@@ -1,4 +1,4 @@
--- Results of the smap analytics stage (seed 001, DESIGN §5.3), one row per
+-- Results of the smap analytics stage (seed 001, docs/pipelines/smap.md), one row per
 -- analysed item, upserted by (project_id, item_id) so that a redelivered
 -- item changes nothing. error_type/error_msg are set for items whose
 -- analysis failed (they also went to smap.analytics.errors).

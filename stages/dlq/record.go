@@ -3,7 +3,7 @@
 // topic they came from (Redrive) and archives them into PostgreSQL (Archive).
 //
 // DLQ records carry the original key and value and the dlq.* headers named in
-// package stages (DESIGN §3, which lists the ones every DLQ record has at
+// package stages (docs/dead-letters.md, which lists the ones every DLQ record has at
 // least; dlq.source.timestamp, the original record's Kafka timestamp in RFC
 // 3339 with fractional seconds, is one more, see
 // stages.HeaderSourceTimestamp). Nothing here deletes from a DLQ topic: Kafka

@@ -46,18 +46,18 @@ func sinkRejection(rule string, err error) *stages.Error {
 }
 
 // knownReason reports whether reason is one of the dlq.reason values fixed
-// by the design (DESIGN §3).
+// by the DLQ header contract (docs/dead-letters.md).
 func knownReason(reason stages.Reason) bool { return slices.Contains(designReasons(), reason) }
 
-// designReasons returns the dlq.reason values fixed by the design (DESIGN
-// §3), in a new slice.
+// designReasons returns the dlq.reason values fixed by the DLQ header
+// contract (docs/dead-letters.md), in a new slice.
 func designReasons() []stages.Reason {
 	return []stages.Reason{stages.ReasonSanityFail, stages.ReasonDecodeError, stages.ReasonUnknownTaskType,
 		stages.ReasonSinkRejected, stages.ReasonRetriesExhausted, stages.ReasonException}
 }
 
 // dlqRecord builds the dead letter of rec: original key, value and
-// non-DLQ headers, plus the DLQ headers of DESIGN §3. A redrive count header
+// non-DLQ headers, plus the DLQ headers (see DLQHeaders). A redrive count header
 // from an earlier redrive is kept for the redrive loop guard.
 func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts int, stage string) dlqItem {
 	own := make([]stages.Header, len(rec.Headers))
@@ -268,7 +268,7 @@ type DLQMeta struct {
 	FailedAt time.Time
 }
 
-// DLQHeaders returns the headers of a dead letter (DESIGN §3): the source
+// DLQHeaders returns the headers of a dead letter (docs/dead-letters.md): the source
 // record's own headers except earlier dlq.* ones (dlq.redrive_count is kept
 // for redrive's loop guard), then dlq.reason, dlq.rule, dlq.error (cut to
 // 4 KiB, so that an error quoting a huge input cannot make the dead letter

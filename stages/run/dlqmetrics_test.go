@@ -19,7 +19,7 @@ import (
 	"github.com/sluicehq/sluice/stages/run"
 )
 
-// designReasons are the six dlq.reason values of DESIGN §3.
+// designReasons are the six dlq.reason values of the DLQ header contract (docs/dead-letters.md).
 var designReasons = []stages.Reason{stages.ReasonSanityFail, stages.ReasonDecodeError, stages.ReasonUnknownTaskType,
 	stages.ReasonSinkRejected, stages.ReasonRetriesExhausted, stages.ReasonException}
 

@@ -14,7 +14,7 @@ import (
 // as soon as a runner exists: a series that appears only with its first
 // error (at 1) makes increase()/rate() alerts, such as the shipped
 // sluice_runtime_errors_total{kind="commit"} one, miss that error, and a
-// scrape of /metrics did not show the names the README lists.
+// scrape of /metrics did not show the names docs/observability.md lists.
 func TestRuntimeCountersExportedAtZero(t *testing.T) {
 	t.Parallel()
 	withEachRunner(t, run.Config{Name: "p", Topics: []string{"in"}, DLQTopic: "in.dlq"}, func(t *testing.T, reg *prometheus.Registry) {
