@@ -18,8 +18,9 @@ import (
 // its workers.
 type stateRuntime struct {
 	stores    []StateStore
-	topics    map[string]bool // changelog topics
-	timers    bool            // the runner has a timer function
+	topics    map[string]bool   // changelog topics
+	names     map[string]string // store name by changelog topic
+	timers    bool              // the runner has a timer function
 	m         *stateMetrics
 	restoring atomic.Int64 // partitions whose stores are being restored
 }
@@ -33,7 +34,7 @@ func newStateRuntime(cfg Config, o options, timers, periodic bool) (*stateRuntim
 	if len(o.stores) > 0 && len(cfg.Topics) != 1 {
 		return nil, fmt.Errorf("pipeline %s: state stores need exactly one input topic (a changelog partition has one writer: the worker of the input partition with its number), not %d", cfg.Name, len(cfg.Topics))
 	}
-	sr := &stateRuntime{stores: o.stores, topics: map[string]bool{}, timers: timers}
+	sr := &stateRuntime{stores: o.stores, topics: map[string]bool{}, names: map[string]string{}, timers: timers}
 	var names []string
 	for _, s := range o.stores {
 		switch {
@@ -46,6 +47,7 @@ func newStateRuntime(cfg Config, o options, timers, periodic bool) (*stateRuntim
 		}
 		names = append(names, s.Name())
 		sr.topics[s.Topic()] = true
+		sr.names[s.Topic()] = s.Name()
 	}
 	for _, s := range o.stores {
 		if err := s.bind(); err != nil {
@@ -228,12 +230,12 @@ func readChangelogs(ctx context.Context, kopts []kgo.Opt, parts map[string][]int
 func (s *Store[V]) Read(ctx context.Context, kopts []kgo.Opt, partitions []int32) (map[int32]map[string]V, error) {
 	byPart := map[int32]*Partition[V]{}
 	for _, p := range partitions {
-		byPart[p] = s.newPartition(tp{partition: p}, false).(*Partition[V])
+		byPart[p] = s.newPartition(tp{partition: p}, false, nil).(*Partition[V])
 	}
 	err := readChangelogs(ctx, kopts, map[string][]int32{s.cfg.Topic: partitions}, func(r *kgo.Record) {
 		p := byPart[r.Partition]
 		if p == nil {
-			p = s.newPartition(tp{partition: r.Partition}, false).(*Partition[V])
+			p = s.newPartition(tp{partition: r.Partition}, false, nil).(*Partition[V])
 			byPart[r.Partition] = p
 		}
 		p.restoreRecord(r)
@@ -339,29 +341,36 @@ func (w *worker[In, Out]) restored() {
 }
 
 // flushState produces the changelog records of the keys the worker's
-// stores changed since the last flush and waits for their
-// acknowledgement, retrying failed produces until they succeed or the
-// worker stops. A worker that lost its partition (abandoned, or the
-// partition was lost) produces nothing and returns errAbandoned: its
-// writes are fenced. A record the changelog refuses as too large is a
-// fatal error: state cannot be skipped.
+// stores changed since the last flush (see produceChangelog).
 func (w *worker[In, Out]) flushState() error {
 	if w.st == nil || len(w.st.stores) == 0 {
 		return nil
 	}
-	r, sr := w.r, w.r.state
 	var recs []*kgo.Record
-	n := map[string]int{}
 	for _, s := range w.st.stores {
 		rs, err := s.changes()
 		if err != nil {
 			return err
 		}
-		n[s.name()] = len(rs)
 		recs = append(recs, rs...)
 	}
+	return w.produceChangelog(recs)
+}
+
+// produceChangelog produces changelog records and waits for their
+// acknowledgement, retrying failed produces until they succeed or the
+// worker stops. A worker that lost its partition (abandoned, or the
+// partition was lost) produces nothing and returns errAbandoned: its
+// writes are fenced. A record the changelog refuses as too large is a
+// fatal error: state cannot be skipped.
+func (w *worker[In, Out]) produceChangelog(recs []*kgo.Record) error {
 	if len(recs) == 0 {
 		return nil
+	}
+	r, sr := w.r, w.r.state
+	n := map[string]int{}
+	for _, rec := range recs {
+		n[sr.names[rec.Topic]]++
 	}
 	if w.lost.Load() {
 		for name, k := range n {

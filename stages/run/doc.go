@@ -112,7 +112,9 @@
 // behind a committed offset, and never ahead of the outputs it stands for;
 // it may be ahead of the committed offset after a crash, so a stage must
 // apply a redelivered record idempotently against its own state. Writes
-// are not rolled back when the stage then fails.
+// are not rolled back when the stage then fails. [Partition.PutNow] makes
+// one value durable at once, ahead of the batch's outputs (a lease that
+// must be durable before an external call).
 //
 // # Fencing
 //

@@ -86,10 +86,11 @@ func KeepGreatest[V any](cur, next Entry[V]) bool {
 //     acknowledgement, and only then marks the batch's offsets: a committed
 //     offset's state is in the changelog, and state is never ahead of the
 //     outputs it stands for (with coalescing windows, the window's write
-//     comes first). A crash can leave state ahead of the committed offset
-//     (at-least-once): the records after the commit are processed again
-//     against it, so a stage must be idempotent with respect to its own
-//     state (record the offset it applied, say).
+//     comes first). [Partition.PutNow] writes one key at once instead,
+//     ahead of the batch's outputs. A crash can leave state ahead of the
+//     committed offset (at-least-once): the records after the commit are
+//     processed again against it, so a stage must be idempotent with
+//     respect to its own state (record the offset it applied, say).
 //   - Failures: writes are not rolled back when the stage then fails: a
 //     record retried, dead-lettered, or left at a stop or a fatal error
 //     keeps the writes made before its error, and they are produced with
@@ -157,8 +158,12 @@ type StateStore interface {
 	Name() string
 	Topic() string
 	bind() error
-	newPartition(tp tp, timers bool) partStore
+	newPartition(tp tp, timers bool, now produceFunc) partStore
 }
+
+// produceFunc produces changelog records at once and waits for their
+// acknowledgement (the worker's produceChangelog).
+type produceFunc func(recs []*kgo.Record) error
 
 func (s *Store[V]) bind() error {
 	if !s.bound.CompareAndSwap(false, true) {
@@ -167,8 +172,8 @@ func (s *Store[V]) bind() error {
 	return nil
 }
 
-func (s *Store[V]) newPartition(k tp, timers bool) partStore {
-	return &Partition[V]{s: s, tp: k, m: map[string]*entry[V]{}, dirty: map[string]struct{}{}, timersOn: timers}
+func (s *Store[V]) newPartition(k tp, timers bool, now produceFunc) partStore {
+	return &Partition[V]{s: s, tp: k, m: map[string]*entry[V]{}, dirty: map[string]struct{}{}, timersOn: timers, produceNow: now}
 }
 
 // entry is one key of a partition's store.
@@ -191,9 +196,10 @@ func (e *entry[V]) asEntry(key string) Entry[V] {
 // at a time, so a stage needs no locking of its own; the methods are
 // nevertheless safe for concurrent use.
 type Partition[V any] struct {
-	s        *Store[V]
-	tp       tp
-	timersOn bool
+	s          *Store[V]
+	tp         tp
+	timersOn   bool
+	produceNow produceFunc // nil outside a runner
 
 	mu     sync.Mutex
 	m      map[string]*entry[V]
@@ -285,6 +291,46 @@ func (p *Partition[V]) Put(key string, v V) error {
 	}
 	e.val, e.raw = v, raw
 	p.touchLocked(key, e)
+	return nil
+}
+
+// PutNow sets the value of key like Put and makes it durable at once: it
+// produces the key's changelog record and waits for the acknowledgement
+// (retrying like the batch's changelog records) before it returns. The
+// value is thus durable ahead of the batch's outputs, and of the outputs
+// of earlier records of the batch whose writes to key it includes: use it
+// for a value that must be durable before an external effect (a lease
+// taken before an upstream call) or that must stay in the changelog as
+// its own record although the key changes again in the same batch (a
+// status transition), not for one that records the outputs of its batch.
+// It fails when the worker lost its partition (the write is fenced, as
+// the batch's would be).
+func (p *Partition[V]) PutNow(key string, v V) error {
+	raw, err := p.s.cfg.Encode(v)
+	if err != nil {
+		return fmt.Errorf("state store %s: encode %q: %w", p.s.cfg.Name, key, err)
+	}
+	if raw == nil {
+		raw = []byte{}
+	}
+	p.mu.Lock()
+	if p.closed || p.produceNow == nil {
+		p.mu.Unlock()
+		return fmt.Errorf("state store %s: put %q: %w", p.s.cfg.Name, key, ErrPartitionClosed)
+	}
+	e := p.m[key]
+	if e == nil || e.deleted {
+		e = &entry[V]{}
+		p.m[key] = e
+	}
+	e.val = v
+	p.touchLocked(key, e)
+	delete(p.dirty, key)
+	rec := &kgo.Record{Topic: p.s.cfg.Topic, Partition: p.tp.partition, Key: []byte(key), Value: raw, Headers: tokenHeaders(e.tok, e.timer)}
+	p.mu.Unlock()
+	if err := p.produceNow([]*kgo.Record{rec}); err != nil {
+		return fmt.Errorf("state store %s: put %q now: %w", p.s.cfg.Name, key, err)
+	}
 	return nil
 }
 
@@ -614,10 +660,10 @@ func (ps *partitionState) close() {
 	}
 }
 
-func newPartitionState(decls []StateStore, k tp, timers bool) *partitionState {
+func newPartitionState(decls []StateStore, k tp, timers bool, now produceFunc) *partitionState {
 	ps := &partitionState{byStore: make(map[StateStore]partStore, len(decls))}
 	for _, d := range decls {
-		p := d.newPartition(k, timers)
+		p := d.newPartition(k, timers, now)
 		ps.stores = append(ps.stores, p)
 		ps.byStore[d] = p
 	}

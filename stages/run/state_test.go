@@ -430,3 +430,48 @@ func TestNotReadyWhileRestoring(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// PutNow makes a value durable at once, before the batch's outputs are
+// written, while Put's value waits for them.
+func TestPutNowBeforeTheBatch(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg, changelog := stateConfig(t, k, 1)
+	store := newKeyTallies(t, changelog, nil)
+	stage := func(ctx context.Context, m msg) ([]msg, error) {
+		st, err := store.Of(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := st.PutNow("lease", keyTally{N: 1}); err != nil {
+			return nil, err
+		}
+		if err := st.Put("lease", keyTally{N: 2}); err != nil {
+			return nil, err
+		}
+		return []msg{m}, st.Put("done", keyTally{N: 1})
+	}
+	release := make(chan struct{})
+	sink := memsink.New(memsink.WithFailure(func([]msg, int) error { <-release; return nil }))
+	produce(t, k.Client(t), cfg.Topics[0], 1, 1, nil)
+	_, stop := start(t, k, cfg, stage, sink, run.WithStores(store))
+	keys := func() string {
+		var ks []string
+		for _, r := range k.ReadTopic(t, changelog) {
+			ks = append(ks, fmt.Sprintf("%s=%s", r.Key, r.Value))
+		}
+		return strings.Join(ks, " ")
+	}
+	testkit.WaitFor(t, 30*time.Second, "the lease in the changelog", func() bool { return keys() != "" })
+	if got := keys(); got != `lease={"n":1,"next":0,"fired":0}` {
+		t.Errorf("changelog before the sink's write: %s, want the lease alone", got)
+	}
+	close(release)
+	testkit.WaitFor(t, 30*time.Second, "the batch's state", func() bool { return strings.Count(keys(), "=") == 3 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(); got != `lease={"n":1,"next":0,"fired":0} done={"n":1,"next":0,"fired":0} lease={"n":2,"next":0,"fired":0}` {
+		t.Errorf("changelog %s, want the lease, then the batch's done and lease", got)
+	}
+}

@@ -78,7 +78,7 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 	w.epoch.Store(w.gen)
 	w.sctx = context.WithValue(w.sctx, ownerKey{}, ownerOf(w))
 	if r.state != nil {
-		w.st = newPartitionState(r.state.stores, k, r.state.timers)
+		w.st = newPartitionState(r.state.stores, k, r.state.timers, w.produceChangelog)
 		w.sctx = context.WithValue(w.sctx, stateKey{}, w.st)
 		w.ts.attempts = map[string]int{}
 		if len(w.st.stores) > 0 {
