@@ -53,7 +53,6 @@ type worker struct {
 	cfg    Config
 	store  objstore.Store
 	jobs   *run.Store[JobState]
-	kopts  []kgo.Opt
 	m      *metrics
 	log    *slog.Logger
 	fetchF stages.Func[fetchReq, []Tick]
@@ -79,12 +78,12 @@ func newJobStore(topic string) (*run.Store[JobState], error) {
 	})
 }
 
-func newWorker(cfg Config, store objstore.Store, lim *ratelimit.Limiter, kopts []kgo.Opt, m *metrics, log *slog.Logger) (*worker, error) {
+func newWorker(cfg Config, store objstore.Store, lim *ratelimit.Limiter, m *metrics, log *slog.Logger) (*worker, error) {
 	jobs, err := newJobStore(cfg.JobsTopic)
 	if err != nil {
 		return nil, err
 	}
-	w := &worker{cfg: cfg, store: store, jobs: jobs, kopts: kopts, m: m, log: log, attempts: map[string]int{}}
+	w := &worker{cfg: cfg, store: store, jobs: jobs, m: m, log: log, attempts: map[string]int{}}
 	w.fetchF = w.fetch
 	if lim != nil {
 		w.fetchF = ratelimit.Stage(lim, func(m stages.Msg[fetchReq]) (string, bool) { return m.Value.account, true }, cfg.RateLimit.Backoff, w.fetch)
@@ -129,8 +128,17 @@ func (w *worker) owns(ctx context.Context, jobs jobStates, key, instance string)
 // setState stores st; the runner writes it to the jobs topic, in the
 // task's partition, with the batch.
 func (w *worker) setState(jobs jobStates, st *JobState, prev Status) error {
+	return w.storeState(jobs.Put, st, prev)
+}
+
+// setStateNow stores st and writes it to the jobs topic at once.
+func (w *worker) setStateNow(jobs jobStates, st *JobState, prev Status) error {
+	return w.storeState(jobs.PutNow, st, prev)
+}
+
+func (w *worker) storeState(put func(string, JobState) error, st *JobState, prev Status) error {
 	st.UpdatedAt = w.cfg.Now().UnixMilli()
-	if err := jobs.Put(st.JobKey, *st); err != nil {
+	if err := put(st.JobKey, *st); err != nil {
 		return fmt.Errorf("job state: %w", err)
 	}
 	if st.Status != prev {
@@ -600,7 +608,13 @@ func (w *worker) onStall(jobs jobStates, offset int64, t Task) ([]*kgo.Record, e
 	prev := st.Status
 	st.Status = StatusStalled
 	w.log.Warn("job stalled", "job", t.JobKey, "instance", st.JobInstanceID, "heartbeat_at", time.UnixMilli(st.HeartbeatAt))
-	if err := w.setState(jobs, st, prev); err != nil {
+	set := w.setState
+	if t.Retrigger {
+		// The new instance's state replaces this one in the same task:
+		// STALLED is written at once so that it stays in the job's history.
+		set = w.setStateNow
+	}
+	if err := set(jobs, st, prev); err != nil {
 		return nil, err
 	}
 	var out []*kgo.Record
