@@ -29,21 +29,6 @@ type Worker struct {
 	runner *run.Runner[taskIn, *kgo.Record]
 }
 
-// coPartitioner places records of the tasks topic in the partition set on
-// the record (the task's partition), and hashes keys (Kafka's default)
-// elsewhere.
-type coPartitioner struct {
-	manual map[string]bool
-	byKey  kgo.Partitioner
-}
-
-func (p coPartitioner) ForTopic(t string) kgo.TopicPartitioner {
-	if p.manual[t] {
-		return kgo.ManualPartitioner().ForTopic(t)
-	}
-	return p.byKey.ForTopic(t)
-}
-
 // NewWorker builds the worker. env.Kafka and env.Objects are required;
 // env.Redis too unless cfg.RateLimit.Disabled. Its metrics, the
 // object-store ones included (sluice_objstore_*{pipeline="ticks"}), go to
@@ -89,7 +74,8 @@ func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("ticks: %w", err)
 	}
 	prod, err := kgo.NewClient(append(append([]kgo.Opt{}, env.Kafka...),
-		kgo.RecordPartitioner(coPartitioner{manual: map[string]bool{cfg.TasksTopic: true}, byKey: kgo.StickyKeyPartitioner(nil)}),
+		// Chained tasks go to the partition of the task that chains them.
+		kgo.RecordPartitioner(run.CoPartitioner(kgo.StickyKeyPartitioner(nil), cfg.TasksTopic)),
 		kgo.ProducerLinger(0),
 	)...)
 	if err != nil {

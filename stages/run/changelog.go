@@ -124,16 +124,32 @@ func (sr *stateRuntime) check(ctx context.Context, kopts []kgo.Opt, input string
 // changelogs go to the partition set on them (the input partition), all
 // others are partitioned as kgo does by default.
 func (sr *stateRuntime) partitioner() kgo.Partitioner {
-	return changelogPartitioner{changelogs: sr.topics, other: kgo.UniformBytesPartitioner(64<<10, true, true, nil)}
+	var changelogs []string
+	for t := range sr.topics {
+		changelogs = append(changelogs, t)
+	}
+	return CoPartitioner(kgo.UniformBytesPartitioner(64<<10, true, true, nil), changelogs...)
 }
 
-type changelogPartitioner struct {
-	changelogs map[string]bool
-	other      kgo.Partitioner
+// CoPartitioner returns a partitioner that puts the records of the topics
+// manual in the partition set on them (Record.Partition: the partition of
+// the input record they belong to, for a topic co-partitioned with the
+// input) and partitions the records of other topics with other.
+func CoPartitioner(other kgo.Partitioner, manual ...string) kgo.Partitioner {
+	m := make(map[string]bool, len(manual))
+	for _, t := range manual {
+		m[t] = true
+	}
+	return coPartitioner{manual: m, other: other}
 }
 
-func (p changelogPartitioner) ForTopic(t string) kgo.TopicPartitioner {
-	if p.changelogs[t] {
+type coPartitioner struct {
+	manual map[string]bool
+	other  kgo.Partitioner
+}
+
+func (p coPartitioner) ForTopic(t string) kgo.TopicPartitioner {
+	if p.manual[t] {
 		return kgo.ManualPartitioner().ForTopic(t)
 	}
 	return p.other.ForTopic(t)

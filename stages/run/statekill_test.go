@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,9 +27,7 @@ import (
 const memberEnv = "SLUICE_RUN_TEST_STATE_MEMBER"
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(memberEnv); spec != "" {
-		os.Exit(stateMember(spec))
-	}
+	testkit.RunChild(memberEnv, stateMember)
 	os.Exit(m.Run())
 }
 
@@ -98,48 +94,6 @@ func stateMember(specJSON string) int {
 	return 0
 }
 
-// startStateMember starts the test binary as a member process, killed on
-// cleanup if still running; kill sends SIGKILL and waits for the exit.
-func startStateMember(t *testing.T, spec memberSpec) (kill func()) {
-	t.Helper()
-	v, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), memberEnv+"="+string(v))
-	cmd.Stdout, cmd.Stderr = testLog{t}, testLog{t}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	kill = func() {
-		select {
-		case <-done:
-			return
-		default:
-		}
-		if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			t.Errorf("kill member: %v", err)
-		}
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Errorf("member %d did not exit within 10s of SIGKILL", cmd.Process.Pid)
-		}
-	}
-	t.Cleanup(kill)
-	return kill
-}
-
-type testLog struct{ t *testing.T }
-
-func (w testLog) Write(p []byte) (int, error) {
-	w.t.Logf("member: %s", strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
 // A member killed with SIGKILL mid-run (no revoke, no commit, no leave)
 // loses nothing: the member that takes its partitions over — one started
 // after the kill, or one that ran beside it all along — restores the
@@ -176,7 +130,7 @@ func TestStateSurvivesKill9(t *testing.T) {
 				}
 				return testkit.RunInBackground(t, "runner", r.Run)
 			}
-			kill := startStateMember(t, spec)
+			a := testkit.StartChild(t, memberEnv, spec)
 			var stop func() error
 			if beside {
 				stop = startLocal()
@@ -184,7 +138,7 @@ func TestStateSurvivesKill9(t *testing.T) {
 			testkit.WaitFor(t, 60*time.Second, "a quarter of the records committed", func() bool {
 				return committed() >= int64(len(recs)/4) && (!beside || sink.Len() > 0)
 			})
-			kill()
+			a.Kill(t)
 			if c := committed(); c >= int64(len(recs)) {
 				t.Fatalf("every record was committed (%d) before the kill", c)
 			}
