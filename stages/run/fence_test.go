@@ -3,6 +3,9 @@ package run_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/sinks/memsink"
+	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/run"
 )
 
@@ -75,7 +79,11 @@ func TestZombieWriteFenced(t *testing.T) {
 
 // Partitions moving between members in a rebalance take their state with
 // them: the new owner restores it before processing, and every key's
-// count is exact in the end.
+// count is exact in the end. The assign hook and the stage see the
+// generation of the assignment, which is the epoch of the owner's
+// changelog records: along each changelog partition the epochs never
+// decrease, and a partition that moved shows A's epoch, then B's greater
+// one.
 func TestStoreRebalanceExact(t *testing.T) {
 	t.Parallel()
 	k := testkit.NewKafka(t, testkit.FakeOK())
@@ -94,14 +102,45 @@ func TestStoreRebalanceExact(t *testing.T) {
 		}
 		return nil
 	}
+	var mu sync.Mutex
+	hooked := map[string][]int32{}       // member: generations its assign hook saw
+	seen := map[string]map[int32]int32{} // member: partition: the epoch its stage saw
+	hook := func(member string) run.Option {
+		return run.WithAssignHook(func(ctx context.Context, _ map[string][]int32) error {
+			g, ok := run.AssignedGeneration(ctx)
+			if !ok {
+				return errors.New("no generation in the assign hook's context")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			hooked[member] = append(hooked[member], g)
+			return nil
+		})
+	}
+	stage := func(member string, store *run.Store[keyTally]) stages.Func[string, msg] {
+		tally := tallyStage(store)
+		return func(ctx context.Context, m msg) ([]msg, error) {
+			o, ok := run.Owner(ctx)
+			if !ok || o.Partition != m.Source.Partition || o.Epoch != o.Generation {
+				return nil, stages.Fatal(fmt.Errorf("ownership %+v (%v) of a record of partition %d", o, ok, m.Source.Partition))
+			}
+			mu.Lock()
+			if seen[member] == nil {
+				seen[member] = map[int32]int32{}
+			}
+			seen[member][o.Partition] = o.Epoch
+			mu.Unlock()
+			return tally(ctx, m)
+		}
+	}
 	storeA := newKeyTallies(t, changelog, nil)
 	sinkA := memsink.New(memsink.WithFailure(slow))
-	_, stopA := start(t, k, cfg, tallyStage(storeA), sinkA, run.WithStores(storeA))
+	_, stopA := start(t, k, cfg, stage("A", storeA), sinkA, run.WithStores(storeA), hook("A"))
 	testkit.WaitFor(t, 60*time.Second, "member A to write 300 records", func() bool { return sinkA.Len() >= 300 })
 
 	storeB := newKeyTallies(t, changelog, nil)
 	sinkB := memsink.New[msg]()
-	_, stopB := start(t, k, cfg, tallyStage(storeB), sinkB, run.WithStores(storeB), run.WithRegisterer(regB))
+	_, stopB := start(t, k, cfg, stage("B", storeB), sinkB, run.WithStores(storeB), run.WithRegisterer(regB), hook("B"))
 	testkit.WaitFor(t, 120*time.Second, "every record committed", func() bool {
 		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
 	})
@@ -117,4 +156,36 @@ func TestStoreRebalanceExact(t *testing.T) {
 		t.Error("member B restored no changelog record of the partitions it took over")
 	}
 	checkTallies(t, k, newKeyTallies(t, changelog, nil), wantTallies(recs), 0)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for member, byPart := range seen {
+		for p, epoch := range byPart {
+			if !slices.Contains(hooked[member], epoch) {
+				t.Errorf("member %s processed partition %d at epoch %d, not a generation its assign hook saw (%v)", member, p, epoch, hooked[member])
+			}
+		}
+	}
+	epochs := map[int32][]int{} // partition: the epochs of its changelog records, in offset order
+	for _, r := range k.ReadTopic(t, changelog) {
+		e, _ := testkit.Header(r, run.HeaderStateEpoch)
+		if es := epochs[r.Partition]; len(es) == 0 || es[len(es)-1] != atoi(t, e) {
+			epochs[r.Partition] = append(es, atoi(t, e))
+		}
+	}
+	moved := 0
+	for p, es := range epochs {
+		if !slices.IsSorted(es) {
+			t.Errorf("changelog partition %d: epochs %v decrease", p, es)
+		}
+		if len(es) > 1 {
+			moved++
+			if want := int(seen["B"][p]); es[len(es)-1] != want {
+				t.Errorf("changelog partition %d: epochs %v, want B's %d last", p, es, want)
+			}
+		}
+	}
+	if moved == 0 {
+		t.Errorf("no changelog partition has two owners' epochs: %v", epochs)
+	}
 }
