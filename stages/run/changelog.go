@@ -66,9 +66,6 @@ func newStateRuntime(cfg Config, o options, timers, periodic bool) (*stateRuntim
 // exists with the partition count of the input topic, and warns about a
 // changelog that is not compacted (its state would go with retention).
 func (sr *stateRuntime) check(ctx context.Context, kopts []kgo.Opt, input string, log *slog.Logger) error {
-	if len(sr.stores) == 0 {
-		return nil
-	}
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return fmt.Errorf("state stores: client: %w", err)

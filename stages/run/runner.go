@@ -165,7 +165,7 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	opts = append(opts, r.cfg.offsetOpts()...)
 	latest, setClient := latestOpts(r.cfg, r.o.log)
 	opts = append(opts, latest...)
-	if r.state != nil { // state stores: co-partitioning, and changelog records go to their partition
+	if r.state != nil && len(r.state.stores) > 0 { // state stores: co-partitioning, and changelog records go to their partition
 		if err := r.state.check(ctx, r.o.kopts, r.cfg.Topics[0], r.o.log); err != nil {
 			return fmt.Errorf("pipeline %s: %w", r.cfg.Name, err)
 		}
