@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/sinks/memsink"
@@ -78,4 +79,86 @@ func ExampleSink() {
 	// Output:
 	// 1 item(s) rejected; #1: check constraint
 	// [1 3]
+}
+
+// DeadLetterWith dead-letters the input record and still emits outputs:
+// here a job whose step failed for good moves to FAILED, and that state
+// update is written while the runtime sends the record to the DLQ.
+func ExampleDeadLetterWith() {
+	step := stages.Func[string, string](func(_ context.Context, m stages.Msg[string]) ([]string, error) {
+		if m.Value == "broken" {
+			return stages.DeadLetterWith([]string{"job " + m.Key + ": FAILED"}, stages.ReasonRetriesExhausted, "", errors.New("source kept failing"))
+		}
+		return []string{"job " + m.Key + ": RUNNING"}, nil
+	})
+	for _, v := range []string{"fine", "broken"} {
+		out, err := step(context.Background(), stages.Msg[string]{Key: "j1", Value: v})
+		c := stages.Classify(err)
+		if c == nil {
+			fmt.Println(out)
+			continue
+		}
+		fmt.Println(out, "and dead letter:", c.Reason, c.WithOutputs)
+	}
+	// Output:
+	// [job j1: RUNNING]
+	// [job j1: FAILED] and dead letter: retries_exhausted true
+}
+
+// Wait asks the runtime to call the stage again after a while without
+// spending an attempt (a rate limit, an HTTP 429 with Retry-After); Retry
+// spends one. Msg.Attempt numbers the calls and LastAttempt tells the stage
+// that a retry error now dead-letters the record.
+func ExampleWait() {
+	call := stages.Func[string, string](func(_ context.Context, m stages.Msg[string]) ([]string, error) {
+		switch {
+		case m.Value == "throttled":
+			return nil, stages.Wait(3*time.Second, errors.New("429 Too Many Requests"))
+		case m.LastAttempt():
+			return stages.DeadLetterWith([]string{"gave up"}, stages.ReasonRetriesExhausted, "", errors.New("503"))
+		default:
+			return nil, stages.Retry(errors.New("503"))
+		}
+	})
+	for _, m := range []stages.Msg[string]{
+		{Value: "throttled", Attempt: 1, MaxAttempts: 3},
+		{Value: "flaky", Attempt: 2, MaxAttempts: 3},
+		{Value: "flaky", Attempt: 3, MaxAttempts: 3},
+	} {
+		out, err := call(context.Background(), m)
+		c := stages.Classify(err)
+		fmt.Println(m.Value, m.Attempt, c.Kind == stages.KindWait, c.After, c.Kind == stages.KindRetry, out)
+	}
+	// Output:
+	// throttled 1 true 3s false []
+	// flaky 2 false 0s true []
+	// flaky 3 false 0s false [gave up]
+}
+
+// A stage that made progress it need not redo carries it in its retry
+// error; the runtime hands that error back at the next attempt in
+// Msg.PrevErr (nil at the first attempt and after a redelivery).
+func ExampleMsg_PrevErr() {
+	type pending struct{ error }
+	crawl := stages.Func[[]string, string](func(_ context.Context, m stages.Msg[[]string]) ([]string, error) {
+		todo := m.Value
+		var p *pending
+		if errors.As(m.PrevErr, &p) {
+			todo = strings.Fields(p.Error()) // what the previous attempt left
+		}
+		fmt.Println("attempt", m.Attempt, "crawls", todo)
+		if m.Attempt == 1 {
+			return nil, stages.Retry(&pending{errors.New(todo[len(todo)-1])})
+		}
+		return todo, nil
+	})
+	m := stages.Msg[[]string]{Value: []string{"a", "b", "c"}, Attempt: 1, MaxAttempts: 3}
+	_, err := crawl(context.Background(), m)
+	m.Attempt, m.PrevErr = 2, err // as the runtime does
+	out, _ := crawl(context.Background(), m)
+	fmt.Println(out)
+	// Output:
+	// attempt 1 crawls [a b c]
+	// attempt 2 crawls [c]
+	// [c]
 }

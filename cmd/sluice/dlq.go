@@ -306,8 +306,8 @@ func newDLQArchiveCmd(g *globalConfig) *cobra.Command {
 into dlq_archive (created by sluice migrate), committing offsets only after
 the rows are stored; records already archived are ignored, so it is safe to
 repeat. Rows are keyed by the DLQ topic's ID, partition and offset, so the
-records of a DLQ topic deleted and recreated are archived as new rows. It runs until interrupted; --once archives up to the current end
-and exits.`,
+records of a DLQ topic deleted and recreated are archived as new rows. It runs until interrupted, retrying database errors; --once archives
+up to the current end and exits, and fails on a database error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := g.needDatabase(); err != nil {
@@ -330,15 +330,16 @@ and exits.`,
 				return err
 			}
 			defer pool.Close()
+			logger := dlq.ArchiveLogger(g.logger())
 			if once {
-				res, err := dlq.ArchiveOnce(cmd.Context(), opts, pool, topic, group)
+				res, err := dlq.ArchiveOnce(cmd.Context(), opts, pool, topic, group, logger)
 				if err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "archived %d new record(s) of %d read from %s\n", res.Inserted, res.Read, topic)
 				return nil
 			}
-			return dlq.Archive(cmd.Context(), opts, pool, topic, group)
+			return dlq.Archive(cmd.Context(), opts, pool, topic, group, logger)
 		},
 	}
 	f := cmd.Flags()

@@ -14,7 +14,6 @@ import (
 
 	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
-	"github.com/sluicehq/sluice/stages/run"
 )
 
 // Rule ids (the dlq.rule header) of analytics failures.
@@ -44,12 +43,12 @@ func decodeCollected(_, value []byte) (collectedMsg, error) {
 	return collectedMsg{Event: e, Raw: value}, nil
 }
 
-// analysed is the outcome of one item: its row, its analysis.finished
-// record and, for a failed item, its DLQ record.
+// analysed is the outcome of one item: its row and its analysis.finished
+// record. A failed item has both too; its data.collected record is
+// dead-lettered by the runtime (stages.DeadLetterWith).
 type analysed struct {
 	row      row
 	finished *kgo.Record
-	dlq      *kgo.Record
 	result   string // "ok" or the DLQ reason, for metrics
 }
 
@@ -65,23 +64,33 @@ type analytics struct {
 
 // failure is a classified failure of one item. A fatal failure (a
 // permanent object-store configuration error) is not the item's fault: it
-// stops the runner instead of dead-lettering the item.
+// stops the runner instead of dead-lettering the item. A retry failure (a
+// transient read error of the raw object before the record's last
+// attempt) is retried by the runtime.
 type failure struct {
 	reason stages.Reason
 	rule   string
 	err    error
 	fatal  error // stages.Fatal; reason and rule are then unused
+	retry  error // stages.Retry; reason and rule are then unused
 }
 
+// stage analyses one item. A failed item is dead-lettered by the runtime
+// to smap.analytics.errors (the data.collected record, with the DLQ
+// headers; dlq.stage smap-analytics) and still yields its row and its
+// analysis.finished record, so that it counts as done (with an error).
 func (a *analytics) stage(ctx context.Context, m stages.Msg[collectedMsg]) ([]analysed, error) {
 	t0 := time.Now()
 	p := m.Value.Event.Payload
-	res, raw, attempts, f := a.analyse(ctx, p)
+	res, raw, f := a.analyse(ctx, m)
 	if f != nil && ctx.Err() != nil {
 		return nil, ctx.Err() // stopping: leave the record for redelivery
 	}
 	if f != nil && f.fatal != nil {
 		return nil, f.fatal // nothing is written or committed for this record
+	}
+	if f != nil && f.retry != nil {
+		return nil, f.retry
 	}
 	a.m.analyseDur.Observe(time.Since(t0).Seconds())
 	now := a.cfg.Now().UTC()
@@ -102,58 +111,52 @@ func (a *analytics) stage(ctx context.Context, m stages.Msg[collectedMsg]) ([]an
 		out.result = string(f.reason)
 		out.row.ErrorType, out.row.ErrorMsg = string(f.reason), f.err.Error()
 		fin.Status, fin.ErrorReason, fin.Error = AnalysisError, string(f.reason), f.err.Error()
-		out.dlq = a.dlqRecord(m, f, attempts, now)
 	}
 	b, err := json.Marshal(Event[AnalysisFinished]{EventID: finishedEventID(p.ItemID), Timestamp: now, Payload: fin})
 	if err != nil {
 		return nil, stages.DeadLetter(stages.ReasonException, "", fmt.Errorf("encode analysis.finished: %w", err))
 	}
 	out.finished = &kgo.Record{Topic: a.cfg.AnalysisFinishedTopic, Key: []byte(p.ItemID), Value: b}
+	if f != nil {
+		return stages.DeadLetterWith([]analysed{out}, f.reason, f.rule, f.err)
+	}
 	return []analysed{out}, nil
 }
 
 // analyse loads the raw object and runs every analyser. It returns the
-// result, the raw item, the number of object reads and a failure.
-func (a *analytics) analyse(ctx context.Context, p DataCollected) (res Result, raw RawItem, attempts int, f *failure) {
-	var data []byte
-	wait := a.cfg.ObjectBackoff
-	for attempts = 1; ; attempts++ {
-		var err error
-		data, err = a.objects.Get(ctx, p.ObjectKey)
-		if err == nil {
-			break
-		}
-		switch {
-		case errors.Is(err, objstore.ErrNotFound):
-			return res, raw, attempts, &failure{reason: stages.ReasonSanityFail, rule: RuleObjectMissing, err: fmt.Errorf("raw object %s: %w", p.ObjectKey, err)}
-		case errors.Is(err, objstore.ErrInvalidKey):
-			// The record names a key no store can hold: no retry helps.
-			return res, raw, attempts, &failure{reason: stages.ReasonSanityFail, rule: RuleObjectKey, err: fmt.Errorf("raw object key %.200q: %w", p.ObjectKey, err)}
-		}
+// result, the raw item and a failure. A read of the raw object that fails
+// transiently is a retry failure (the runtime reads it again at the next
+// attempt, Config.Runtime.Retry) unless m is the record's last attempt:
+// then the item fails as retries_exhausted.
+func (a *analytics) analyse(ctx context.Context, m stages.Msg[collectedMsg]) (res Result, raw RawItem, f *failure) {
+	p := m.Value.Event.Payload
+	data, err := a.objects.Get(ctx, p.ObjectKey)
+	switch {
+	case err == nil:
+	case errors.Is(err, objstore.ErrNotFound):
+		return res, raw, &failure{reason: stages.ReasonSanityFail, rule: RuleObjectMissing, err: fmt.Errorf("raw object %s: %w", p.ObjectKey, err)}
+	case errors.Is(err, objstore.ErrInvalidKey):
+		// The record names a key no store can hold: no retry helps.
+		return res, raw, &failure{reason: stages.ReasonSanityFail, rule: RuleObjectKey, err: fmt.Errorf("raw object key %.200q: %w", p.ObjectKey, err)}
+	default:
 		if fatal := storeConfigError("raw object "+clipKey(p.ObjectKey), err); fatal != nil {
-			return res, raw, attempts, &failure{fatal: fatal}
+			return res, raw, &failure{fatal: fatal}
 		}
-		if ctx.Err() != nil || attempts >= a.cfg.ObjectAttempts {
-			return res, raw, attempts, &failure{reason: stages.ReasonRetriesExhausted, rule: RuleObjectRead, err: fmt.Errorf("raw object %s after %d reads: %w", p.ObjectKey, attempts, err)}
+		if !m.LastAttempt() {
+			return res, raw, &failure{retry: stages.Retry(fmt.Errorf("raw object %s (attempt %d): %w", p.ObjectKey, m.Attempt, err))}
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		wait *= 2
+		return res, raw, &failure{reason: stages.ReasonRetriesExhausted, rule: RuleObjectRead, err: fmt.Errorf("raw object %s after %d attempts: %w", p.ObjectKey, m.Attempt, err)}
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return res, raw, attempts, &failure{reason: stages.ReasonDecodeError, rule: RuleRawJSON, err: fmt.Errorf("raw object %s: %w", p.ObjectKey, err)}
+		return res, raw, &failure{reason: stages.ReasonDecodeError, rule: RuleRawJSON, err: fmt.Errorf("raw object %s: %w", p.ObjectKey, err)}
 	}
 	in := Input{Item: raw, Keywords: p.Keywords, Tokens: tokenize(raw.Text)}
 	for _, an := range a.cfg.Analyzers {
 		if err := runAnalyzer(an, &in, &res); err != nil {
-			return res, raw, attempts, &failure{reason: stages.ReasonException, rule: RuleAnalyzer + an.Name(), err: err}
+			return res, raw, &failure{reason: stages.ReasonException, rule: RuleAnalyzer + an.Name(), err: err}
 		}
 	}
-	return res, raw, attempts, nil
+	return res, raw, nil
 }
 
 // runAnalyzer runs one analyser, turning a panic into an error.
@@ -176,20 +179,11 @@ func runAnalyzer(an Analyzer, in *Input, res *Result) (err error) {
 	return nil
 }
 
-// dlqRecord builds the smap.analytics.errors record of a failed item: the
-// original key and value and the DLQ headers (docs/dead-letters.md).
-func (a *analytics) dlqRecord(m stages.Msg[collectedMsg], f *failure, attempts int, now time.Time) *kgo.Record {
-	hs := run.DLQHeaders(m.Headers, run.DLQMeta{
-		Reason: f.reason, Rule: f.rule, Error: f.err.Error(), Stage: AnalyticsStageName,
-		Source: m.Source, Attempts: attempts, FailedAt: now,
-	})
-	return &kgo.Record{Topic: a.cfg.AnalyticsErrorsTopic, Key: []byte(m.Key), Value: m.Value.Raw, Headers: hs}
-}
-
 // analyticsSink makes a batch durable in the order the progress counter
 // relies on: post_analytics rows first (so that a rebuild from Postgres
-// sees every counted item), then the DLQ and analysis.finished records,
-// acknowledged before the runtime commits the input offsets.
+// sees every counted item), then the analysis.finished records,
+// acknowledged before the runtime produces the batch's dead letters and
+// commits the input offsets.
 type analyticsSink struct {
 	db   *pgxpool.Pool
 	prod *kgo.Client
@@ -198,13 +192,9 @@ type analyticsSink struct {
 
 func (s *analyticsSink) Write(ctx context.Context, batch []analysed) error {
 	rows := make([]row, len(batch))
-	recs := make([]*kgo.Record, 0, 2*len(batch))
+	recs := make([]*kgo.Record, len(batch))
 	for i, it := range batch {
-		rows[i] = it.row
-		if it.dlq != nil {
-			recs = append(recs, it.dlq)
-		}
-		recs = append(recs, it.finished)
+		rows[i], recs[i] = it.row, it.finished
 	}
 	if err := upsertRows(ctx, s.db, rows); err != nil {
 		return err

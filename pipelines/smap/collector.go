@@ -144,9 +144,16 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 	}
 	c.log.Info("crawl started", "project_id", id, "targets", len(p.Targets))
 
+	// An earlier attempt of this record that failed only on transient
+	// crawl errors left its progress: only its failed targets are crawled
+	// again.
+	prog := &crawlProgress{done: map[int]bool{}, seen: map[string]bool{}}
+	if prev := (*crawlProgress)(nil); errors.As(m.PrevErr, &prev) {
+		prog = prev
+	}
+	seen := prog.seen
 	var mu sync.Mutex
 	var produceErr error
-	seen := map[string]bool{}
 	// emit stores and announces one item of target. An item whose key no
 	// store can hold is refused with an unstorableError, also recorded in
 	// *unstorable so that a crawler that ignores emit errors still fails
@@ -202,41 +209,80 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 			return nil
 		}
 	}
-	for _, tg := range p.Targets {
-		var unstorable error
-		attempts, err := c.crawlWithRetry(ctx, p, tg, emit(tg, &unstorable))
-		if err == nil {
-			err = unstorable
+	// A target failing transiently makes this attempt a retry (once the
+	// other targets were crawled) that crawls it again, until
+	// CrawlRetry.MaxAttempts or the record's last attempt; from then on it
+	// is skipped like one failing permanently.
+	var retry []error
+	var after time.Duration // the longest wait the transient failures asked for
+	for i, tg := range p.Targets {
+		if prog.done[i] {
+			continue
 		}
+		var unstorable error
+		err := crawlTarget(ctx, c.cfg.Crawler, p, tg, emit(tg, &unstorable))
 		var ee *emitError
 		switch {
-		case err == nil:
+		case err == nil && unstorable == nil:
+			prog.done[i] = true
+			continue
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case errors.Is(err, stages.ErrStopped):
-			// Revoked or shutting down during a backoff: not the target's
-			// failure. The record is left for the next owner, which crawls
-			// the project again.
+			// The crawler gave up because the partition is stopping: not
+			// the target's failure. The record is left for the next owner,
+			// which crawls the project again.
 			return nil, fmt.Errorf("project %s: %w", id, err)
 		case errors.As(err, &ee):
 			return nil, storeRetry("raw objects of project "+id, fmt.Errorf("project %s: %w", id, ee.err))
-		default:
-			// A target that cannot be crawled (a permanent error or a panic
-			// of the crawler, a transient error on every attempt, or an item
-			// whose object key no store can hold) is skipped: the project
-			// completes with what the other targets yielded.
-			c.m.crawlErrors.WithLabelValues(c.m.platform(tg.Platform)).Inc()
-			c.log.Warn("crawl of target failed", "project_id", id, "platform", tg.Platform, "attempts", attempts, "err", err)
+		case err == nil:
+			err = unstorable
 		}
+		if a, ok := transientCrawl(err); ok && unstorable == nil && c.crawlAgain(m) {
+			c.m.crawlRetry.WithLabelValues(c.m.platform(tg.Platform)).Inc()
+			c.log.Warn("crawl of target failed, retrying", "project_id", id, "platform", tg.Platform,
+				"attempt", m.Attempt, "max_attempts", c.cfg.CrawlRetry.MaxAttempts, "err", err)
+			retry = append(retry, fmt.Errorf("target %s %.200q: %w", tg.Platform, tg.URL, err))
+			after = max(after, a)
+			continue
+		}
+		prog.done[i] = true
+		prog.skipped = append(prog.skipped, skippedTarget{tg, err})
 	}
-	if err := c.prod.Flush(ctx); err != nil {
-		return nil, stages.Retry(fmt.Errorf("project %s: flush data.collected: %w", id, err))
+	// flush waits until every data.collected record of this attempt is
+	// acknowledged.
+	flush := func() error {
+		if err := c.prod.Flush(ctx); err != nil {
+			return stages.Retry(fmt.Errorf("project %s: flush data.collected: %w", id, err))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if produceErr != nil {
+			return stages.Retry(fmt.Errorf("project %s: produce data.collected: %w", id, produceErr))
+		}
+		return nil
 	}
-	mu.Lock()
-	perr := produceErr
-	mu.Unlock()
-	if perr != nil {
-		return nil, stages.Retry(fmt.Errorf("project %s: produce data.collected: %w", id, perr))
+	if len(retry) > 0 {
+		// The progress is carried to the next attempt only once its items
+		// are announced; otherwise that attempt starts over.
+		if err := flush(); err != nil {
+			return nil, err
+		}
+		pol := c.cfg.CrawlRetry
+		wait := min(max(pol.Backoff(m.Attempt), after), pol.Max)
+		prog.err = fmt.Errorf("project %s: %d target(s) failed transiently at attempt %d: %w", id, len(retry), m.Attempt, errors.Join(retry...))
+		return nil, stages.RetryAfter(wait, prog)
+	}
+	// A target that cannot be crawled (a permanent error or a panic of the
+	// crawler, a transient error up to its last attempt, or an item whose
+	// object key no store can hold) is skipped: the project completes with
+	// what the other targets yielded.
+	for _, s := range prog.skipped {
+		c.m.crawlErrors.WithLabelValues(c.m.platform(s.target.Platform)).Inc()
+		c.log.Warn("crawl of target failed", "project_id", id, "platform", s.target.Platform, "attempts", m.Attempt, "err", s.err)
+	}
+	if err := flush(); err != nil {
+		return nil, err
 	}
 	total := int64(len(seen))
 	if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) {
@@ -260,47 +306,33 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 	return nil, nil
 }
 
-// crawlWithRetry crawls one target, crawling it again after a transient
-// failure (an error classified with stages.Retry or stages.RetryAfter) up
-// to CrawlRetry.MaxAttempts crawls in all, waiting the policy's backoff
-// with jitter — at least the error's RetryAfter, at most CrawlRetry.Max —
-// in between. A permanent error, a panic of the crawler, an error of the
-// collector's own effects (emitError), an unstorable item
-// (unstorableError, even if the crawler classified it as transient) and
-// the end of ctx end it at once.
-// It returns the number of crawls made and the last crawl's error — or,
-// when the runtime asks the partition to stop (stages.Stopping) during a
-// wait, an error wrapping stages.ErrStopped at once, so that a revoke or a
-// shutdown does not wait out a long Retry-After.
-func (c *collector) crawlWithRetry(ctx context.Context, p ProjectCreated, tg Target, emit func(Item) error) (int, error) {
-	pol := c.cfg.CrawlRetry
-	for attempt := 1; ; attempt++ {
-		err := crawlTarget(ctx, c.cfg.Crawler, p, tg, emit)
-		var ee *emitError
-		var ue *unstorableError
-		if err == nil || ctx.Err() != nil || errors.As(err, &ee) || errors.As(err, &ue) {
-			return attempt, err
-		}
-		after, transient := transientCrawl(err)
-		if !transient || attempt >= pol.MaxAttempts {
-			return attempt, err
-		}
-		wait := min(max(pol.Backoff(attempt), after), pol.Max)
-		c.m.crawlRetry.WithLabelValues(c.m.platform(tg.Platform)).Inc()
-		c.log.Warn("crawl of target failed, retrying", "project_id", p.ProjectID, "platform", tg.Platform,
-			"attempt", attempt, "max_attempts", pol.MaxAttempts, "wait", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return attempt, ctx.Err()
-		case <-stages.Stopping(ctx):
-			t.Stop()
-			return attempt, fmt.Errorf("crawl of target %s %.200q: backoff of %v after attempt %d abandoned: %w",
-				tg.Platform, tg.URL, wait, attempt, stages.ErrStopped)
-		case <-t.C:
-		}
-	}
+// skippedTarget is a target whose crawl failed for good, with its error.
+type skippedTarget struct {
+	target Target
+	err    error
+}
+
+// crawlProgress is the error of an attempt of the collector's stage that
+// failed only on transient crawl errors (err): it carries the attempt's
+// progress to the next attempt of the record (stages.Msg.PrevErr), which
+// crawls only the targets not done. It is valid only once the attempt's
+// items were announced (their data.collected records acknowledged).
+type crawlProgress struct {
+	done    map[int]bool    // indexes into Targets crawled, or skipped for good
+	skipped []skippedTarget // targets skipped for good so far, in order
+	seen    map[string]bool // distinct items stored, discovered and announced
+	err     error
+}
+
+func (p *crawlProgress) Error() string { return p.err.Error() }
+func (p *crawlProgress) Unwrap() error { return p.err }
+
+// crawlAgain reports whether a target failing transiently at m's attempt
+// is crawled again at the next attempt: below CrawlRetry.MaxAttempts and
+// unless m is the record's last attempt (the runtime would dead-letter
+// project.created instead of completing the project without the target).
+func (c *collector) crawlAgain(m stages.Msg[Event[ProjectCreated]]) bool {
+	return m.Attempt < c.cfg.CrawlRetry.MaxAttempts && !m.LastAttempt()
 }
 
 // transientCrawl reports whether a crawl error is transient (classified

@@ -51,25 +51,20 @@ type Config struct {
 	Crawler Crawler
 	// CrawlRetry bounds the crawls of a target whose crawl fails
 	// transiently (the crawler returned an error classified with
-	// stages.Retry or stages.RetryAfter; see Crawler): MaxAttempts crawls
-	// in all (default 4), the waits between them exponential with jitter
-	// (default 1s doubling up to Max, 30s) and at least the error's
-	// RetryAfter, capped at Max. The waits run inside the collector's stage
-	// and end at once when its partition is revoked or the service stops
-	// (stages.Stopping, or the end of its context): the project.created
-	// record is then neither committed nor dead-lettered, and its next
-	// owner crawls the project again. A target still failing after the
-	// last crawl is skipped like one failing permanently.
+	// stages.Retry or stages.RetryAfter; see Crawler): it is crawled again
+	// at the next attempt of the project.created record while the attempt
+	// is below MaxAttempts (default 4) and not the runtime's last, the
+	// wait the collector asks the runtime for being exponential with
+	// jitter (default 1s doubling up to Max, 30s) and at least the
+	// error's RetryAfter, capped at Max. The runtime waits with the
+	// partition paused and ends the wait at once when the partition is
+	// revoked or the service stops: the project.created record is then
+	// neither committed nor dead-lettered, and its next owner crawls the
+	// project again. A target still failing at the last such attempt is
+	// skipped like one failing permanently.
 	CrawlRetry run.RetryPolicy
 	// Analyzers run on every item in order (default Builtins()).
 	Analyzers []Analyzer
-	// ObjectAttempts bounds the reads of a raw object that fail for a
-	// reason other than "not found" (default 3); when exhausted the item
-	// fails with reason retries_exhausted.
-	ObjectAttempts int
-	// ObjectBackoff is the wait between those reads (default 200ms, doubled
-	// each time).
-	ObjectBackoff time.Duration
 	// MissingStateWait is how long the progress counter waits before
 	// retrying an item whose project has no state in Redis (default 2s);
 	// Runtime.Retry.MaxAttempts bounds the retries, then the record is
@@ -81,7 +76,10 @@ type Config struct {
 	// (batching, retries, commit interval, revoke timeout). Name, Group,
 	// Topics and DLQTopic are set per service. The collector and the
 	// progress counter use at least 30 attempts so that a short Redis or
-	// object-store outage loses nothing and strands no project.
+	// object-store outage loses nothing and strands no project. Analytics
+	// reads a raw object that fails transiently again at each attempt of
+	// Retry; at the last the item fails as retries_exhausted (rule
+	// smap.raw_object_read).
 	Runtime run.Config
 
 	// Now is the clock of event timestamps (default time.Now).
@@ -119,12 +117,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Analyzers == nil {
 		c.Analyzers = Builtins()
-	}
-	if c.ObjectAttempts <= 0 {
-		c.ObjectAttempts = 3
-	}
-	if c.ObjectBackoff <= 0 {
-		c.ObjectBackoff = 200 * time.Millisecond
 	}
 	if c.MissingStateWait <= 0 {
 		c.MissingStateWait = 2 * time.Second

@@ -13,53 +13,108 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/run"
 )
 
-// newRetryCollector returns a collector with only what crawlWithRetry
-// uses, its crawler cr and a fast retry policy.
-func newRetryCollector(t *testing.T, cr Crawler, pol run.RetryPolicy) (*collector, *prometheus.Registry) {
+// collectorDeps are the services a collector needs, shared by subtests
+// (each uses its own project ids).
+type collectorDeps struct {
+	k       *testkit.Kafka
+	rdb     *testkit.Redis
+	objects objstore.Store
+}
+
+func newCollectorDeps(t *testing.T) collectorDeps {
+	return collectorDeps{
+		k:       testkit.NewKafka(t, testkit.FakeOK()),
+		rdb:     testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK()),
+		objects: testkit.NewObjectStore(t, testkit.FakeOK()).Store(t),
+	}
+}
+
+// collector returns a collector on d with crawler cr and retry policy pol,
+// and its metrics registry.
+func (d collectorDeps) collector(t *testing.T, cr Crawler, pol run.RetryPolicy) (*collector, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m, err := newMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Crawler: cr, CrawlRetry: pol}.withDefaults()
-	return &collector{cfg: cfg, m: m, log: slog.New(slog.NewTextHandler(io.Discard, nil))}, reg
+	cfg := Config{
+		Crawler: cr, CrawlRetry: pol, KeyPrefix: d.rdb.Prefix + "smap:proj:",
+		DataCollectedTopic: d.k.Topic(t, "dc", 1), JobCompletedTopic: d.k.Topic(t, "jc", 1),
+	}.withDefaults()
+	tr, err := NewTracker(d.rdb.Client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := d.k.Client(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return &collector{cfg: cfg, tr: tr, objects: d.objects, prod: prod, m: m, log: log,
+		comp: newCompleter(cfg, tr, prod, d.objects, m, log)}, reg
 }
 
-// A target failing transiently is crawled again, with backoff, up to the
-// bound; a permanent error, a panic and exhausted retries end it with the
-// crawl's error, after exactly the expected number of crawls.
-func TestCrawlWithRetry(t *testing.T) {
+// attemptsUntilDone calls the collector's stage for one project.created
+// record as the runtime does — the next attempt after a retry error, with
+// Msg.PrevErr set, up to maxAttempts — and returns the waits the retries
+// asked for and the last call's error.
+func attemptsUntilDone(t *testing.T, c *collector, p ProjectCreated, maxAttempts int) (waits []time.Duration, err error) {
+	t.Helper()
+	m := stages.Msg[Event[ProjectCreated]]{Key: p.ProjectID, Value: NewProjectCreated(p, time.Now()), Attempt: 1, MaxAttempts: maxAttempts}
+	for ; ; m.Attempt++ {
+		_, err = c.stage(testkit.Context(t), m)
+		cl := stages.Classify(err)
+		if err == nil || cl.Kind != stages.KindRetry || m.LastAttempt() {
+			return waits, err
+		}
+		waits = append(waits, cl.After)
+		m.PrevErr = err
+	}
+}
+
+// A target failing transiently is crawled again at the next attempt of the
+// project.created record, up to CrawlRetry.MaxAttempts crawls (or the
+// runtime's last attempt), while a target that succeeded is not crawled
+// again; a permanent error, a dead letter and a panic are not retried.
+// The project is then sealed with the items of every crawl, and each
+// retry and each skipped target is counted once.
+func TestCollectorRetriesTransientTargets(t *testing.T) {
 	t.Parallel()
+	d := newCollectorDeps(t)
 	fast := run.RetryPolicy{MaxAttempts: 4, Initial: time.Millisecond, Max: 5 * time.Millisecond}
 	transient := stages.Retry(errors.New("503 Service Unavailable"))
 	permanent := errors.New("404 Not Found")
-	for _, c := range []struct {
-		name      string
-		fails     int   // crawls that fail before one succeeds
-		err       error // what they fail with
-		panics    bool
-		wantCalls int
-		wantErr   bool
-		retries   float64
+	for i, c := range []struct {
+		name        string
+		fails       int   // crawls of the tiktok target that fail before one succeeds
+		err         error // what they fail with
+		panics      bool
+		maxAttempts int // the runtime's (default 30)
+		wantCalls   int // crawls of the tiktok target
+		wantTotal   int64
+		retries     float64
+		skipped     float64
 	}{
-		{name: "transient twice then ok", fails: 2, err: transient, wantCalls: 3, retries: 2},
-		{name: "transient on every attempt", fails: 100, err: transient, wantCalls: 4, wantErr: true, retries: 3},
-		{name: "wrapped transient", fails: 1, err: fmt.Errorf("crawl: %w", transient), wantCalls: 2, retries: 1},
-		{name: "permanent", fails: 100, err: permanent, wantCalls: 1, wantErr: true},
-		{name: "dead letter is permanent", fails: 100, err: stages.DeadLetter(stages.ReasonSanityFail, "", permanent), wantCalls: 1, wantErr: true},
-		{name: "panic", fails: 100, panics: true, wantCalls: 1, wantErr: true},
+		{name: "transient twice then ok", fails: 2, err: transient, wantCalls: 3, wantTotal: 3, retries: 2},
+		{name: "transient on every attempt", fails: 100, err: transient, wantCalls: 4, wantTotal: 2, retries: 3, skipped: 1},
+		{name: "transient up to the runtime's last attempt", fails: 100, err: transient, maxAttempts: 2, wantCalls: 2, wantTotal: 2, retries: 1, skipped: 1},
+		{name: "wrapped transient", fails: 1, err: fmt.Errorf("crawl: %w", transient), wantCalls: 2, wantTotal: 3, retries: 1},
+		{name: "permanent", fails: 100, err: permanent, wantCalls: 1, wantTotal: 2, skipped: 1},
+		{name: "dead letter is permanent", fails: 100, err: stages.DeadLetter(stages.ReasonSanityFail, "", permanent), wantCalls: 1, wantTotal: 2, skipped: 1},
+		{name: "panic", fails: 100, panics: true, wantCalls: 1, wantTotal: 2, skipped: 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var calls atomic.Int32
-			cr := crawlerFunc(func(_ context.Context, _ ProjectCreated, _ Target, emit func(Item) error) error {
+			var calls, others atomic.Int32
+			cr := crawlerFunc(func(_ context.Context, _ ProjectCreated, tg Target, emit func(Item) error) error {
+				if tg.Platform == "news" {
+					others.Add(1)
+					return emit(Item{SourceID: "n1"})
+				}
 				n := int(calls.Add(1))
 				if err := emit(Item{SourceID: "first"}); err != nil { // found before failing
 					return err
@@ -72,65 +127,62 @@ func TestCrawlWithRetry(t *testing.T) {
 				}
 				return emit(Item{SourceID: "second"})
 			})
-			col, reg := newRetryCollector(t, cr, fast)
-			var got []string
-			attempts, err := col.crawlWithRetry(context.Background(), ProjectCreated{ProjectID: "p"}, Target{Platform: "tiktok"}, func(it Item) error {
-				got = append(got, it.SourceID)
-				return nil
-			})
-			if int(calls.Load()) != c.wantCalls || attempts != c.wantCalls {
-				t.Errorf("%d crawls (reported %d), want %d", calls.Load(), attempts, c.wantCalls)
+			col, reg := d.collector(t, cr, fast)
+			maxAttempts := c.maxAttempts
+			if maxAttempts == 0 {
+				maxAttempts = 30
 			}
-			if (err != nil) != c.wantErr {
-				t.Errorf("err = %v, want error %t", err, c.wantErr)
+			id := fmt.Sprintf("p-retry-%d", i)
+			if _, err := attemptsUntilDone(t, col, ProjectCreated{ProjectID: id, Targets: []Target{{Platform: "tiktok"}, {Platform: "news"}}}, maxAttempts); err != nil {
+				t.Fatalf("last attempt: %v, want the project sealed", err)
 			}
-			if !c.wantErr && (len(got) == 0 || got[len(got)-1] != "second") {
-				t.Errorf("items %q: the successful crawl's items were not emitted", got)
+			if n := int(calls.Load()); n != c.wantCalls {
+				t.Errorf("%d crawls of the failing target, want %d", n, c.wantCalls)
+			}
+			if n := others.Load(); n != 1 {
+				t.Errorf("%d crawls of the target that succeeded, want 1", n)
+			}
+			st, err := col.tr.Get(testkit.Context(t), id)
+			if err != nil || !st.Sealed || st.Total != c.wantTotal {
+				t.Errorf("state %+v (%v), want sealed with total %d", st, err, c.wantTotal)
 			}
 			if v := testkit.Metric(t, reg, "smap_crawl_retries_total", "platform", "tiktok"); v != c.retries {
 				t.Errorf("smap_crawl_retries_total = %v, want %v", v, c.retries)
+			}
+			if v := testkit.Metric(t, reg, "smap_crawl_errors_total", "platform", "tiktok"); v != c.skipped {
+				t.Errorf("smap_crawl_errors_total = %v, want %v", v, c.skipped)
 			}
 		})
 	}
 }
 
-// The wait before a retry is at least the error's RetryAfter, capped at
-// CrawlRetry.Max, and ends with the context.
-func TestCrawlWithRetryWaits(t *testing.T) {
+// The wait a retry asks the runtime for is at least the crawl error's
+// RetryAfter, capped at CrawlRetry.Max.
+func TestCollectorRetryWaits(t *testing.T) {
 	t.Parallel()
+	d := newCollectorDeps(t)
 	failing := func(after time.Duration) Crawler {
 		return crawlerFunc(func(context.Context, ProjectCreated, Target, func(Item) error) error {
 			return stages.RetryAfter(after, errors.New("429 Too Many Requests"))
 		})
 	}
-	emit := func(Item) error { return nil }
-	p, tg := ProjectCreated{ProjectID: "p"}, Target{Platform: "x"}
-
-	col, _ := newRetryCollector(t, failing(150*time.Millisecond), run.RetryPolicy{MaxAttempts: 2, Initial: time.Millisecond, Max: time.Second})
-	start := time.Now()
-	if _, err := col.crawlWithRetry(context.Background(), p, tg, emit); err == nil {
-		t.Fatal("want the last crawl's error")
-	}
-	if d := time.Since(start); d < 150*time.Millisecond {
-		t.Errorf("retried after %v, want at least the 150ms RetryAfter", d)
-	}
-
-	col, _ = newRetryCollector(t, failing(time.Hour), run.RetryPolicy{MaxAttempts: 2, Initial: time.Millisecond, Max: 50 * time.Millisecond})
-	start = time.Now()
-	if _, err := col.crawlWithRetry(context.Background(), p, tg, emit); err == nil {
-		t.Fatal("want the last crawl's error")
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("retried after %v, want the wait capped at Max (50ms)", d)
-	}
-
-	col, _ = newRetryCollector(t, failing(time.Hour), run.RetryPolicy{MaxAttempts: 5, Initial: time.Hour, Max: time.Hour})
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	start = time.Now()
-	n, err := col.crawlWithRetry(ctx, p, tg, emit)
-	if !errors.Is(err, context.DeadlineExceeded) || n != 1 || time.Since(start) > 5*time.Second {
-		t.Errorf("after %v: %d crawls, err %v; want 1 crawl and the context's error at once", time.Since(start), n, err)
+	for i, c := range []struct {
+		after    time.Duration
+		pol      run.RetryPolicy
+		min, max time.Duration
+	}{
+		{150 * time.Millisecond, run.RetryPolicy{MaxAttempts: 2, Initial: time.Millisecond, Max: time.Second}, 150 * time.Millisecond, 150 * time.Millisecond},
+		{time.Hour, run.RetryPolicy{MaxAttempts: 2, Initial: time.Millisecond, Max: 50 * time.Millisecond}, 50 * time.Millisecond, 50 * time.Millisecond},
+		{0, run.RetryPolicy{MaxAttempts: 2, Initial: 100 * time.Millisecond, Max: time.Second, Jitter: 0.2}, 80 * time.Millisecond, 120 * time.Millisecond},
+	} {
+		col, _ := d.collector(t, failing(c.after), c.pol)
+		waits, err := attemptsUntilDone(t, col, ProjectCreated{ProjectID: fmt.Sprintf("p-wait-%d", i), Targets: []Target{{Platform: "x"}}}, 30)
+		if err != nil {
+			t.Fatalf("after %v: last attempt %v, want the project sealed without the target", c.after, err)
+		}
+		if len(waits) != 1 || waits[0] < c.min || waits[0] > c.max {
+			t.Errorf("RetryAfter %v with %+v: waits %v, want one within [%v, %v]", c.after, c.pol, waits, c.min, c.max)
+		}
 	}
 }
 

@@ -27,11 +27,16 @@
 // raw object (sanity_fail, rule smap.raw_object_missing), corrupt raw JSON
 // (decode_error, smap.raw_json), an analyser error or panic (exception,
 // smap.analyzer.NAME), an object store that keeps failing
-// (retries_exhausted, smap.raw_object_read). It then writes three things
-// in one sink batch: the post_analytics row with error_type/error_msg, the
-// original data.collected record to smap.analytics.errors with the DLQ
-// headers (docs/dead-letters.md), and an analysis.finished event with status
-// "error". The progress counter therefore sees every item, ok or failed,
+// (retries_exhausted, smap.raw_object_read: a transient read error is
+// retried by the runtime, Config.Runtime.Retry, and fails the item at the
+// record's last attempt). It returns the post_analytics row with
+// error_type/error_msg and an analysis.finished event with status "error"
+// as outputs of a dead letter (stages.DeadLetterWith): the sink writes
+// them, and the runtime dead-letters the original data.collected record
+// to smap.analytics.errors with the DLQ headers (dlq.stage
+// smap-analytics), counted in
+// sluice_dlq_records_by_reason_total{pipeline="smap-analytics"}, before
+// it commits. The progress counter therefore sees every item, ok or failed,
 // on one topic, and counts failed ones in errors as well as done. (A
 // data.collected record that is not even a valid event cannot be
 // attributed to a project: the runtime dead-letters it as decode_error and
@@ -98,13 +103,18 @@
 //
 // A target whose crawl fails transiently (the crawler returns an error
 // classified with stages.Retry or stages.RetryAfter: a timeout, a dropped
-// connection, an HTTP 5xx or 429) is crawled again with exponential
-// backoff and jitter, up to Config.CrawlRetry.MaxAttempts crawls (default
-// 4), each retry counted in smap_crawl_retries_total; a retried crawl
-// re-emits the items found before the failure, which are counted once.
-// A revoke or a shutdown ends a wait between crawls at once: the
-// project.created record is left uncommitted (not dead-lettered) and its
-// next owner crawls the project again.
+// connection, an HTTP 5xx or 429) is crawled again at the next attempt of
+// the project.created record, which the runtime makes after a wait of
+// Config.CrawlRetry's backoff with jitter (at least the error's
+// RetryAfter, capped at CrawlRetry.Max), up to attempt
+// CrawlRetry.MaxAttempts (default 4), each retry counted in
+// smap_crawl_retries_total. The next attempt crawls only the targets that
+// failed (the attempt's progress rides on its error, stages.Msg.PrevErr,
+// once its items were acknowledged); a retried crawl re-emits the items
+// found before the failure, which are counted once. A revoke or a
+// shutdown ends a wait between attempts at once: the project.created
+// record is left uncommitted (not dead-lettered) and its next owner
+// crawls the project again.
 // A target whose crawl fails permanently (any other error, or a panic of
 // the crawler) or on every attempt is skipped and counted once in
 // smap_crawl_errors_total; so is, at once and without a retry, a target

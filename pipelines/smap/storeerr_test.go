@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // Permanent object-store errors are not retried: an invalid key from a
@@ -66,7 +67,7 @@ func testInvalidKey(t *testing.T, pgs *testkit.PostgresServer) {
 	}
 	h.objects = fs
 	cfg := h.cfg
-	cfg.ObjectAttempts, cfg.ObjectBackoff = 3, 10*time.Millisecond
+	cfg.Runtime.Retry = run.RetryPolicy{MaxAttempts: 3, Initial: 10 * time.Millisecond} // a retry (there must be none) is quick
 	d := h.start(cfg)
 	h.createProject(ProjectCreated{ProjectID: project, Targets: []Target{synthetic("tiktok", n)}})
 	st := h.waitDone(project, 60*time.Second)
@@ -102,7 +103,7 @@ func testStoreConfigFatal(t *testing.T, pgs *testkit.PostgresServer) {
 		err: minio.ErrorResponse{StatusCode: 403, Code: "AccessDenied", Message: "Access Denied.", BucketName: "bkt-denied"}}
 	h.objects = fs
 	cfg := h.cfg
-	cfg.ObjectAttempts, cfg.ObjectBackoff = 3, 10*time.Millisecond
+	cfg.Runtime.Retry = run.RetryPolicy{MaxAttempts: 3, Initial: 10 * time.Millisecond} // a retry (there must be none) is quick
 	env := h.env(prometheus.NewRegistry())
 	svcs, res, err := pipelines.Construct(func(r *pipelines.Resources) ([]pipelines.Service, error) {
 		return services(env, cfg, r)

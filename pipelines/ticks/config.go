@@ -32,10 +32,13 @@ type Config struct {
 	SegmentMaxTicks int
 	// SourceTimeout bounds one source call (default 60s).
 	SourceTimeout time.Duration
-	// Retry bounds retries of a segment's transient failures (source errors,
-	// object-store errors): MaxAttempts attempts in all (default 6), then the
-	// task goes to the DLQ with retries_exhausted and the job is FAILED.
-	// Backoff is exponential with jitter (default 500ms → 30s).
+	// Retry is the retry policy of tasks (the runtime's, Runtime.Retry is
+	// replaced by it): a segment's transient failures (source errors,
+	// object-store errors) are retried up to MaxAttempts attempts in all
+	// (default 6), then the task goes to the DLQ with retries_exhausted and
+	// the job is FAILED. Backoff is exponential with jitter (default 500ms
+	// → 30s). Rate-limit denials and limiter outages are waits, not
+	// attempts: they never fail a job.
 	Retry run.RetryPolicy
 	// PacingBackoff is the minimum wait after a pacing violation
 	// (default 15s).
@@ -49,9 +52,8 @@ type Config struct {
 	// SessionSettle also absorbs that much clock skew between them.
 	SessionSettle time.Duration
 	// Runtime holds optional runtime knobs (batching, commit interval,
-	// revoke timeout). Name, Group, Topics and DLQTopic are set by the
-	// pipeline; Retry.MaxAttempts is raised so that rate-limit waits never
-	// dead-letter a task (segment retries are bounded by Retry above).
+	// revoke timeout). Name, Group, Topics, DLQTopic and Retry (see Retry
+	// above) are set by the pipeline.
 	Runtime run.Config
 	// Supervisor configures stall detection and bootstrap.
 	Supervisor SupervisorConfig
@@ -140,15 +142,7 @@ func (c Config) withDefaults() Config {
 	if rt.BatchMaxRecords <= 0 {
 		rt.BatchMaxRecords = 20 // every task is a network fetch: small batches keep commits close
 	}
-	if rt.Retry.MaxAttempts <= 0 {
-		rt.Retry.MaxAttempts = 1 << 30
-	}
-	if rt.Retry.Initial <= 0 {
-		rt.Retry.Initial = 20 * time.Millisecond
-	}
-	if rt.Retry.Max <= 0 {
-		rt.Retry.Max = time.Second
-	}
+	rt.Retry = c.Retry
 	c.Runtime = rt
 	return c
 }

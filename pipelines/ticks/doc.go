@@ -29,7 +29,8 @@
 //     exists, is readable and has rows, its metadata is used and the source
 //     is not called.
 //  4. Otherwise a rate-limited fetch (stages/ratelimit: a denial pauses the
-//     partition until the computed wait, with backoff and jitter) of at most
+//     partition until the computed wait, with backoff and jitter, without
+//     spending an attempt) of at most
 //     SegmentMaxTicks ticks, written as one Parquet file whose key/value
 //     metadata holds the covered range (sluice.range_start/range_end) —
 //     atomically (directory: .tmp, fsync, rename; S3: one PUT). Files of
@@ -47,9 +48,14 @@
 // segment is dropped, so a re-sent task never becomes a second live chain.
 //
 // Transient failures (504s, pacing violations, object-store errors) are
-// retried with exponential backoff and jitter up to Config.Retry; then the
-// job is FAILED with last_error_type and the task goes to the DLQ topic
-// with reason retries_exhausted. Rate-limit denials are not failures.
+// retried by the runtime with exponential backoff and jitter up to
+// Config.Retry (the runtime's retry policy); at the task's last attempt
+// (stages.Msg.LastAttempt) the job is FAILED with last_error_type and the
+// runtime dead-letters the task to the DLQ topic with reason
+// retries_exhausted (stages.DeadLetterWith: the FAILED state is written
+// too), counted in sluice_dlq_records_by_reason_total{pipeline="ticks"}.
+// Rate-limit denials are not failures: they are waits (stages.Wait) that
+// spend no attempt.
 // A permanent object-store configuration error (objstore.IsPermanent:
 // AccessDenied, NoSuchBucket, bad credentials…) is not retried and fails
 // no job: the worker's Run returns a fatal error naming the S3 code and

@@ -90,7 +90,6 @@ func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 		run.WithLogger(base),
 		run.WithStageName(StageName),
 		run.WithStores(w.jobs),
-		run.WithRevokeHook(w.release),
 	)
 	if err != nil {
 		prod.Close()

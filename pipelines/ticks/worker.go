@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,9 +53,6 @@ type worker struct {
 	m      *metrics
 	log    *slog.Logger
 	fetchF stages.Func[fetchReq, []Tick]
-
-	mu       sync.Mutex
-	attempts map[string]int // failed attempts per task ("partition/offset")
 }
 
 // jobStates is the job-state store's partition a stage call works on.
@@ -83,27 +77,12 @@ func newWorker(cfg Config, store objstore.Store, lim *ratelimit.Limiter, m *metr
 	if err != nil {
 		return nil, err
 	}
-	w := &worker{cfg: cfg, store: store, jobs: jobs, m: m, log: log, attempts: map[string]int{}}
+	w := &worker{cfg: cfg, store: store, jobs: jobs, m: m, log: log}
 	w.fetchF = w.fetch
 	if lim != nil {
 		w.fetchF = ratelimit.Stage(lim, func(m stages.Msg[fetchReq]) (string, bool) { return m.Value.account, true }, cfg.RateLimit.Backoff, w.fetch)
 	}
 	return w, nil
-}
-
-// release is the runner's revoke hook: the attempt counts of the tasks of
-// revoked partitions are forgotten.
-func (w *worker) release(_ context.Context, revoked map[string][]int32) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, p := range revoked[w.cfg.TasksTopic] {
-		pre := strconv.Itoa(int(p)) + "/"
-		for k := range w.attempts {
-			if strings.HasPrefix(k, pre) {
-				delete(w.attempts, k)
-			}
-		}
-	}
 }
 
 // state returns a copy of the job's state, or nil.
@@ -174,7 +153,7 @@ func (w *worker) stage(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record
 	case KindTrigger:
 		return w.onTrigger(jobs, m.Source.Offset, t)
 	case KindSegment:
-		return w.segmentWithRetry(ctx, jobs, m)
+		return w.segmentTask(ctx, jobs, m)
 	case KindStall:
 		return w.onStall(jobs, m.Source.Offset, t)
 	case KindBootstrap:
@@ -288,23 +267,23 @@ func (w *worker) startInstance(jobs jobStates, st *JobState, prev Status) ([]*kg
 	return out, nil
 }
 
-// segmentWithRetry bounds the retries of a segment task: rate-limit
-// denials pass through (they are not failures); other transient errors are
-// retried after backoff up to Retry.MaxAttempts; then, or at once for a
-// permanent error, the job is FAILED and the task dead-lettered.
-func (w *worker) segmentWithRetry(ctx context.Context, jobs jobStates, m stages.Msg[taskIn]) ([]*kgo.Record, error) {
-	id := fmt.Sprintf("%d/%d", m.Source.Partition, m.Source.Offset)
+// segmentTask runs a segment task and decides about its failures; the
+// runtime retries and dead-letters (Config.Retry is its policy).
+// Rate-limit denials pass through (stages.Wait: they spend no attempt).
+// Another transient error is retried (after at least PacingBackoff for a
+// pacing violation), its type remembered in the job state, until the
+// task's last attempt; then, or at once for a permanent error, the job is
+// FAILED and the task dead-lettered (retries_exhausted, or exception for a
+// permanent error): the FAILED state is written to the job-state store
+// before the dead letter is returned, and the runtime produces it with the
+// batch, after the dead letter.
+func (w *worker) segmentTask(ctx context.Context, jobs jobStates, m stages.Msg[taskIn]) ([]*kgo.Record, error) {
 	out, err := w.onSegment(ctx, jobs, m.Source.Offset, m.Value.Task)
 	if errors.Is(err, errZombie) {
 		w.m.zombies.Inc()
 		return nil, nil
 	}
-	if err == nil || errors.Is(err, ratelimit.ErrDenied) || ctx.Err() != nil {
-		if err == nil {
-			w.mu.Lock()
-			delete(w.attempts, id)
-			w.mu.Unlock()
-		}
+	if err == nil || ctx.Err() != nil {
 		return out, err
 	}
 	if c := stages.Classify(err); c.Kind != stages.KindRetry {
@@ -312,36 +291,28 @@ func (w *worker) segmentWithRetry(ctx context.Context, jobs jobStates, m stages.
 	}
 	typ, transient := errorType(err)
 	w.m.sourceErrs.WithLabelValues(typ).Inc()
-	w.mu.Lock()
-	w.attempts[id]++
-	n := w.attempts[id]
-	if !transient || n >= w.cfg.Retry.MaxAttempts {
-		delete(w.attempts, id)
-	}
-	w.mu.Unlock()
 	t := m.Value.Task
 	st := w.state(jobs, t.JobKey)
 	if st == nil || st.JobInstanceID != t.JobInstanceID {
 		return nil, nil // became a zombie meanwhile
 	}
-	if transient && n < w.cfg.Retry.MaxAttempts {
-		// Remember the error type in the state.
+	if transient && !m.LastAttempt() {
+		// Remember the error type in the job's state.
 		st.LastErrorType, st.LastError = typ, err.Error()
 		if perr := jobs.Put(t.JobKey, *st); perr != nil {
 			return nil, fmt.Errorf("job state: %w", perr)
 		}
-		wait := w.cfg.Retry.Backoff(n)
+		w.log.Warn("segment failed, retrying", "job", t.JobKey, "start_ts", t.StartTs, "attempt", m.Attempt, "max_attempts", m.MaxAttempts, "err", err)
 		if typ == ErrTypePacing {
-			wait = max(wait, w.cfg.PacingBackoff)
+			return nil, stages.RetryAfter(w.cfg.PacingBackoff, err)
 		}
-		w.log.Warn("segment failed, retrying", "job", t.JobKey, "start_ts", t.StartTs, "attempt", n, "wait", wait, "err", err)
-		return nil, stages.RetryAfter(wait, err)
+		return nil, stages.Retry(err)
 	}
 	reason := stages.ReasonRetriesExhausted
 	if !transient {
 		reason = stages.ReasonException
 	}
-	w.log.Error("segment failed for good", "job", t.JobKey, "start_ts", t.StartTs, "attempts", n, "reason", reason, "err", err)
+	w.log.Error("segment failed for good", "job", t.JobKey, "start_ts", t.StartTs, "attempts", m.Attempt, "reason", reason, "err", err)
 	prev := st.Status
 	st.LastErrorType, st.LastError = typ, err.Error()
 	if !t.Backfill {
@@ -350,18 +321,7 @@ func (w *worker) segmentWithRetry(ctx context.Context, jobs jobStates, m stages.
 	if serr := w.setState(jobs, st, prev); serr != nil {
 		return nil, serr
 	}
-	return []*kgo.Record{w.dlqRecord(m, reason, err, n)}, nil
-}
-
-// dlqRecord builds the dead-letter record of a failed segment task with the
-// DLQ headers (docs/dead-letters.md); it is written by the sink with the job's FAILED
-// state, before the task's offset commits.
-func (w *worker) dlqRecord(m stages.Msg[taskIn], reason stages.Reason, err error, attempts int) *kgo.Record {
-	hs := run.DLQHeaders(m.Headers, run.DLQMeta{
-		Reason: reason, Error: err.Error(), Stage: "ticks/segment",
-		Source: m.Source, Attempts: attempts, FailedAt: w.cfg.Now(),
-	})
-	return &kgo.Record{Topic: w.cfg.DLQTopic, Key: []byte(m.Key), Value: m.Value.raw, Headers: hs}
+	return nil, stages.DeadLetter(reason, "", err)
 }
 
 // onSegment runs one segment task: fence, heartbeat, idempotency check,

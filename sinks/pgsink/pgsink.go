@@ -34,7 +34,8 @@
 //     retried in their own transactions, recursing into the failing half —
 //     until the culprit rows are isolated; every other row lands and the
 //     culprits are reported in a [*stages.Rejections] with indexes into the
-//     caller's batch. With k bad rows among n the cost is about
+//     caller's batch, unless [Table.Fallback] offers a row to write in a
+//     culprit's place. With k bad rows among n the cost is about
 //     k·log2(n) extra transactions.
 //   - When several items of one key were merged and the merged row is
 //     refused, the items of that key are written again one at a time, in
@@ -119,6 +120,23 @@ type Table[T any] struct {
 	// sent as elements of arrays of the columns' types (the lookup of
 	// existing keys). It is called once per merged row.
 	Values func(T) []any
+	// Where, when set, is an SQL condition on an incoming row that decides
+	// whether the row is written at all: a row for which it is not true is
+	// neither inserted nor updated (nor rejected). It names the incoming
+	// row's columns s.<column> and may query other tables, e.g.
+	// NOT EXISTS (SELECT 1 FROM t2 WHERE t2.k = s.k). With Where every row
+	// goes through the staging table (no direct COPY of new keys, see the
+	// package documentation), so that the condition applies to all.
+	Where string
+	// Fallback, when set, is offered each item the database refused
+	// permanently (see [IsPermanent]), once the bisection isolated it, with
+	// the refusal. When it returns ok, the row it returns (of the same key)
+	// is written in its place, in a transaction of its own, and the item
+	// counts as written if that row lands; it is rejected, with the second
+	// refusal, otherwise. Fallback is for a value the database may refuse
+	// that can be stored another way: a jsonb copy of a document that jsonb
+	// does not accept left NULL, say. nil rejects refused items at once.
+	Fallback func(row T, refusal error) (T, bool)
 }
 
 // Beginner starts transactions; *pgxpool.Pool implements it (a *pgx.Conn
@@ -216,6 +234,7 @@ func New[T any](db Beginner, table Table[T], opts ...Option) (*Sink[T], error) {
 		s.keyPos = append(s.keyPos, slices.Index(table.Columns, k))
 	}
 	s.createSQL, s.upsertSQL = table.sql()
+	s.upsertOnly = table.Where != "" // the direct COPY cannot apply Where
 	return s, nil
 }
 
@@ -257,8 +276,12 @@ func (t Table[T]) sql() (create, upsert string) {
 	var b strings.Builder
 	cols := identList(t.Columns)
 	key := identList(t.Key)
-	fmt.Fprintf(&b, "INSERT INTO %s AS t (%s)\nSELECT %s FROM %s\nON CONFLICT (%s) ",
-		ident(t.Name), cols, cols, pgx.Identifier{stagingTable}.Sanitize(), key)
+	fmt.Fprintf(&b, "INSERT INTO %s AS t (%s)\nSELECT %s FROM %s\n",
+		ident(t.Name), cols, cols, pgx.Identifier{stagingTable}.Sanitize())
+	if t.Where != "" {
+		fmt.Fprintf(&b, "AS s WHERE (%s)\n", t.Where)
+	}
+	fmt.Fprintf(&b, "ON CONFLICT (%s) ", key)
 	if len(t.Update) == 0 {
 		b.WriteString("DO NOTHING")
 		return create, b.String()
@@ -296,6 +319,8 @@ type group[T any] struct {
 	row   T
 	items []int
 	vals  []any // Values(row), computed once the group is complete
+	// fallback: row is Table.Fallback's replacement of a refused row
+	fallback bool
 }
 
 // rejected is a group the database refused: pe is the server's error,
@@ -310,8 +335,18 @@ type rejected[T any] struct {
 // Write upserts batch (items in partition order: later items are newer).
 // See the package documentation for the error contract.
 func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
+	_, err := s.WriteCount(ctx, batch)
+	return err
+}
+
+// WriteCount is Write that also returns how many rows the database
+// reported inserted or updated: a row skipped by DO NOTHING, by Where or as
+// an unchanged update does not count, and a merged row counts once. The
+// count includes the rows of transactions that committed before an error
+// (a batch failing half-way and written again counts its rows once in all).
+func (s *Sink[T]) WriteCount(ctx context.Context, batch []T) (int64, error) {
 	if len(batch) == 0 {
-		return nil
+		return 0, nil
 	}
 	start := time.Now()
 	s.m.batch.Observe(float64(len(batch)))
@@ -324,11 +359,11 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 	s.m.written.Add(float64(w.written))
 	if err != nil {
 		s.m.duration.WithLabelValues("error").Observe(time.Since(start).Seconds())
-		return fmt.Errorf("pgsink: upsert %d row(s) into %s: %w", len(groups), s.table.Name, err)
+		return w.affected, fmt.Errorf("pgsink: upsert %d row(s) into %s: %w", len(groups), s.table.Name, err)
 	}
 	if len(w.rejected) == 0 {
 		s.m.duration.WithLabelValues("ok").Observe(time.Since(start).Seconds())
-		return nil
+		return w.affected, nil
 	}
 	s.m.duration.WithLabelValues("rejected").Observe(time.Since(start).Seconds())
 	rej := &stages.Rejections{}
@@ -348,7 +383,7 @@ func (s *Sink[T]) Write(ctx context.Context, batch []T) error {
 		}
 	}
 	slices.SortFunc(rej.Items, func(a, b stages.Rejection) int { return a.Index - b.Index })
-	return rej
+	return w.affected, rej
 }
 
 // merge folds the items of one key into one group and returns the groups
@@ -384,6 +419,7 @@ type writer[T any] struct {
 	s        *Sink[T]
 	batch    []T
 	written  int
+	affected int64 // rows the committed transactions inserted or updated
 	rejected []rejected[T]
 }
 
@@ -392,8 +428,9 @@ type writer[T any] struct {
 // landed while the parent failed), so the attempt on the whole is skipped.
 func (w *writer[T]) bisect(ctx context.Context, gs []*group[T], knownBad bool) error {
 	if !knownBad || len(gs) == 1 {
-		err := w.s.attempt(ctx, gs)
+		n, err := w.s.attempt(ctx, gs)
 		if err == nil {
+			w.affected += n
 			w.s.m.txs.WithLabelValues("ok").Inc()
 			for _, g := range gs {
 				w.written += len(g.items)
@@ -409,6 +446,9 @@ func (w *writer[T]) bisect(ctx context.Context, gs []*group[T], knownBad bool) e
 		if len(gs) == 1 {
 			if len(gs[0].items) > 1 {
 				return w.itemByItem(ctx, gs[0])
+			}
+			if fb, ok := w.fallback(gs[0], cause); ok {
+				return w.bisect(ctx, []*group[T]{fb}, false)
 			}
 			w.rejected = append(w.rejected, rejected[T]{g: gs[0], pe: pe, cause: cause})
 			return nil
@@ -438,6 +478,20 @@ func (w *writer[T]) itemByItem(ctx context.Context, g *group[T]) error {
 	return nil
 }
 
+// fallback returns the replacement Table.Fallback offers for g, a refused
+// row of one item, unless g is a replacement already.
+func (w *writer[T]) fallback(g *group[T], refusal error) (*group[T], bool) {
+	if w.s.table.Fallback == nil || g.fallback {
+		return nil, false
+	}
+	row, ok := w.s.table.Fallback(g.row, refusal)
+	if !ok {
+		return nil, false
+	}
+	w.s.log.Debug("row refused, writing its fallback", "err", refusal)
+	return &group[T]{key: g.key, row: row, items: g.items, vals: w.s.table.Values(row), fallback: true}, true
+}
+
 // rowError returns the server error, and the error to report (the server
 // error, or the [*encodeFailed] wrapping it), when err is caused by the
 // rows' values. A NOT NULL violation on a column the sink does not write is
@@ -461,17 +515,19 @@ func (s *Sink[T]) rowError(err error) (*pgconn.PgError, error, bool) {
 // hits a unique violation (a key the lookup did not see was inserted
 // meanwhile by another writer, or a row breaks another unique index), the
 // transaction is rolled back and gs upserted in a new one.
-func (s *Sink[T]) attempt(ctx context.Context, gs []*group[T]) error {
+// It returns how many rows the committed transaction inserted or updated.
+func (s *Sink[T]) attempt(ctx context.Context, gs []*group[T]) (n int64, err error) {
 	if !s.upsertOnly {
-		err := s.inTx(ctx, func(tx pgx.Tx) error { return s.direct(ctx, tx, gs) })
+		err := s.inTx(ctx, func(tx pgx.Tx) (err error) { n, err = s.direct(ctx, tx, gs); return err })
 		var cc copyConflict
 		if !errors.As(err, &cc) {
-			return err
+			return n, err
 		}
 		s.m.txs.WithLabelValues("conflict").Inc()
 		s.log.Debug("unique violation on copy, upserting instead", "rows", len(gs), "err", err)
 	}
-	return s.inTx(ctx, func(tx pgx.Tx) error { return s.upsert(ctx, tx, gs) })
+	err = s.inTx(ctx, func(tx pgx.Tx) (err error) { n, err = s.upsert(ctx, tx, gs); return err })
+	return n, err
 }
 
 // inTx runs fn in a transaction and commits it.
@@ -503,13 +559,13 @@ func (s *Sink[T]) inTx(ctx context.Context, fn func(pgx.Tx) error) (err error) {
 // translated to the session's lc_messages; copyRows then returns an
 // [*encodeFailed] naming the row, recognised on the client side, so
 // whatever the server's language.
-func (s *Sink[T]) copyRows(ctx context.Context, tx pgx.Tx, table pgx.Identifier, gs []*group[T]) error {
+func (s *Sink[T]) copyRows(ctx context.Context, tx pgx.Tx, table pgx.Identifier, gs []*group[T]) (int64, error) {
 	src := &rowSource[T]{gs: gs}
-	_, err := tx.CopyFrom(ctx, table, s.table.Columns, src)
+	n, err := tx.CopyFrom(ctx, table, s.table.Columns, src)
 	if err != nil && src.taken && SQLState(err) == "57014" {
-		return &encodeFailed{key: gs[src.next-1].key, err: err}
+		return n, &encodeFailed{key: gs[src.next-1].key, err: err}
 	}
-	return err
+	return n, err
 }
 
 // rowSource is the pgx.CopyFromSource of copyRows. pgx reads it in its own
@@ -558,18 +614,20 @@ func (e *encodeFailed) Error() string {
 
 func (e *encodeFailed) Unwrap() error { return e.err }
 
-// upsert COPYs gs into a fresh staging table and upserts them from there.
-func (s *Sink[T]) upsert(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
+// upsert COPYs gs into a fresh staging table and upserts them from there;
+// it returns how many rows the upsert inserted or updated.
+func (s *Sink[T]) upsert(ctx context.Context, tx pgx.Tx, gs []*group[T]) (int64, error) {
 	if _, err := tx.Exec(ctx, s.createSQL); err != nil {
-		return fmt.Errorf("create staging table: %w", err)
+		return 0, fmt.Errorf("create staging table: %w", err)
 	}
-	if err := s.copyRows(ctx, tx, pgx.Identifier{stagingTable}, gs); err != nil {
-		return fmt.Errorf("copy into staging table: %w", err)
+	if _, err := s.copyRows(ctx, tx, pgx.Identifier{stagingTable}, gs); err != nil {
+		return 0, fmt.Errorf("copy into staging table: %w", err)
 	}
-	if _, err := tx.Exec(ctx, s.upsertSQL); err != nil {
-		return fmt.Errorf("upsert: %w", err)
+	tag, err := tx.Exec(ctx, s.upsertSQL)
+	if err != nil {
+		return 0, fmt.Errorf("upsert: %w", err)
 	}
-	return nil
+	return tag.RowsAffected(), nil
 }
 
 // Direct COPY of new keys pays off when most keys of a batch are new: the
@@ -589,10 +647,11 @@ const (
 // looks up which keys exist, COPYs the rows of the new ones straight into
 // the target and upserts the others through the staging table; otherwise
 // (or when fewer than 3/4 of all keys turn out to be new) it upserts all.
-func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
+// It returns how many rows it inserted or updated.
+func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) (int64, error) {
 	probe, err := s.probe(ctx, tx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if len(gs) > 2*lookupSample {
 		sample := make([]*group[T], lookupSample)
@@ -604,7 +663,7 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 			if s.unsent(ctx, err) {
 				return s.upsert(ctx, tx, gs)
 			}
-			return err
+			return 0, err
 		}
 		if !mostlyNew(len(sample), n) {
 			return s.upsert(ctx, tx, gs)
@@ -615,12 +674,12 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 		if s.unsent(ctx, err) {
 			return s.upsert(ctx, tx, gs)
 		}
-		return err
+		return 0, err
 	}
 	if !mostlyNew(len(gs), n) {
 		return s.upsert(ctx, tx, gs)
 	}
-	fresh := gs
+	fresh, updated := gs, int64(0)
 	if n > 0 {
 		fresh = make([]*group[T], 0, len(gs)-n)
 		old := make([]*group[T], 0, n)
@@ -631,17 +690,18 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) error {
 				fresh = append(fresh, g)
 			}
 		}
-		if err := s.upsert(ctx, tx, old); err != nil {
-			return err
+		if updated, err = s.upsert(ctx, tx, old); err != nil {
+			return 0, err
 		}
 	}
-	if err := s.copyRows(ctx, tx, s.target, fresh); err != nil {
+	inserted, err := s.copyRows(ctx, tx, s.target, fresh)
+	if err != nil {
 		if SQLState(err) == "23505" {
-			return copyConflict{err}
+			return 0, copyConflict{err}
 		}
-		return fmt.Errorf("copy new rows: %w", err)
+		return 0, fmt.Errorf("copy new rows: %w", err)
 	}
-	return nil
+	return updated + inserted, nil
 }
 
 // unsent reports whether the lookup of existing keys failed before

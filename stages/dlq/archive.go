@@ -5,38 +5,37 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
-	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluicehq/sluice/sinks/pgsink"
+	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // DefaultArchiveGroup is the consumer group Archive and ArchiveOnce use when
 // none is given.
 const DefaultArchiveGroup = "dlq-archive"
 
-// commitTimeout bounds the commit of an archived batch, which runs to its
-// end even when the archiver's context is done.
-const commitTimeout = 10 * time.Second
-
-// DB is what the archiver needs from PostgreSQL; *pgxpool.Pool and
-// *pgx.Conn satisfy it.
+// DB is what the archiver needs from PostgreSQL. The partitions of the DLQ
+// topic are archived concurrently, so it must be safe for concurrent use:
+// a *pgxpool.Pool, not a *pgx.Conn.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // ArchiveResult counts what an archive run did.
 type ArchiveResult struct {
-	// Read is how many DLQ records were consumed.
+	// Read is how many DLQ records were consumed and written.
 	Read int
 	// Inserted is how many rows were new in dlq_archive; a record archived
 	// before (same DLQ topic ID, topic name, partition and offset, or a row
@@ -45,481 +44,352 @@ type ArchiveResult struct {
 	Inserted int
 }
 
-// insertArchive inserts one DLQ record unless dlq_archive already holds it:
-// a row with the same DLQ topic ID and coordinates (the unique key), or,
-// when the record's topic ID is known, a row archived before topic IDs were
-// recorded (zero ID) with the same coordinates and the same content. The
-// content comparison tells a re-read of an old record (a new group, a crash
-// before the offset commit) from a new record of a recreated topic at the
-// same coordinates; every compared column is a deterministic function of
-// the record (archiveArgs).
-const insertArchive = `INSERT INTO dlq_archive (dlq_topic, dlq_partition, dlq_offset,
-	source_topic, source_partition, source_offset, reason, rule_id, error_msg, stage,
-	attempts, record_key, payload, payload_json, failed_at, dlq_topic_id)
-SELECT $1::text, $2::int, $3::bigint, $4::text, $5::int, $6::bigint, $7::text, $8::text, $9::text,
-	$10::text, $11::int, $12::text, $13::bytea, $14::text::jsonb, $15::timestamptz, $16::uuid
-WHERE $16::uuid = '00000000-0000-0000-0000-000000000000' OR NOT EXISTS (
-	SELECT 1 FROM dlq_archive o
-	WHERE o.dlq_topic = $1 AND o.dlq_partition = $2 AND o.dlq_offset = $3
-	  AND o.dlq_topic_id = '00000000-0000-0000-0000-000000000000'
-	  AND o.source_topic IS NOT DISTINCT FROM $4 AND o.source_partition IS NOT DISTINCT FROM $5
-	  AND o.source_offset IS NOT DISTINCT FROM $6 AND o.reason = $7 AND o.rule_id = $8
-	  AND o.error_msg = $9 AND o.stage = $10 AND o.attempts = $11
-	  AND o.record_key IS NOT DISTINCT FROM $12 AND o.payload = $13
-	  AND o.failed_at IS NOT DISTINCT FROM $15)
-ON CONFLICT (dlq_topic, dlq_partition, dlq_offset, dlq_topic_id) DO NOTHING`
+// ArchiveOption configures Archive and ArchiveOnce.
+type ArchiveOption func(*archiveOptions)
 
-// errTopicChanged reports that the DLQ topic's ID changed while records were
-// read from a broker that does not name topic IDs in fetch responses, so the
-// incarnation the records came from is unknown.
-var errTopicChanged = errors.New("the topic was deleted and recreated during the run")
+type archiveOptions struct{ log *slog.Logger }
+
+// ArchiveLogger sets the logger of the archiver's runtime (default
+// slog.Default()).
+func ArchiveLogger(l *slog.Logger) ArchiveOption { return func(o *archiveOptions) { o.log = l } }
+
+// errTopicChanged reports that the DLQ topic was deleted (and perhaps
+// recreated) since the archiver looked up its topic ID, so the incarnation
+// the records in hand came from is unknown.
+var errTopicChanged = errors.New("the topic was deleted or recreated during the run")
 
 // Archive consumes the DLQ topic as consumer group group (default
-// DefaultArchiveGroup) and inserts every record into the dlq_archive table
-// until ctx is done, then leaves the group and returns nil. Each polled
-// batch is inserted in one transaction and its offsets are committed only
-// after that transaction committed, so a crash re-delivers at most the
-// uncommitted batch, and re-delivered records are ignored by the table's
-// unique key (idempotent). A group new to the topic starts at its earliest
-// record. Rebalances wait until the batch in hand is archived and committed.
+// DefaultArchiveGroup) with read_committed isolation and inserts every
+// record into the dlq_archive table until ctx is done, then leaves the
+// group and returns nil. It runs on the runtime (package stages/run): each
+// batch is written in one transaction and its offsets are committed after
+// that (commits move past transaction markers too), so a crash re-delivers
+// at most the uncommitted batches, which the table's unique key ignores
+// (idempotent). A group new to the topic starts at its earliest record.
+// Database failures are retried with the runtime's backoff until they pass.
 //
 // Rows are keyed by the DLQ topic's Kafka topic ID as well as the record's
 // partition and offset, so the records of a topic deleted and recreated
 // under the same name are archived as new rows although their offsets
-// start at 0 again. When Archive sees the topic recreated (UNKNOWN_TOPIC_ID)
-// it drops the batch in hand, which belongs to the deleted topic, and
-// consumes the new topic from the group's committed offsets (none, as the
-// broker dropped them with the topic: its earliest record).
-// Any other database or Kafka error stops Archive and is returned.
-func Archive(ctx context.Context, opts []kgo.Opt, db DB, topic, group string) error {
-	a, err := newArchiver(ctx, opts, db, topic, group)
-	if err != nil {
-		return err
-	}
-	defer a.close()
+// start at 0 again. When Archive sees the topic deleted or recreated it
+// drops the batches in hand, which belong to the deleted topic, and starts
+// over on the new topic (waiting for it when it was only deleted), from
+// the group's committed offsets: none, as the broker dropped them with the
+// topic, so from its earliest record. Any other fatal error stops Archive
+// and is returned: a record that cannot be archived, which is never skipped
+// (the topic it would be dead-lettered to is the one being archived).
+func Archive(ctx context.Context, opts []kgo.Opt, db DB, topic, group string, aopts ...ArchiveOption) error {
 	for {
-		fs := a.cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			a.cl.AllowRebalance()
-			return nil
-		}
-		err := a.handleFetches(ctx, fs)
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			return nil // uncommitted records are archived again, idempotently
-		case errors.Is(err, kerr.UnknownTopicID) || errors.Is(err, errTopicChanged):
-			a.resubscribe(ctx)
-		default:
+		a, err := newArchiver(ctx, opts, db, topic, group, aopts)
+		if err != nil {
 			return err
 		}
+		_, err = a.run(ctx, false)
+		changed := err != nil && ctx.Err() == nil && a.changed(ctx, err)
+		a.close()
+		switch {
+		case ctx.Err() != nil:
+			return nil // uncommitted records are archived again, idempotently
+		case !changed:
+			return err
+		}
+		a.log.Warn("the DLQ topic was deleted or recreated; archiving its new incarnation", "topic", topic, "err", err)
+		t := time.NewTimer(time.Second) // not a hot loop while the topic is missing
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 }
 
 // ArchiveOnce archives the records of the DLQ topic that group has not
-// committed yet, up to the end offsets captured when it is called, and
-// returns the counts. It ends early when nothing arrives for a while (for
-// example when another member of the group holds some partitions). Rows are
-// keyed as Archive describes; when the topic is deleted and recreated while
-// ArchiveOnce runs it fails, and a new run archives the new topic.
-func ArchiveOnce(ctx context.Context, opts []kgo.Opt, db DB, topic, group string) (ArchiveResult, error) {
-	if group == "" {
-		group = DefaultArchiveGroup
-	}
-	admCl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return ArchiveResult{}, fmt.Errorf("dlq archive: kafka client: %w", err)
-	}
-	defer admCl.Close()
-	adm := kadm.NewClient(admCl)
-	starts, ends, err := bounds(ctx, adm, topic)
-	if err != nil {
-		return ArchiveResult{}, fmt.Errorf("dlq archive: %w", err)
-	}
-	committed, err := adm.FetchOffsetsForTopics(ctx, group, topic)
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		err = nil // a new group: nothing committed yet
-	}
-	if err != nil {
-		return ArchiveResult{}, fmt.Errorf("dlq archive: offsets of group %q: %w", group, err)
-	}
-	pending := map[int32]struct{}{}
-	for p, end := range ends {
-		pos := starts[p]
-		if c, ok := committed.Lookup(topic, p); ok && c.At > pos {
-			pos = c.At
-		}
-		if pos < end {
-			pending[p] = struct{}{}
-		}
-	}
-	if len(pending) == 0 {
-		return ArchiveResult{}, nil
-	}
-
-	a, err := newArchiver(ctx, opts, db, topic, group)
+// committed yet, up to the end offsets (last stable offsets) listed when it
+// is called, and returns the counts (nothing pending: it returns at once
+// without joining the group). It ends early when nothing arrives for
+// idleTimeout while every record read is archived (another member of the
+// group holds some partitions, say). Rows are keyed as Archive describes;
+// when the topic is deleted and recreated while ArchiveOnce runs it fails,
+// and a new run archives the new topic. A database error ends it too (with
+// the records read before archived and committed); a record that cannot be
+// archived fails it, uncommitted.
+func ArchiveOnce(ctx context.Context, opts []kgo.Opt, db DB, topic, group string, aopts ...ArchiveOption) (ArchiveResult, error) {
+	a, err := newArchiver(ctx, opts, db, topic, group, aopts)
 	if err != nil {
 		return ArchiveResult{}, err
 	}
 	defer a.close()
-	err = consumeUntil(ctx, a.cl, ends, pending, func(fs kgo.Fetches) error {
-		return a.archive(ctx, fs)
-	})
+	res, err := a.run(ctx, true)
 	if err != nil {
-		return a.res, fmt.Errorf("dlq archive %s: %w", topic, err)
+		return res, fmt.Errorf("dlq archive %s: %w", topic, err)
 	}
-	return a.res, nil
+	return res, nil
 }
 
+// archiver is one run of the runtime over the DLQ topic: decodeRaw →
+// archiveStage → write (a pgsink table).
 type archiver struct {
-	cl    *kgo.Client // the group consumer
-	meta  *kgo.Client // metadata requests, outside the consumer
-	db    DB
+	meta  *kgo.Client // metadata requests (lookupID)
+	opts  []kgo.Opt
 	topic string
-	res   ArchiveResult
+	group string
+	sink  *pgsink.Sink[archiveRow]
+	log   *slog.Logger
+	once  bool // ArchiveOnce: database errors are fatal
 
-	// metaID is the topic's ID from a metadata request made before the
-	// consumer subscribed (metaOK false when it failed). It stands for
-	// fetch responses that carry no topic ID, as long as a later request
-	// still returns it.
-	metaID [16]byte
-	metaOK bool
+	// id is the topic's ID from a metadata request made before the
+	// runner subscribed (idOK false when the topic was not found); see write.
+	id   [16]byte
+	idOK bool
+
+	read, inserted atomic.Int64
 }
 
-func newArchiver(ctx context.Context, opts []kgo.Opt, db DB, topic, group string) (*archiver, error) {
+func newArchiver(ctx context.Context, opts []kgo.Opt, db DB, topic, group string, aopts []ArchiveOption) (*archiver, error) {
 	if topic == "" {
 		return nil, errors.New("dlq archive: no topic")
 	}
 	if group == "" {
 		group = DefaultArchiveGroup
 	}
+	o := archiveOptions{log: slog.Default()}
+	for _, opt := range aopts {
+		opt(&o)
+	}
+	sink, err := pgsink.New(db, archiveTable())
+	if err != nil {
+		return nil, fmt.Errorf("dlq archive: %w", err)
+	}
 	meta, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dlq archive: kafka client: %w", err)
 	}
-	a := &archiver{meta: meta, db: db, topic: topic}
-	a.metaID, a.metaOK = a.lookupID(ctx) // before the consumer learns the topic
-	cl, err := kgo.NewClient(append(opts[:len(opts):len(opts)],
-		kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), // committed past, so the group reaches the end offset
-		kgo.FetchMaxWait(fetchMaxWait),
-	)...)
-	if err != nil {
-		meta.Close()
-		return nil, fmt.Errorf("dlq archive: kafka consumer: %w", err)
-	}
-	a.cl = cl
+	a := &archiver{meta: meta, opts: opts, topic: topic, group: group, sink: sink, log: o.log}
+	a.id, a.idOK, _ = a.lookupID(ctx) // before the runner's consumer learns the topic
 	return a, nil
 }
 
-func (a *archiver) close() {
-	a.cl.Close()
-	a.meta.Close()
+func (a *archiver) close() { a.meta.Close() }
+
+// run archives with the runtime until ctx is done, or, once set, until
+// the group's backlog is archived (Config.StopAtEnd).
+func (a *archiver) run(ctx context.Context, once bool) (ArchiveResult, error) {
+	a.once = once
+	cfg := run.Config{Name: "dlq-archive", Group: a.group, Topics: []string{a.topic}, NoDLQ: true, StopAtEnd: once, StopIdle: idleTimeout}
+	kopts := append(a.opts[:len(a.opts):len(a.opts)], kgo.FetchMaxWait(fetchMaxWait),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()) // committed past, so the group reaches the end offset
+	r, err := run.New(cfg, decodeRaw, archiveStage, stages.SinkFunc[archiveRow](a.write), run.WithKafkaOpts(kopts...), run.WithLogger(a.log))
+	if err != nil {
+		return ArchiveResult{}, fmt.Errorf("dlq archive: %w", err)
+	}
+	err = r.Run(ctx)
+	return ArchiveResult{Read: int(a.read.Load()), Inserted: int(a.inserted.Load())}, err
+}
+
+// write is the runtime's sink: it stamps rows with the topic ID (see
+// topicID) and writes them. A record PostgreSQL refuses even with
+// payload_json NULL (see archiveTable) is rejected, which the runtime
+// (NoDLQ) turns into a fatal error. In a one-shot run any other error is
+// fatal too; otherwise the runtime retries it.
+func (a *archiver) write(ctx context.Context, rows []archiveRow) error {
+	id, err := a.topicID(ctx)
+	if err == nil {
+		for i := range rows {
+			rows[i].topicID = id
+		}
+		var n int64
+		n, err = a.sink.WriteCount(ctx, rows)
+		a.inserted.Add(n)
+	}
+	var rej *stages.Rejections
+	switch {
+	case err == nil:
+		a.read.Add(int64(len(rows)))
+		return nil
+	case errors.As(err, &rej) || ctx.Err() != nil:
+		return err
+	case a.once || errors.Is(err, errTopicChanged):
+		return stages.Fatal(err)
+	}
+	return err
+}
+
+// topicID returns the ID of the topic incarnation the records of a batch
+// come from: the ID looked up before the runner subscribed, provided the
+// topic still has it now. The runner's consumer reads the incarnation it
+// found when it subscribed, after that lookup, and the batch was fetched
+// before this call; topic IDs are never reused, so the same ID before and
+// after means that every record fetched in between is of that incarnation.
+// Otherwise it returns errTopicChanged. A broker without topic IDs gives
+// the zero ID, which rows then carry.
+func (a *archiver) topicID(ctx context.Context) ([16]byte, error) {
+	id, ok, err := a.lookupID(ctx)
+	switch {
+	case err != nil:
+		return id, fmt.Errorf("topic ID of %s: %w", a.topic, err)
+	case !ok || !a.idOK || id != a.id:
+		return id, fmt.Errorf("topic ID of %s: %w", a.topic, errTopicChanged)
+	}
+	return id, nil
+}
+
+// changed reports whether err, which ended a run, came with the topic
+// deleted or recreated: errTopicChanged, or the topic no longer has the ID
+// the run started with (the runtime stops when it sees that itself).
+func (a *archiver) changed(ctx context.Context, err error) bool {
+	if errors.Is(err, errTopicChanged) {
+		return true
+	}
+	id, ok, lerr := a.lookupID(ctx)
+	return lerr == nil && (!ok || !a.idOK || id != a.id)
 }
 
 // lookupID returns the topic's current ID with a metadata request that
 // bypasses the client's metadata cache (which would return the ID of a
-// deleted topic for a while). ok is false when the request failed or the
-// topic does not exist; a broker without topic IDs returns the zero ID.
-func (a *archiver) lookupID(ctx context.Context) (id [16]byte, ok bool) {
+// deleted topic for a while); ok is false when the topic does not exist.
+// A broker without topic IDs returns the zero ID.
+func (a *archiver) lookupID(ctx context.Context) (id [16]byte, ok bool, err error) {
 	req := kmsg.NewPtrMetadataRequest()
 	rt := kmsg.NewMetadataRequestTopic()
 	rt.Topic = kmsg.StringPtr(a.topic)
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, a.meta)
 	if err != nil {
-		return id, false
+		return id, false, err
 	}
 	for _, t := range resp.Topics {
 		if t.Topic != nil && *t.Topic == a.topic && t.ErrorCode == 0 {
-			return t.TopicID, true
+			return t.TopicID, true, nil
 		}
 	}
-	return id, false
+	return id, false, nil
 }
 
-// resubscribe makes the consumer drop the deleted topic it holds and
-// subscribe to the topic of the same name that exists now (kgo never
-// adopts a recreated topic by itself). The topic ID is looked up before
-// the consumer subscribes again, as newArchiver does.
-func (a *archiver) resubscribe(ctx context.Context) {
-	a.cl.PurgeTopicsFromClient(a.topic)
-	a.metaID, a.metaOK = a.lookupID(ctx)
-	a.cl.AddConsumeTopics(a.topic)
+// rawRecord is a DLQ record's key and value as the runtime decodes them:
+// unchanged, a nil key kept apart from an empty one (record_key NULL).
+type rawRecord struct{ key, value []byte }
+
+func decodeRaw(key, value []byte) (rawRecord, error) { return rawRecord{key, value}, nil }
+
+// archiveStage maps a DLQ record to its dlq_archive row; it never fails (a
+// malformed header leaves its column NULL or zero, see Parse).
+func archiveStage(_ context.Context, m stages.Msg[rawRecord]) ([]archiveRow, error) {
+	kr := &kgo.Record{Topic: m.Source.Topic, Partition: m.Source.Partition, Offset: m.Source.Offset,
+		Timestamp: m.Source.Timestamp, Key: m.Value.key, Value: m.Value.value}
+	for _, h := range m.Headers {
+		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	r, _ := Parse(kr)
+	return []archiveRow{newArchiveRow(r)}, nil
 }
 
-// fallbackID is the topic ID of records whose fetch response named none: the
-// ID looked up before the consumer subscribed, provided the topic still has
-// it. The consumer's records come from the topic it found when it
-// subscribed, after that lookup; topic IDs are never reused, so the same ID
-// before and after means the topic was not recreated in between.
-func (a *archiver) fallbackID(ctx context.Context) ([16]byte, error) {
-	id, ok := a.lookupID(ctx)
-	if !ok || !a.metaOK || id != a.metaID {
-		return [16]byte{}, fmt.Errorf("dlq archive: topic ID of %s: %w", a.topic, errTopicChanged)
-	}
-	return id, nil
+// archiveRow is one dlq_archive row; nil pointers are NULL.
+type archiveRow struct {
+	topic                       string
+	partition                   int32
+	offset                      int64
+	srcTopic                    *string
+	srcPartition                *int32
+	srcOffset                   *int64
+	reason, rule, errMsg, stage string
+	attempts                    int
+	key                         *string
+	payload                     []byte
+	json                        *string // payload_json
+	failedAt                    *time.Time
+	topicID                     [16]byte // set by archiver.write
 }
 
-// handleFetches archives one poll's records (Archive's loop).
-func (a *archiver) handleFetches(ctx context.Context, fs kgo.Fetches) error {
-	defer a.cl.AllowRebalance()
-	var ferr error
-	fs.EachError(func(t string, p int32, err error) {
-		if ferr == nil {
-			ferr = fmt.Errorf("dlq archive: fetch %s[%d]: %w", t, p, err)
-		}
-	})
-	if ferr != nil {
-		return ferr
+// newArchiveRow maps r to its row (without the topic ID); absent values
+// are NULL. payload_json is the value when jsonColumnOK accepts it.
+func newArchiveRow(r Record) archiveRow {
+	row := archiveRow{topic: r.Topic, partition: r.Partition, offset: r.Offset,
+		reason: pgText(r.Reason), rule: pgText(r.Rule), errMsg: pgText(r.Error), stage: pgText(r.Stage),
+		// The attempts column is an INT: a larger count (a hand-written or
+		// corrupt header) would fail the insert on every run and stop the
+		// archiver, so it is stored as the largest value the column holds.
+		attempts: min(r.Attempts, math.MaxInt32),
+		payload:  r.Value,
 	}
-	if err := a.archive(ctx, fs); err != nil {
-		return fmt.Errorf("dlq archive %s: %w", a.topic, err)
-	}
-	return nil
-}
-
-// archive inserts the data records of fs in one transaction, each under the
-// topic ID its fetch response names (fallbackID when it names none), then
-// commits the offsets of all of fs's records (control records included).
-// A record whose value PostgreSQL refuses as jsonb is archived with
-// payload_json NULL (insertRows).
-func (a *archiver) archive(ctx context.Context, fs kgo.Fetches) error {
-	all := fs.Records()
-	if len(all) == 0 {
-		return nil
-	}
-	ids := map[string][16]byte{}
-	fs.EachTopic(func(ft kgo.FetchTopic) { ids[ft.Topic] = ft.TopicID })
-	var (
-		rows     [][]any
-		fallback *[16]byte // fallbackID, once asked
-	)
-	for _, kr := range all {
-		if kr.Attrs.IsControl() {
-			continue
-		}
-		id := ids[kr.Topic]
-		if id == [16]byte{} {
-			if fallback == nil {
-				fid, err := a.fallbackID(ctx)
-				if err != nil {
-					return err
-				}
-				fallback = &fid
-			}
-			id = *fallback
-		}
-		r, _ := Parse(kr) // tolerant: a malformed header leaves its column NULL or zero
-		rows = append(rows, archiveArgs(r, id))
-	}
-	inserted, err := a.insertRows(ctx, rows)
-	if err != nil {
-		return err
-	}
-	// Commit what was inserted even when ctx ended meanwhile (a shutdown
-	// between the insert and the commit): otherwise the next run reads
-	// those records again (harmless, the insert is idempotent, but work).
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
-	if err := a.cl.CommitRecords(cctx, all...); err != nil {
-		return fmt.Errorf("commit offsets: %w", err)
-	}
-	a.res.Read += len(rows)
-	a.res.Inserted += inserted
-	return nil
-}
-
-// insertRows inserts rows (insertArchive's arguments) in one transaction and
-// returns how many were new. Go's json.Valid (jsonColumnOK) accepts values
-// that jsonb refuses with a data exception (SQLSTATE class 22): a lone
-// surrogate escape, a number beyond numeric's range. Such a value fails the
-// whole batch, so on a data exception the rows are inserted again in a new
-// transaction by insertRowsGuarded, where a row whose payload_json cast
-// fails is stored with payload_json NULL (payload keeps its bytes). Any
-// other error, and a data exception that NULL payload_json does not cure,
-// is returned and nothing is inserted.
-func (a *archiver) insertRows(ctx context.Context, rows [][]any) (int, error) {
-	if len(rows) == 0 {
-		return 0, nil
-	}
-	var inserted int
-	err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-		inserted = 0
-		var b pgx.Batch
-		for _, args := range rows {
-			b.Queue(insertArchive, args...)
-		}
-		br := tx.SendBatch(ctx, &b)
-		for range rows {
-			tag, err := br.Exec()
-			if err != nil {
-				_ = br.Close()
-				return fmt.Errorf("insert into dlq_archive: %w", err)
-			}
-			inserted += int(tag.RowsAffected())
-		}
-		return br.Close()
-	})
-	if err == nil || !isDataException(err) {
-		return inserted, err
-	}
-	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-		var err error
-		inserted, err = insertRowsGuarded(ctx, tx, rows)
-		return err
-	})
-	return inserted, err
-}
-
-// rowSavepoint guards the insert of one row whose payload_json is set.
-const rowSavepoint = "dlq_archive_row"
-
-// insertRowsGuarded inserts rows in tx, each row with a payload_json under
-// a savepoint. When such a row fails with a data exception, the savepoint
-// is rolled back and the row is inserted with payload_json NULL; the rows
-// after it are sent again. The statements go in pipelined batches: one
-// batch for the rows, then three round trips per refused value.
-func insertRowsGuarded(ctx context.Context, tx pgx.Tx, rows [][]any) (int, error) {
-	inserted := 0
-	for next := 0; next < len(rows); {
-		type step struct {
-			row    int
-			insert bool
-		}
-		var (
-			b     pgx.Batch
-			steps []step
-		)
-		for i := next; i < len(rows); i++ {
-			guarded := hasJSON(rows[i])
-			if guarded {
-				b.Queue("SAVEPOINT " + rowSavepoint)
-				steps = append(steps, step{row: i})
-			}
-			b.Queue(insertArchive, rows[i]...)
-			steps = append(steps, step{row: i, insert: true})
-			if guarded {
-				b.Queue("RELEASE SAVEPOINT " + rowSavepoint)
-				steps = append(steps, step{row: i})
-			}
-		}
-		br := tx.SendBatch(ctx, &b)
-		refused := -1
-		for _, st := range steps {
-			tag, err := br.Exec()
-			if err == nil {
-				if st.insert {
-					inserted += int(tag.RowsAffected())
-				}
-				continue
-			}
-			_ = br.Close()
-			if st.insert && hasJSON(rows[st.row]) && isDataException(err) {
-				refused = st.row
-				break
-			}
-			return 0, fmt.Errorf("insert into dlq_archive: %w", err)
-		}
-		if refused < 0 {
-			if err := br.Close(); err != nil {
-				return 0, fmt.Errorf("insert into dlq_archive: %w", err)
-			}
-			return inserted, nil
-		}
-		// The server skipped the statements after the refused row; the
-		// transaction is usable again once the row's savepoint is rolled
-		// back (a statement without arguments, sent as a simple query: an
-		// aborted transaction refuses the prepare of a batch).
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+rowSavepoint); err != nil {
-			return 0, fmt.Errorf("roll back the refused dlq_archive row: %w", err)
-		}
-		args := slices.Clone(rows[refused])
-		args[jsonArg] = (*string)(nil)
-		b = pgx.Batch{}
-		b.Queue(insertArchive, args...)
-		b.Queue("RELEASE SAVEPOINT " + rowSavepoint)
-		br = tx.SendBatch(ctx, &b)
-		tag, err := br.Exec()
-		if err == nil {
-			inserted += int(tag.RowsAffected())
-			_, err = br.Exec()
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return 0, fmt.Errorf("insert into dlq_archive with payload_json NULL: %w", err)
-		}
-		next = refused + 1
-	}
-	return inserted, nil
-}
-
-// hasJSON reports whether args (archiveArgs' result) set payload_json.
-func hasJSON(args []any) bool {
-	s, _ := args[jsonArg].(*string)
-	return s != nil
-}
-
-// isDataException reports whether err is a PostgreSQL data exception
-// (SQLSTATE class 22): a value the statement's types refuse.
-func isDataException(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
-}
-
-// jsonArg is the index of payload_json in archiveArgs' result.
-const jsonArg = 13
-
-// archiveArgs maps r, read from the DLQ topic whose ID is topicID, to
-// insertArchive's parameters; absent values are NULL. payload_json (at
-// jsonArg) is the value when jsonColumnOK accepts it, a *string.
-func archiveArgs(r Record, topicID [16]byte) []any {
-	var (
-		srcTopic    *string
-		srcPart     *int32
-		srcOffset   *int64
-		key, asJSON *string
-		failedAt    *time.Time
-	)
 	if r.SourceTopic != "" {
 		s := pgText(r.SourceTopic)
-		srcTopic = &s
+		row.srcTopic = &s
 	}
 	if r.SourcePartition >= 0 {
-		srcPart = &r.SourcePartition
+		row.srcPartition = &r.SourcePartition
 	}
 	if r.SourceOffset >= 0 {
-		srcOffset = &r.SourceOffset
+		row.srcOffset = &r.SourceOffset
 	}
 	if r.Key != nil {
 		s := pgText(string(r.Key))
-		key = &s
+		row.key = &s
 	}
 	if jsonColumnOK(r.Value) {
 		s := string(r.Value)
-		asJSON = &s
+		row.json = &s
 	}
 	if !r.FailedAt.IsZero() {
-		failedAt = &r.FailedAt
+		row.failedAt = &r.FailedAt
 	}
-	payload := r.Value
-	if payload == nil {
-		payload = []byte{}
+	if row.payload == nil {
+		row.payload = []byte{}
 	}
-	// The attempts column is an INT: a larger count (a hand-written or
-	// corrupt header) would fail the insert on every run and stop the
-	// archiver, so it is stored as the largest value the column holds.
-	attempts := min(r.Attempts, math.MaxInt32)
-	return []any{r.Topic, r.Partition, r.Offset, srcTopic, srcPart, srcOffset,
-		pgText(r.Reason), pgText(r.Rule), pgText(r.Error), pgText(r.Stage), attempts,
-		key, payload, asJSON, failedAt, pgtype.UUID{Bytes: topicID, Valid: true}}
+	return row
+}
+
+// zeroID is the dlq_topic_id of rows archived before topic IDs were
+// recorded, and of rows read from brokers without topic IDs.
+const zeroID = "'00000000-0000-0000-0000-000000000000'"
+
+// notArchivedBefore is the Where of archiveTable: a row with a topic ID is
+// not inserted when dlq_archive holds its record from before topic IDs were
+// recorded: a row with the zero ID, the same coordinates and the same
+// content. The content comparison tells a re-read of an old record (a new
+// group, a crash before the offset commit) from a new record of a recreated
+// topic at the same coordinates; every compared column is a deterministic
+// function of the record (newArchiveRow).
+const notArchivedBefore = `s.dlq_topic_id = ` + zeroID + ` OR NOT EXISTS (
+	SELECT 1 FROM dlq_archive o
+	WHERE o.dlq_topic = s.dlq_topic AND o.dlq_partition = s.dlq_partition AND o.dlq_offset = s.dlq_offset
+	  AND o.dlq_topic_id = ` + zeroID + `
+	  AND o.source_topic IS NOT DISTINCT FROM s.source_topic AND o.source_partition IS NOT DISTINCT FROM s.source_partition
+	  AND o.source_offset IS NOT DISTINCT FROM s.source_offset AND o.reason = s.reason AND o.rule_id = s.rule_id
+	  AND o.error_msg = s.error_msg AND o.stage = s.stage AND o.attempts = s.attempts
+	  AND o.record_key IS NOT DISTINCT FROM s.record_key AND o.payload = s.payload
+	  AND o.failed_at IS NOT DISTINCT FROM s.failed_at)`
+
+// archiveTable is dlq_archive as the sink writes it: one row per DLQ record
+// (topic, topic ID, partition, offset: the unique key), inserted unless
+// it is there (DO NOTHING) or was archived before topic IDs were recorded
+// (notArchivedBefore). Go's json.Valid (jsonColumnOK) accepts values that
+// jsonb refuses with a data exception (SQLSTATE class 22): a lone surrogate
+// escape, a number beyond numeric's range; such a row is written again
+// with payload_json NULL (payload keeps its bytes) by the sink's Fallback,
+// so it holds back neither its batch nor its partition.
+func archiveTable() pgsink.Table[archiveRow] {
+	return pgsink.Table[archiveRow]{
+		Name: "dlq_archive",
+		Columns: []string{"dlq_topic", "dlq_partition", "dlq_offset", "source_topic", "source_partition", "source_offset",
+			"reason", "rule_id", "error_msg", "stage", "attempts", "record_key", "payload", "payload_json", "failed_at", "dlq_topic_id"},
+		Key: []string{"dlq_topic", "dlq_partition", "dlq_offset", "dlq_topic_id"},
+		KeyOf: func(r archiveRow) string {
+			return fmt.Sprintf("%s\x00%d\x00%d\x00%x", r.topic, r.partition, r.offset, r.topicID)
+		},
+		Values: func(r archiveRow) []any {
+			return []any{r.topic, r.partition, r.offset, r.srcTopic, r.srcPartition, r.srcOffset,
+				r.reason, r.rule, r.errMsg, r.stage, r.attempts, r.key, r.payload, r.json, r.failedAt,
+				pgtype.UUID{Bytes: r.topicID, Valid: true}}
+		},
+		Where: notArchivedBefore,
+		Fallback: func(r archiveRow, refusal error) (archiveRow, bool) {
+			if r.json == nil || !strings.HasPrefix(pgsink.SQLState(refusal), "22") {
+				return r, false
+			}
+			r.json = nil
+			return r, true
+		},
+	}
 }
 
 // jsonColumnOK reports whether v can be stored in a jsonb column: valid

@@ -2,6 +2,8 @@ package dlq_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,3 +153,95 @@ func TestArchiveRunsUntilCancelled(t *testing.T) {
 		t.Fatalf("after Archive, ArchiveOnce read %d (%v), want 0", res.Read, err)
 	}
 }
+
+// A DLQ written in transactions (the transactional runner's) is read with
+// read_committed: the aborted record is not archived, and both archivers
+// commit past the trailing commit marker, so the group reaches the end and
+// a one-shot run after them has nothing to do.
+func TestArchiveTransactionalDLQ(t *testing.T) {
+	t.Parallel()
+	db := archiveDB(t)
+	e := newEnv(t)
+	writeTransactional(t, e)
+	ends, err := e.k.Admin(t).ListEndOffsets(ctxT(t), e.dlqTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := ends.Lookup(e.dlqTopic, 0)
+	atEnd := func(group string) bool { return testkit.Committed(t, e.k.Admin(t), group, e.dlqTopic)[0] == end.Offset }
+
+	once := testkit.Name(t, "once")
+	archiveOnce(t, e, db, once, dlq.ArchiveResult{Read: 3, Inserted: 3}, 3)
+	var keys []string
+	rows, err := db.Query(ctxT(t), `SELECT record_key FROM dlq_archive WHERE dlq_topic = $1 ORDER BY dlq_offset`, e.dlqTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if strings.Join(keys, ",") != "a,b,c" || !atEnd(once) {
+		t.Fatalf("archived %v, group at %v; want a, b, c and the group at the end %d", keys, testkit.Committed(t, e.k.Admin(t), once, e.dlqTopic), end.Offset)
+	}
+	archiveOnce(t, e, db, once, dlq.ArchiveResult{}, 3)
+
+	cont := testkit.Name(t, "cont")
+	stop := testkit.RunInBackground(t, "archive", func(ctx context.Context) error { return dlq.Archive(ctx, e.opts, db, e.dlqTopic, cont) })
+	testkit.WaitFor(t, 30*time.Second, "the continuous archiver's group at the end", func() bool { return atEnd(cont) })
+	if err := stop(); err != nil {
+		t.Fatalf("Archive: %v", err)
+	}
+	archiveOnce(t, e, db, cont, dlq.ArchiveResult{}, 3)
+}
+
+// A database error ends a one-shot run with the error (a cron job must not
+// hang); the continuous archiver retries it with the runtime's backoff and
+// archives everything once the database recovers (here: once the table is
+// created).
+func TestArchiveDatabaseErrors(t *testing.T) {
+	t.Parallel()
+	pg := testkit.NewPostgres(t) // not migrated: no dlq_archive table yet
+	e := newEnv(t)
+	e.write(t, e.dlqTopic, fixture(e.src)...)
+	group := testkit.Name(t, "g")
+	if res, err := dlq.ArchiveOnce(ctxT(t), e.opts, pg.Pool, e.dlqTopic, group); err == nil || !strings.Contains(err.Error(), "dlq_archive") {
+		t.Fatalf("ArchiveOnce without the table = %+v, %v; want the database's error", res, err)
+	}
+
+	retried := make(chan struct{}, 1)
+	log := slog.New(handlerFunc(func(r slog.Record) {
+		if r.Message == "sink write failed, retrying" {
+			select {
+			case retried <- struct{}{}:
+			default:
+			}
+		}
+	}))
+	stop := testkit.RunInBackground(t, "archive", func(ctx context.Context) error {
+		return dlq.Archive(ctx, e.opts, pg.Pool, e.dlqTopic, group, dlq.ArchiveLogger(log))
+	})
+	select {
+	case <-retried:
+	case <-ctxT(t).Done():
+		t.Fatal("the archiver did not retry the failed write")
+	}
+	if _, err := schemas.Migrate(ctxT(t), pg.URL); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 30*time.Second, "5 rows", func() bool { return rowCount(t, pg.Pool, e.dlqTopic) == 5 })
+	if err := stop(); err != nil {
+		t.Fatalf("Archive: %v", err)
+	}
+}
+
+// handlerFunc is a slog.Handler that passes every record to its function.
+type handlerFunc func(slog.Record)
+
+func (h handlerFunc) Enabled(context.Context, slog.Level) bool      { return true }
+func (h handlerFunc) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
+func (h handlerFunc) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h handlerFunc) WithGroup(string) slog.Handler                 { return h }

@@ -380,47 +380,8 @@ func TestRedriveLimit(t *testing.T) {
 func TestInspectTransactionalDLQ(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	txn, err := kgo.NewClient(append(e.opts, kgo.TransactionalID(testkit.Name(t, "txn")), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer txn.Close()
 	ctx := ctxT(t)
-	write := func(commit bool, keys ...string) {
-		t.Helper()
-		if err := txn.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range keys {
-			r := spec{key: k, value: "{}", reason: "exception", failedAt: t0, redrives: -1}.record(e.dlqTopic)
-			if err := txn.ProduceSync(ctx, r).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := txn.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(true, "a", "b")
-	write(false, "aborted")
-	write(true, "c")
-	// EndTransaction returns once the coordinator decided; the markers
-	// reach the partitions a moment later, and until then "c" is past the
-	// last stable offset, so not part of a scan starting now.
-	adm := e.k.Admin(t)
-	testkit.WaitFor(t, 30*time.Second, "the commit markers written", func() bool {
-		lso, err1 := adm.ListCommittedOffsets(ctx, e.dlqTopic)
-		hwm, err2 := adm.ListEndOffsets(ctx, e.dlqTopic)
-		if err1 != nil || err2 != nil || lso.Error() != nil || hwm.Error() != nil {
-			return false
-		}
-		same := true
-		hwm.Each(func(o kadm.ListedOffset) {
-			l, ok := lso.Lookup(o.Topic, o.Partition)
-			same = same && ok && l.Offset == o.Offset
-		})
-		return same
-	})
+	writeTransactional(t, e)
 
 	start := time.Now()
 	var keys []string
@@ -494,4 +455,48 @@ func TestRedriveCountsSentAfterAFailure(t *testing.T) {
 	if res.Sent != 1 {
 		t.Fatalf("Sent = %d after a failed batch that delivered 1 record, want 1 (err %v)", res.Sent, err)
 	}
+}
+
+// writeTransactional writes DLQ records with keys a and b in a committed
+// transaction, "aborted" in an aborted one and c in a committed one, all to
+// partition 0 of e's DLQ topic, and waits for the markers to be written.
+func writeTransactional(t *testing.T, e env) {
+	t.Helper()
+	txn := e.k.Client(t, kgo.TransactionalID(testkit.Name(t, "txn")), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx := ctxT(t)
+	write := func(commit bool, keys ...string) {
+		t.Helper()
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			r := spec{key: k, value: "{}", reason: "exception", failedAt: t0, redrives: -1}.record(e.dlqTopic)
+			if err := txn.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := txn.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(true, "a", "b")
+	write(false, "aborted")
+	write(true, "c")
+	// EndTransaction returns once the coordinator decided; the markers
+	// reach the partitions a moment later, and until then "c" is past the
+	// last stable offset, so not part of a scan starting now.
+	adm := e.k.Admin(t)
+	testkit.WaitFor(t, 30*time.Second, "the commit markers written", func() bool {
+		lso, err1 := adm.ListCommittedOffsets(ctx, e.dlqTopic)
+		hwm, err2 := adm.ListEndOffsets(ctx, e.dlqTopic)
+		if err1 != nil || err2 != nil || lso.Error() != nil || hwm.Error() != nil {
+			return false
+		}
+		same := true
+		hwm.Each(func(o kadm.ListedOffset) {
+			l, ok := lso.Lookup(o.Topic, o.Partition)
+			same = same && ok && l.Offset == o.Offset
+		})
+		return same
+	})
 }

@@ -18,7 +18,7 @@ import (
 // stable offset (see bounds), so an open transaction does not cause that; a
 // broker that stopped answering or retention removing the rest of a
 // partition meanwhile does. A scan then fails (see scan); ArchiveOnce ends
-// without error (see consumeUntil).
+// without error (its runtime's Config.StopIdle).
 const idleTimeout = 10 * time.Second
 
 // fetchMaxWait bounds how long one fetch waits for data, so that idleTimeout
@@ -176,10 +176,8 @@ func shortOfEnd(ctx context.Context, adm *kadm.Client, topic string, pos, ends m
 // in ends, until nothing arrives for idleTimeout, or until handle returns
 // errStop (both end without error: a caller that must tell an idle end from
 // a complete one tracks the positions itself, as scan does). The records
-// handed over include control records. After every poll it allows a
-// rebalance that BlockRebalanceOnPoll held back.
-func consumeUntil[V any](ctx context.Context, cl *kgo.Client, ends map[int32]int64, pending map[int32]V, handle func(kgo.Fetches) error) error {
-	defer cl.AllowRebalance()
+// handed over include control records.
+func consumeUntil(ctx context.Context, cl *kgo.Client, ends map[int32]int64, pending map[int32]kgo.Offset, handle func(kgo.Fetches) error) error {
 	left := len(pending)
 	done := map[int32]bool{}
 	for left > 0 {
@@ -202,12 +200,9 @@ func consumeUntil[V any](ctx context.Context, cl *kgo.Client, ends map[int32]int
 			return ferr
 		}
 		if fs.NumRecords() == 0 {
-			cl.AllowRebalance()
 			continue
 		}
-		err := handle(fs)
-		cl.AllowRebalance() // a no-op unless cl is a group member blocking rebalances on poll
-		if err != nil {
+		if err := handle(fs); err != nil {
 			if errors.Is(err, errStop) {
 				return nil
 			}

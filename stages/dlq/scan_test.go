@@ -113,11 +113,7 @@ func TestRedriveFailsWhenFetchesStall(t *testing.T) {
 func TestInspectOpenTransactionAtTail(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	txn, err := kgo.NewClient(append(e.opts, kgo.TransactionalID(testkit.Name(t, "txn")), kgo.RecordPartitioner(kgo.ManualPartitioner()))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer txn.Close()
+	txn := e.k.Client(t, kgo.TransactionalID(testkit.Name(t, "txn")), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	ctx := ctxT(t)
 	for i, keys := range [][]string{{"a", "b"}, {"open"}} {
 		if err := txn.BeginTransaction(); err != nil {

@@ -175,7 +175,7 @@ func TestNoScriptFallback(t *testing.T) {
 	}
 }
 
-func TestStageDeniesWithRetryAfter(t *testing.T) {
+func TestStageDeniesWithWait(t *testing.T) {
 	t.Parallel()
 	r := realRedis(t)
 	l := newLimiter(t, r, nil, ratelimit.Window{Size: 2 * time.Second, Limit: 1})
@@ -197,11 +197,11 @@ func TestStageDeniesWithRetryAfter(t *testing.T) {
 	for range 4 {
 		_, err := st(ctx, stages.Msg[string]{Key: "A", Value: "a2"})
 		c := stages.Classify(err)
-		if c == nil || c.Kind != stages.KindRetry || !errors.Is(err, ratelimit.ErrDenied) {
-			t.Fatalf("denied call returned %v, want a retry-after ErrDenied", err)
+		if c == nil || c.Kind != stages.KindWait || !errors.Is(err, ratelimit.ErrDenied) {
+			t.Fatalf("denied call returned %v, want a stages.Wait with ErrDenied", err)
 		}
 		if c.After < 1500*time.Millisecond || c.After > 2*time.Second+40*time.Millisecond {
-			t.Errorf("RetryAfter %s, want the ~2s limiter wait plus ≤ 40ms jitter", c.After)
+			t.Errorf("Wait %s, want the ~2s limiter wait plus ≤ 40ms jitter", c.After)
 		}
 		waits = append(waits, c.After)
 	}

@@ -131,8 +131,8 @@ func TestStageRedisOutageIsTransient(t *testing.T) {
 	for i := range 5 {
 		_, err := st(ctx, msg)
 		c := stages.Classify(err)
-		if c == nil || c.Kind != stages.KindRetry {
-			t.Fatalf("call %d during the outage returned %v, want a retry", i, err)
+		if c == nil || c.Kind != stages.KindWait {
+			t.Fatalf("call %d during the outage returned %v, want a stages.Wait", i, err)
 		}
 		if !errors.Is(err, ratelimit.ErrDenied) || !errors.Is(err, ratelimit.ErrUnavailable) {
 			t.Errorf("call %d: %v does not wrap ErrDenied and ErrUnavailable", i, err)

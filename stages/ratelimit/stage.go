@@ -84,19 +84,20 @@ func (b Backoff) extra(n int) time.Duration {
 type KeyFunc[In any] func(m stages.Msg[In]) (account string, ok bool)
 
 // Stage wraps next so that every limited message first asks l for a grant.
-// Granted: next runs. Denied: the stage returns stages.RetryAfter(wait,
+// Granted: next runs. Denied: the stage returns stages.Wait(wait,
 // ErrDenied…) without calling next, where wait follows b (see Backoff); the
-// runtime pauses the partition's fetches for at least wait and then calls
-// the stage again with the same message (no sleep in the poll loop, no busy
-// retry).
+// runtime pauses the partition's fetches for wait and then calls the stage
+// again with the same message and attempt number (no sleep in the poll
+// loop, no busy retry, no attempt spent: a denial is not a failure of the
+// message and never dead-letters it).
 //
 // A limiter failure (Redis down, restarting, unreachable) grants nothing
-// either (the stage fails closed): the stage returns stages.RetryAfter(w,
-// err) where err wraps ErrDenied, ErrUnavailable and the Redis error and w
-// is b.FailureWait(n) for the n-th consecutive failure of the stage, so an
-// outage is waited out like a denial, not counted as a failure of the
-// message. When ctx has ended, the limiter's error is returned as a plain
-// retryable error.
+// either (the stage fails closed): the stage returns stages.Wait(w, err)
+// where err wraps ErrDenied, ErrUnavailable and the Redis error and w is
+// b.FailureWait(n) for the n-th consecutive failure of the stage, so an
+// outage is waited out like a denial, however long it lasts, not counted as
+// a failure of the message. When ctx has ended, the limiter's error is
+// returned as a plain retryable error.
 //
 // The stage remembers, per account, the number of consecutive denials and
 // the time of the last one. An account's streak ends when it is granted,
@@ -111,10 +112,9 @@ type KeyFunc[In any] func(m stages.Msg[In]) (account string, ok bool)
 // denied within the last 1.5 horizons; an account that comes back after
 // being forgotten starts a new streak.
 //
-// Note that the runtime counts denials as attempts of the message
-// (run.Config.Retry.MaxAttempts): a pipeline with a limited stage sets it
-// high enough for its expected waits. The returned stage is safe for
-// concurrent use.
+// The runtime's waits are capped (5 minutes in stages/run): a wait the
+// limiter computed beyond that is asked for again when the message is
+// tried again. The returned stage is safe for concurrent use.
 func Stage[In, Out any](l *Limiter, key KeyFunc[In], b Backoff, next stages.Func[In, Out]) stages.Func[In, Out] {
 	st, _ := stage(l, key, b, next, time.Now)
 	return st
@@ -191,7 +191,7 @@ func stage[In, Out any](l *Limiter, key KeyFunc[In], b Backoff, next stages.Func
 			n := s.failures
 			s.mu.Unlock()
 			wait := b.FailureWait(n)
-			return nil, stages.RetryAfter(wait, fmt.Errorf("%w: %w (failure %d, retry in %s): %w",
+			return nil, stages.Wait(wait, fmt.Errorf("%w: %w (failure %d, retry in %s): %w",
 				ErrDenied, ErrUnavailable, n, wait.Round(time.Millisecond), err))
 		}
 		s.mu.Lock()
@@ -211,6 +211,6 @@ func stage[In, Out any](l *Limiter, key KeyFunc[In], b Backoff, next stages.Func
 		s.denials[account] = denial{n: n, last: t}
 		s.mu.Unlock()
 		wait := b.Wait(d.Wait, n)
-		return nil, stages.RetryAfter(wait, fmt.Errorf("%w: %s/%s for %s (denial %d)", ErrDenied, l.cfg.Source, account, wait.Round(time.Millisecond), n))
+		return nil, stages.Wait(wait, fmt.Errorf("%w: %s/%s for %s (denial %d)", ErrDenied, l.cfg.Source, account, wait.Round(time.Millisecond), n))
 	}, s
 }

@@ -54,8 +54,8 @@ func deny(t *testing.T, st stages.Func[string, string], account string) (int, ti
 	t.Helper()
 	_, err := st(context.Background(), stages.Msg[string]{Key: account, Value: account})
 	c := stages.Classify(err)
-	if c == nil || c.Kind != stages.KindRetry || !errors.Is(err, ratelimit.ErrDenied) {
-		t.Fatalf("%s: %v, want a retry-after ErrDenied", account, err)
+	if c == nil || c.Kind != stages.KindWait || !errors.Is(err, ratelimit.ErrDenied) {
+		t.Fatalf("%s: %v, want a stages.Wait with ErrDenied", account, err)
 	}
 	m := denialN.FindStringSubmatch(err.Error())
 	if m == nil {

@@ -36,19 +36,21 @@ func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
 func (w *worker[In, Out]) process(batch []*kgo.Record) (p *pending[Out], done int, stopErr error) {
 	r := w.r
 	r.m.batchSize.Observe(float64(len(batch)))
-	r.m.in.WithLabelValues(w.tp.topic).Add(float64(len(batch)))
+	r.m.in.WithLabelValues(w.tp.topic).Add(float64(dataRecords(batch)))
 	p = &pending[Out]{}
 	done = len(batch)
 	start := time.Now()
 	for i, rec := range batch {
+		if rec.Attrs.IsControl() {
+			continue // a transaction marker (see WithKafkaOpts): its offset commits with the batch
+		}
 		outs, dl, err := w.processOne(rec)
 		if err != nil {
 			done, stopErr = i, err
 			break
 		}
 		if dl.rec != nil {
-			p.addDLQ(i, dl)
-			continue
+			p.addDLQ(i, dl) // with the outputs of a stages.DeadLetterWith
 		}
 		for _, o := range outs {
 			p.outs = append(p.outs, o)
@@ -72,9 +74,12 @@ func (p *pending[Out]) addDLQ(i int, d dlqItem) {
 	p.labels = append(p.labels, [2]string{string(d.reason), d.rule})
 }
 
-// processOne decodes and runs the stage for one record, with retries. It
-// returns the outputs, or a dead letter (rec set), or an error (errAbandoned
-// or fatal).
+// processOne decodes and runs the stage for one record, with retries and
+// waits. It returns the outputs, a dead letter (rec set; with outputs
+// only for a [stages.DeadLetterWith]), or an error (errAbandoned or fatal).
+// The stage sees its attempt number in Msg.Attempt (a retry error
+// increments it, a [stages.Wait] calls the stage again with the same one)
+// and its previous call's error in Msg.PrevErr.
 func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, dlqItem, error) {
 	r := w.r
 	in, err := w.callDecode(rec)
@@ -87,14 +92,14 @@ func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, dlqItem, error) {
 	}
 	msg := stages.Msg[In]{Key: string(rec.Key), Value: in, Source: stages.Source{
 		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp,
-	}}
+	}, Attempt: 1, MaxAttempts: r.cfg.Retry.MaxAttempts}
 	if len(rec.Headers) > 0 {
 		msg.Headers = make([]stages.Header, len(rec.Headers))
 		for i, h := range rec.Headers {
 			msg.Headers[i] = stages.Header{Key: h.Key, Value: h.Value}
 		}
 	}
-	for attempt := 1; ; attempt++ {
+	for {
 		t0 := time.Now()
 		outs, err := w.callStage(msg)
 		r.m.stageDur.Observe(time.Since(t0).Seconds())
@@ -108,12 +113,24 @@ func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, dlqItem, error) {
 		if w.ctx.Err() != nil || (errors.Is(err, stages.ErrStopped) && w.isStopping()) {
 			return nil, dlqItem{}, errAbandoned
 		}
+		attempt := msg.Attempt
 		c := stages.Classify(err)
 		switch c.Kind {
 		case stages.KindDeadLetter:
-			return nil, w.dlqRecord(rec, c, attempt, r.o.stageName), nil
+			dl := w.dlqRecord(rec, c, attempt, r.o.stageName)
+			if !c.WithOutputs {
+				outs = nil
+			}
+			r.m.out.Add(float64(len(outs)))
+			return outs, dl, nil
 		case stages.KindFatal:
 			return nil, dlqItem{}, fmt.Errorf("stage %s at %s/%d@%d: %w", r.o.stageName, rec.Topic, rec.Partition, rec.Offset, err)
+		case stages.KindWait:
+			if !w.wait(rec, attempt, c) {
+				return nil, dlqItem{}, errAbandoned
+			}
+			msg.PrevErr = err
+			continue
 		}
 		if attempt >= r.cfg.Retry.MaxAttempts {
 			ex := &stages.Error{Kind: stages.KindDeadLetter, Reason: stages.ReasonRetriesExhausted, Rule: c.Rule, Err: c.Err}
@@ -125,8 +142,32 @@ func (w *worker[In, Out]) processOne(rec *kgo.Record) ([]Out, dlqItem, error) {
 		if !w.sleep(wait) {
 			return nil, dlqItem{}, errAbandoned
 		}
+		msg.Attempt, msg.PrevErr = msg.Attempt+1, err
 	}
 }
+
+// wait carries out the [stages.Wait] c of rec's stage call at attempt:
+// it waits c.After (bounded by waitBounds) with the partition's fetches
+// paused, counting the wait and the time waited. It returns false when the
+// worker must stop instead.
+func (w *worker[In, Out]) wait(rec *kgo.Record, attempt int, c *stages.Error) bool {
+	r := w.r
+	d := waitBounds(c.After)
+	r.m.waits.Inc()
+	r.o.log.Debug("stage wait", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "attempt", attempt, "wait", d, "err", c.Err)
+	t0 := time.Now()
+	ok := w.sleep(d)
+	r.m.waitSeconds.Add(time.Since(t0).Seconds())
+	return ok
+}
+
+// minWait is the shortest [stages.Wait] honoured, so that a stage asking
+// for no wait cannot spin its partition.
+const minWait = 10 * time.Millisecond
+
+// waitBounds returns the wait of a [stages.Wait] that asked for d: d
+// within [minWait, maxRetryAfter].
+func waitBounds(d time.Duration) time.Duration { return min(max(d, minWait), maxRetryAfter) }
 
 // callDecode runs the decoder; a panic is a decode error (the record is
 // dead-lettered as decode_error), as a stage panic is an exception.

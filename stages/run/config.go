@@ -18,8 +18,17 @@ type Config struct {
 	Group string
 	// Topics are consumed. Required.
 	Topics []string
-	// DLQTopic receives dead-lettered records. Required.
+	// DLQTopic receives dead-lettered records. Required unless NoDLQ.
 	DLQTopic string
+	// NoDLQ runs the pipeline without a DLQ topic (DLQTopic must be empty):
+	// a record that would be dead-lettered (decode error, stage dead
+	// letter or panic, exhausted retries, sink rejection) is a fatal error
+	// instead, naming the record and the reason: Run returns it and the
+	// record's offset is not committed, so it is processed again by the
+	// next run. For a pipeline whose input is itself a DLQ (the DLQ
+	// archiver), where a dead letter would loop back into its input or be
+	// lost. Not supported by the transactional runner.
+	NoDLQ bool
 	// BatchMaxRecords bounds a batch by record count (default 500).
 	BatchMaxRecords int
 	// BatchMaxBytes bounds a batch by the sum of record value sizes (default 4 MiB).
@@ -87,6 +96,25 @@ type Config struct {
 	// Window turns on coalescing windows across batches (off by default;
 	// the sink must implement [Merger]). See [WindowConfig].
 	Window WindowConfig
+	// StopAtEnd makes Run a one-shot job: it stops by itself (as after a
+	// cancel: batches finished, offsets committed, group left) and returns
+	// nil once the group's backlog of when it started is processed. Run
+	// first lists every input partition's end (its last stable offset when
+	// the client reads with read_committed isolation, passed with
+	// [WithKafkaOpts], else its high watermark) and the group's committed
+	// offsets; the partitions the group has not committed up to their end
+	// are pending (none: Run returns nil at once, without joining). It
+	// stops when this member has committed or marked every pending
+	// partition up to its end, or when no record arrived for StopIdle while
+	// every record fetched was processed (another member of the group
+	// holds the rest, or retention deleted it). A missing input topic is an
+	// error. The client keeps transaction markers (control records; the
+	// workers skip them and commit past them), so that a partition ending
+	// with one reaches its end. Records produced after the start may be
+	// processed too. Not supported by the transactional runner.
+	StopAtEnd bool
+	// StopIdle is StopAtEnd's idle limit (default 10s).
+	StopIdle time.Duration
 }
 
 // RetryPolicy is exponential backoff with jitter.
@@ -173,6 +201,9 @@ func (c Config) withDefaults() Config {
 	if c.StartOffset == "" {
 		c.StartOffset = "earliest"
 	}
+	if c.StopIdle <= 0 {
+		c.StopIdle = 10 * time.Second
+	}
 	if c.Window.MaxKeys > 0 && c.Window.MaxAge <= 0 {
 		c.Window.MaxAge = 5 * time.Second
 	}
@@ -188,8 +219,11 @@ func (c Config) Validate() error {
 	if len(c.Topics) == 0 {
 		errs = append(errs, errors.New("at least one topic is required"))
 	}
-	if c.DLQTopic == "" {
+	switch {
+	case c.DLQTopic == "" && !c.NoDLQ:
 		errs = append(errs, errors.New("a DLQ topic is required"))
+	case c.DLQTopic != "" && c.NoDLQ:
+		errs = append(errs, fmt.Errorf("DLQ topic %q set with NoDLQ", c.DLQTopic))
 	}
 	for _, t := range c.Topics {
 		if t == c.DLQTopic && t != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -139,6 +140,13 @@ func tooLarge(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
 
+// errTooLarge reports a produce refused as too large (see tooLarge).
+var errTooLarge = errors.New("record refused as too large")
+
+// ruleTooLarge is the dlq.rule of a source record whose output the output
+// topic refused as too large (the rule kafkasink's rejections carry).
+const ruleTooLarge = "kafka.too_large"
+
 // produceDLQ produces p's dead letters, retrying those that failed until
 // they are acknowledged or the worker stops, and counts them. A dead letter
 // the DLQ topic refuses as too large is replaced at once by its stub (see
@@ -148,6 +156,9 @@ func tooLarge(err error) bool {
 // stubTooLarge), and the offsets behind it are not marked.
 func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 	r := w.r
+	if r.cfg.NoDLQ {
+		return noDLQ(p.dlq[0])
+	}
 	t0 := time.Now()
 	todo := p.dlq
 	for attempt := 1; ; attempt++ {
@@ -171,20 +182,17 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 		// in a batch (with a large dead letter) says nothing until it is
 		// refused alone.
 		for _, rec := range large {
-			res := r.cl.ProduceSync(w.ctx, rec)[0]
-			if res.Err != nil && tooLarge(res.Err) && !hasHeader(rec, stages.HeaderValueOmitted) {
-				r.o.log.Warn("dead letter too large for the DLQ topic, producing it without the record's value",
-					"topic", r.cfg.DLQTopic, "value_bytes", len(rec.Value), "err", res.Err)
-				rec = omitValue(rec, res.Err)
-				res = r.cl.ProduceSync(w.ctx, rec)[0]
-			}
-			if res.Err != nil && tooLarge(res.Err) {
-				return stubTooLarge(w.ctx, r.cl, r.cfg.DLQTopic, rec, res.Err)
-			}
-			if res.Err != nil {
+			perr := produceDeadLetter(w.ctx, r.cl, r.o.log, r.cfg.DLQTopic, rec, func(rec *kgo.Record) error {
+				return r.cl.ProduceSync(w.ctx, rec).FirstErr()
+			})
+			switch {
+			case perr == nil:
+			case stages.Classify(perr).Kind == stages.KindFatal:
+				return perr
+			default:
 				failed = append(failed, rec)
 				if err == nil {
-					err = res.Err
+					err = perr
 				}
 			}
 		}
@@ -203,6 +211,30 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 	}
 	r.m.batchDur.WithLabelValues("dlq").Observe(time.Since(t0).Seconds())
 	return nil
+}
+
+// produceDeadLetter produces the dead letter rec alone with produce and,
+// when the DLQ topic refuses it as too large, its stub instead (see
+// omitValue; a stub is not stubbed again). It returns nil once one of them
+// is acknowledged, the fatal stubTooLarge error when the stub is refused as
+// too large too (no dead letter of the record fits the DLQ topic), or the
+// produce error otherwise (a transient failure: produce rec again). It is
+// the one too-large fallback of dead letters, for the batch runner and the
+// transactional one.
+func produceDeadLetter(ctx context.Context, cl *kgo.Client, log *slog.Logger, dlqTopic string, rec *kgo.Record, produce func(*kgo.Record) error) error {
+	err := produce(rec)
+	if err == nil || !tooLarge(err) {
+		return err
+	}
+	if !hasHeader(rec, stages.HeaderValueOmitted) {
+		log.Warn("dead letter too large for the DLQ topic, producing it without the record's value",
+			"topic", dlqTopic, "value_bytes", len(rec.Value), "err", err)
+		rec = omitValue(rec, err)
+		if err = produce(rec); err == nil || !tooLarge(err) {
+			return err
+		}
+	}
+	return stubTooLarge(ctx, cl, dlqTopic, rec, err)
 }
 
 func hasHeader(rec *kgo.Record, key string) bool {

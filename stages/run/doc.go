@@ -39,11 +39,23 @@
 // A decode error or a decoder panic dead-letters the record as decode_error;
 // a stage panic is an exception. Stage errors are interpreted with
 // [stages.Classify]: dead-letter errors go
-// to the DLQ topic at once with the DLQ headers of the design; retry errors
-// are retried with exponential backoff and jitter while the partition's
-// fetches are paused, up to Config.Retry.MaxAttempts, then dead-lettered as
-// retries_exhausted; a fatal error stops the runner without committing the
-// failing record. An input topic deleted or recreated under the runner is
+// to the DLQ topic at once with the DLQ headers of the design (a
+// [stages.DeadLetterWith] also has its outputs written, like any others);
+// retry errors are retried with exponential backoff and jitter while the
+// partition's fetches are paused, up to Config.Retry.MaxAttempts, then
+// dead-lettered as retries_exhausted; a fatal error stops the runner
+// without committing the failing record. The runtime is the only retrier
+// and the only DLQ writer: it gives the stage its attempt number
+// (stages.Msg.Attempt, from 1, one more per retry), the bound
+// (Msg.MaxAttempts, Config.Retry.MaxAttempts) and the previous call's error
+// (Msg.PrevErr). A [stages.Wait] calls the stage again with the same
+// record and attempt number after the wait (at least 10ms, at most 5
+// minutes), spending no attempt and never dead-lettering the record;
+// meanwhile only that partition's fetches are paused (the poll loop and
+// the other partitions go on), the wait ends early when the partition is
+// revoked or the runner stops (the record is left for redelivery), and it
+// is counted in sluice_runtime_waits_total and
+// sluice_runtime_wait_seconds_total (time waited). An input topic deleted or recreated under the runner is
 // fatal too (see [Runner.Run]). Sink errors other than [*stages.Rejections] are transient:
 // the batch is retried (never dead-lettered) and no offset moves past it,
 // after Config.SinkRetry's backoff or, for a [stages.RetryAfter] error, at
@@ -55,7 +67,9 @@
 // design's, and its rule is dlq.rule when the rejection has none.
 //
 // Dead letters are produced before the offsets behind them are marked; a
-// failed DLQ produce is retried until it succeeds. dlq.error is cut to 4 KiB.
+// failed DLQ produce is retried until it succeeds. Each is counted, once
+// acknowledged, in sluice_dlq_records_total{reason,rule} and
+// sluice_dlq_records_by_reason_total{reason}. dlq.error is cut to 4 KiB.
 // A dead letter the DLQ topic refuses as too large (its max.message.bytes)
 // is produced as a stub instead: the dlq.* headers plus
 // [stages.HeaderValueOmitted], without the record's value and headers, so
@@ -65,6 +79,16 @@
 // error naming the DLQ topic and its limit: Run returns it and the
 // record's offset is not committed, since no dead letter of it can ever be
 // produced and skipping it would lose it.
+//
+// Without a DLQ topic (Config.NoDLQ, for a pipeline whose input is itself a
+// DLQ) a record that would be dead-lettered is a fatal error instead, and
+// its offset is not committed.
+//
+// # One-shot runs
+//
+// With Config.StopAtEnd, Run processes the group's backlog of when it
+// started (up to each partition's end, transaction markers included) and
+// returns nil by itself, as after a cancel; see Config.StopAtEnd.
 //
 // # Backpressure
 //

@@ -11,23 +11,25 @@ import (
 // metrics are the runtime's Prometheus collectors for one pipeline. They
 // carry a constant "pipeline" label so several runners can share a registry.
 type metrics struct {
-	in         *prometheus.CounterVec   // topic
-	out        prometheus.Counter       // outputs handed to the sink
-	dlq        *prometheus.CounterVec   // reason, rule
-	dlqReasons *prometheus.CounterVec   // reason: dlq without the rule (see deadLettered)
-	retries    *prometheus.CounterVec   // kind: stage|sink|dlq
-	stageDur   prometheus.Histogram     // per record
-	sinkDur    prometheus.Histogram     // per Write
-	batchSize  prometheus.Histogram     // records per batch
-	lag        *prometheus.GaugeVec     // topic, partition
-	paused     prometheus.Gauge         // paused partitions
-	assigned   prometheus.Gauge         // assigned partitions
-	committed  *prometheus.CounterVec   // topic: records marked for commit
-	errors     *prometheus.CounterVec   // kind: fetch|commit|fatal|abandoned
-	skipped    *prometheus.CounterVec   // topic: offsets deleted before they were consumed
-	batchDur   *prometheus.HistogramVec // phase: process|write|dlq
-	merged     prometheus.Counter       // outputs merged into an earlier one in a window that was written
-	windowKeys atomic.Int64             // keys held by the open windows (gauge sluice_window_keys)
+	in          *prometheus.CounterVec   // topic
+	out         prometheus.Counter       // outputs handed to the sink
+	dlq         *prometheus.CounterVec   // reason, rule
+	dlqReasons  *prometheus.CounterVec   // reason: dlq without the rule (see deadLettered)
+	retries     *prometheus.CounterVec   // kind: stage|sink|dlq
+	waits       prometheus.Counter       // stage waits (stages.Wait)
+	waitSeconds prometheus.Counter       // time spent in them
+	stageDur    prometheus.Histogram     // per record
+	sinkDur     prometheus.Histogram     // per Write
+	batchSize   prometheus.Histogram     // records per batch
+	lag         *prometheus.GaugeVec     // topic, partition
+	paused      prometheus.Gauge         // paused partitions
+	assigned    prometheus.Gauge         // assigned partitions
+	committed   *prometheus.CounterVec   // topic: records marked for commit
+	errors      *prometheus.CounterVec   // kind: fetch|commit|fatal|abandoned
+	skipped     *prometheus.CounterVec   // topic: offsets deleted before they were consumed
+	batchDur    *prometheus.HistogramVec // phase: process|write|dlq
+	merged      prometheus.Counter       // outputs merged into an earlier one in a window that was written
+	windowKeys  atomic.Int64             // keys held by the open windows (gauge sluice_window_keys)
 }
 
 // newMetrics registers the collectors of pipeline on reg (nil: a private
@@ -57,6 +59,12 @@ func newMetrics(reg prometheus.Registerer, pipeline string, topics []string) (*m
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_retries_total", Help: "Retries, per kind (stage, sink, dlq).",
 		}, []string{"kind"}),
+		waits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_runtime_waits_total", Help: "Stage waits (stages.Wait: a rate-limit denial, a Retry-After): the record's partition paused and the stage called again without spending an attempt.",
+		}),
+		waitSeconds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_runtime_wait_seconds_total", Help: "Seconds spent in stage waits (stages.Wait), cut short ones included.",
+		}),
 		stageDur: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sluice_stage_duration_seconds", Help: "Stage latency per record.", Buckets: lat,
 		}),
@@ -94,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, pipeline string, topics []string) (*m
 	windowKeys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_window_keys", Help: "Keys held by the open coalescing windows of all assigned partitions (memory under a backlog).",
 	}, func() float64 { return float64(m.windowKeys.Load()) })
-	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.dlqReasons, m.retries, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.skipped, m.batchDur, m.merged, windowKeys} {
+	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.dlqReasons, m.retries, m.waits, m.waitSeconds, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.skipped, m.batchDur, m.merged, windowKeys} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -36,6 +36,13 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // WithKafkaOpts adds client options, typically the connection settings from
 // kconf.Config.Opts (seed brokers, SASL, TLS). Group, topics, balancer and
 // commit options are set by the runner and must not be passed here.
+// kgo.FetchIsolationLevel(kgo.ReadCommitted()) may be: the runner then never
+// sees records of aborted transactions, and Config.StartOffset "latest" and
+// Config.StopAtEnd take a partition's last stable offset as its end. So may
+// kgo.KeepControlRecords(): workers skip transaction markers (control
+// records: never decoded, nothing produced) and commit their offsets with
+// their batch, so that a group that consumed a partition up to a trailing
+// marker commits the partition's end, not the marker's offset.
 func WithKafkaOpts(opts ...kgo.Opt) Option {
 	return func(o *options) { o.kopts = append(o.kopts, opts...) }
 }

@@ -37,6 +37,7 @@ type Runner[In, Out any] struct {
 	failMu  sync.Mutex
 	failErr error
 	stopRun context.CancelCauseFunc
+	end     *endWatch // Config.StopAtEnd's, set by Run
 
 	// State stores and timers (state.go, timer.go, changelog.go).
 	state *stateRuntime  // nil: no stores and no timers
@@ -171,6 +172,18 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 		}
 		opts = append(opts, kgo.RecordPartitioner(r.state.partitioner()))
 	}
+	if r.cfg.StopAtEnd {
+		end, err := newEndWatch(runCtx, r.o.kopts, r.cfg.Group, r.cfg.Topics, r.cfg.StopIdle)
+		if err != nil {
+			return fmt.Errorf("pipeline %s: %w", r.cfg.Name, err)
+		}
+		if end == nil {
+			r.o.log.Info("nothing to do: the group committed every input partition up to its end (StopAtEnd)", "group", r.cfg.Group)
+			return nil
+		}
+		r.end = end
+		opts = append(opts, kgo.KeepControlRecords())
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("pipeline %s: kafka client: %w", r.cfg.Name, err)
@@ -185,6 +198,9 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 			r.fail(err)
 		}
 	}()
+	if r.end != nil {
+		go r.end.run(runCtx, cl, r.o.log, func() { stop(nil) })
+	}
 
 	for runCtx.Err() == nil {
 		r.waitForCapacity(runCtx)
@@ -218,11 +234,13 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 			}
 			r.noteSkipped(w, p)
 			w.push(p.Records, p.HighWatermark)
+			r.end.fetched(p.Topic, p.Partition, last.Offset+1)
 		})
 	}
 
 	stop(nil)
 	<-watched
+	r.end.wait()
 
 	// Shutdown: finish or abandon in-flight batches, commit, leave.
 	r.mu.Lock()

@@ -21,7 +21,12 @@ import (
 // Contract: records are processed in offset order per partition, one poll
 // at a time on one goroutine (parallelism comes from group members). A stage
 // retry error is retried in place (bounded by Config.Retry, the poll's
-// transaction stays open), then dead-lettered as retries_exhausted. A fatal
+// transaction stays open), then dead-lettered as retries_exhausted; a
+// [stages.Wait] waits in place too, spending no attempt, so it holds the
+// whole poll (every partition of the member) and its open transaction,
+// which the broker aborts when the wait outlasts the transaction timeout. A
+// [stages.DeadLetterWith]'s outputs are produced in the transaction with
+// its dead letter. A fatal
 // error aborts the transaction, so none of the poll's outputs become visible
 // and its offsets are not committed; Run returns the error. A failed
 // produce also aborts the transaction (never commits the inputs without
@@ -65,6 +70,9 @@ func NewTransactional[In any](cfg Config, transactionalID string, decode stages.
 	}
 	if cfg.Window.MaxKeys > 0 {
 		return nil, errors.New("transactional runner: coalescing windows are not supported")
+	}
+	if cfg.NoDLQ || cfg.StopAtEnd {
+		return nil, errors.New("transactional runner: NoDLQ and StopAtEnd are not supported")
 	}
 	o, m, err := setup(cfg, opts)
 	if err != nil {
@@ -180,8 +188,7 @@ func (r *TxRunner[In]) Run(ctx context.Context) error {
 				break
 			}
 			if dl.rec != nil {
-				out = append(out, dlqOut(dl, i))
-				continue
+				out = append(out, dlqOut(dl, i)) // with the outputs of a stages.DeadLetterWith
 			}
 			for _, o := range outs {
 				out = append(out, txOut{rec: o, src: i})
@@ -318,13 +325,6 @@ type srcCoord struct {
 
 func coordOf(rec *kgo.Record) srcCoord { return srcCoord{rec.Topic, rec.Partition, rec.Offset} }
 
-// ruleTooLarge is the dlq.rule of a source record whose output the output
-// topic refused as too large.
-const ruleTooLarge = "kafka.too_large"
-
-// errTooLarge reports a produce refused as too large (see tooLarge).
-var errTooLarge = errors.New("record refused as too large")
-
 // produceAll produces the transaction's records and waits for them. Any
 // failure must abort the transaction: kgo commits a transaction whose
 // records failed with a per-record error (too large, unknown topic, delivery
@@ -354,26 +354,27 @@ func produceAll(ctx context.Context, sess *kgo.GroupTransactSession, out []txOut
 }
 
 // produceOneByOne produces the transaction's records one at a time, in
-// order. A dead letter that does not fit alone is replaced by its stub (see
-// omitValue), and a stub that does not fit either is a fatal error (see
-// stubTooLarge); a source record with an output that does not fit alone is
-// added to rejected and errTooLarge is returned (the transaction must
-// abort: earlier outputs of that record may be in it).
+// order. A dead letter goes through produceDeadLetter (its stub when it
+// does not fit alone; a fatal error when the stub does not fit either); a
+// source record with an output that does not fit alone is added to
+// rejected and errTooLarge is returned (the transaction must abort:
+// earlier outputs of that record may be in it).
 func (r *TxRunner[In]) produceOneByOne(ctx context.Context, sess *kgo.GroupTransactSession, recs []*kgo.Record, out []txOut, rejected map[srcCoord]error) error {
+	produce := func(rec *kgo.Record) error { return sess.ProduceSync(ctx, rec).FirstErr() }
 	for _, o := range out {
-		err := sess.ProduceSync(ctx, o.rec).FirstErr()
-		if err != nil && tooLarge(err) && o.dlq && !hasHeader(o.rec, stages.HeaderValueOmitted) {
-			r.o.log.Warn("dead letter too large for the DLQ topic, producing it without the record's value",
-				"topic", r.cfg.DLQTopic, "value_bytes", len(o.rec.Value), "err", err)
-			stub := omitValue(o.rec, err)
-			if err = sess.ProduceSync(ctx, stub).FirstErr(); err != nil && tooLarge(err) {
-				// No dead letter of the source record fits the DLQ topic.
-				return stubTooLarge(ctx, sess.Client(), r.cfg.DLQTopic, stub, err)
+		if o.dlq {
+			if err := produceDeadLetter(ctx, sess.Client(), r.o.log, r.cfg.DLQTopic, o.rec, produce); err != nil {
+				if stages.Classify(err).Kind == stages.KindFatal {
+					return err // no dead letter of the source record fits the DLQ topic
+				}
+				return fmt.Errorf("produce: %w", err)
 			}
+			continue
 		}
+		err := produce(o.rec)
 		switch {
 		case err == nil:
-		case tooLarge(err) && !o.dlq:
+		case tooLarge(err):
 			src := recs[o.src]
 			rejected[coordOf(src)] = fmt.Errorf("output record of %d bytes to %s: %w", len(o.rec.Key)+len(o.rec.Value), o.rec.Topic, err)
 			return fmt.Errorf("%w: output of %s/%d@%d: %w", errTooLarge, src.Topic, src.Partition, src.Offset, err)
