@@ -37,7 +37,11 @@ import (
 // still prefers any record of the new owner over it, and until the new
 // owner writes that key, the zombie's value is restored as a record
 // processed before the handover would be (at-least-once: the new owner
-// processes the records after the last commit again).
+// processes the records after the last commit again). After a consumer
+// group was deleted and recreated, the first new owner of a partition whose
+// predecessor (a zombie of the old group) has not written to it yet takes
+// that predecessor's epoch: their records tie on the epoch and only the
+// version orders them.
 type Token struct {
 	Epoch   int32
 	Version int64

@@ -23,7 +23,10 @@ type StoreConfig[V any] struct {
 	Name string
 	// Topic is the store's changelog: a compacted topic with as many
 	// partitions as the runner's input topic. Partition p of the changelog
-	// holds the state of the records of input partition p. Required.
+	// holds the state of the records of input partition p. Required. Only
+	// the runtime writes it (an operator's tombstone aside), without
+	// transactions: a restore reads up to the end offset it lists first,
+	// and a trailing transaction marker would keep it waiting.
 	Topic string
 	// Encode and Decode convert values to and from changelog record values.
 	// Required. Decode must accept what Encode produced; a record Decode
