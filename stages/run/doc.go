@@ -171,7 +171,7 @@
 //
 // # Thread safety
 //
-// A Runner is started once with Run. Ready and Metrics may be called from any
+// A Runner is started once with Run. Ready may be called from any
 // goroutine. Stages and sinks are shared by all partition workers and must be
 // safe for concurrent use. A store's [Partition] is used by its partition's
 // worker only (the stage and timer calls of one partition never overlap);
