@@ -3,6 +3,8 @@ package modules
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // readyAt is a ready state of module fetched age before now, expiring with
@@ -147,8 +149,8 @@ func TestGateAfterFetchSkips(t *testing.T) {
 				base = *s
 			}
 			fetched := now
-			ready := base.Refreshing("me", 1, now).Ready(m, "h", "", &Analysis{InputHash: "h", AnalysisVersion: 1,
-				AnalyzedAt: &fetched, ExpiresAt: at(fetched.Add(m.AnalysisTTL))}, 1, now)
+			ready := base.Refreshing("me", run.Token{Epoch: 1, Version: int64(2 * i)}, now).Ready(m, "h", "", &Analysis{InputHash: "h",
+				AnalysisVersion: 1, AnalyzedAt: &fetched, ExpiresAt: at(fetched.Add(m.AnalysisTTL))}, run.Token{Epoch: 1, Version: int64(2*i + 1)}, now)
 			s = &ready
 		case DecisionSkipFresh:
 		default:

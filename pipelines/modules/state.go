@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // Status is a ticker × module's stored status. Staleness and expiry are
@@ -44,7 +46,8 @@ const LeaseDuration = 120 * time.Second
 // refresh runs. Epoch is the consumer-group generation at which the
 // writing owner got the key's partition, Version grows by one per write:
 // (Epoch, Version) is the fencing token that the restore and the mirror
-// compare (see Supersedes).
+// compare (see Supersedes). It is the run.Token the runtime's state store
+// stamps on the record (Partition.NextToken when the value is built).
 type State struct {
 	Ticker     string
 	Module     string
@@ -57,7 +60,7 @@ type State struct {
 	LastError  string
 	ErrorCount int
 	Lease      *Lease
-	Epoch      int64
+	Epoch      int32
 	Version    int64
 	UpdatedAt  time.Time
 }
@@ -83,27 +86,26 @@ type Lease struct {
 // Key returns the state's record key.
 func (s State) Key() string { return Key(s.Ticker, s.Module) }
 
+// Token returns the state's fencing token.
+func (s State) Token() run.Token { return run.Token{Epoch: s.Epoch, Version: s.Version} }
+
 // Supersedes reports whether s replaces prev: its (Epoch, Version) is
 // greater. A state written by a revoked owner after the new owner's first
 // write has a smaller epoch and supersedes nothing.
-func (s State) Supersedes(prev State) bool {
-	if s.Epoch != prev.Epoch {
-		return s.Epoch > prev.Epoch
-	}
-	return s.Version > prev.Version
-}
+func (s State) Supersedes(prev State) bool { return prev.Token().Less(s.Token()) }
 
-// next returns s advanced to the next write by the owner of epoch at now.
-func (s State) next(epoch int64, now time.Time) State {
-	s.Epoch, s.Version, s.UpdatedAt = epoch, s.Version+1, now.UTC()
+// next returns s as written with token tok at now.
+func (s State) next(tok run.Token, now time.Time) State {
+	s.Epoch, s.Version, s.UpdatedAt = tok.Epoch, tok.Version, now.UTC()
 	return s
 }
 
 // Refreshing returns the state of a refresh starting (or its next attempt)
-// at now by owner, which got the key's partition at epoch: status
-// refreshing with a lease of LeaseDuration. The last good data is kept.
-func (s State) Refreshing(owner string, epoch int64, now time.Time) State {
-	n := s.next(epoch, now)
+// at now by owner (the group member id), written with token tok (the
+// store partition's NextToken): status refreshing with a lease of
+// LeaseDuration. The last good data is kept.
+func (s State) Refreshing(owner string, tok run.Token, now time.Time) State {
+	n := s.next(tok, now)
 	n.Status = StatusRefreshing
 	n.Lease = &Lease{Owner: owner, Until: now.UTC().Add(LeaseDuration)}
 	return n
@@ -112,8 +114,8 @@ func (s State) Refreshing(owner string, epoch int64, now time.Time) State {
 // Ready returns the state after a successful fetch at now: data of
 // inputHash and dataDate, expiring DataTTL after now, analysis a; the
 // lease and the last error are cleared.
-func (s State) Ready(m Module, inputHash, dataDate string, a *Analysis, epoch int64, now time.Time) State {
-	n := s.next(epoch, now)
+func (s State) Ready(m Module, inputHash, dataDate string, a *Analysis, tok run.Token, now time.Time) State {
+	n := s.next(tok, now)
 	fetched := now.UTC()
 	expires := fetched.Add(m.DataTTL)
 	n.Status, n.FetchedAt, n.ExpiresAt = StatusReady, &fetched, &expires
@@ -125,8 +127,8 @@ func (s State) Ready(m Module, inputHash, dataDate string, a *Analysis, epoch in
 // Failed returns the state after a failed refresh: status error, the
 // error recorded and counted, the lease cleared; the last good data and
 // its analysis are kept, so that it can still be served while not too old.
-func (s State) Failed(cause error, epoch int64, now time.Time) State {
-	n := s.next(epoch, now)
+func (s State) Failed(cause error, tok run.Token, now time.Time) State {
+	n := s.next(tok, now)
 	n.Status, n.Lease, n.ErrorCount = StatusError, nil, s.ErrorCount+1
 	n.LastError = "refresh failed"
 	if cause != nil {
@@ -149,7 +151,7 @@ type stateWire struct {
 	LastError  *string    `json:"last_error"`
 	ErrorCount int        `json:"error_count"`
 	Lease      *Lease     `json:"lease"`
-	Epoch      int64      `json:"epoch"`
+	Epoch      int32      `json:"epoch"`
 	Version    int64      `json:"version"`
 	UpdatedAt  time.Time  `json:"updated_at"`
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 var t0 = time.Date(2025, 1, 6, 14, 0, 0, 0, time.UTC)
@@ -80,7 +81,7 @@ func TestDecodeStateErrors(t *testing.T) {
 
 func TestSupersedes(t *testing.T) {
 	t.Parallel()
-	s := func(epoch, version int64) State { return State{Epoch: epoch, Version: version} }
+	s := func(epoch int32, version int64) State { return State{Epoch: epoch, Version: version} }
 	for _, tc := range []struct {
 		next, prev State
 		want       bool
@@ -97,18 +98,20 @@ func TestSupersedes(t *testing.T) {
 	}
 }
 
+func tok(epoch int32, version int64) run.Token { return run.Token{Epoch: epoch, Version: version} }
+
 func TestStateTransitions(t *testing.T) {
 	t.Parallel()
 	m := testCatalog()[ModuleOptionsFlow]
 	start := State{Ticker: "NVDA", Module: ModuleOptionsFlow, Status: StatusMissing, Epoch: 1, Version: 4}
 
-	r := start.Refreshing("member-a", 2, t0)
+	r := start.Refreshing("member-a", tok(2, 5), t0)
 	if r.Status != StatusRefreshing || r.Lease == nil || r.Lease.Owner != "member-a" || !r.Lease.Until.Equal(t0.Add(120*time.Second)) ||
 		r.Epoch != 2 || r.Version != 5 || !r.UpdatedAt.Equal(t0) || !r.Supersedes(start) {
 		t.Fatalf("refreshing = %+v", r)
 	}
 	a := &Analysis{InputHash: "h1", AnalysisVersion: 1}
-	ready := r.Ready(m, "h1", "", a, 2, t0.Add(time.Second))
+	ready := r.Ready(m, "h1", "", a, tok(2, 6), t0.Add(time.Second))
 	if ready.Status != StatusReady || ready.Lease != nil || ready.InputHash != "h1" || ready.Analysis != a ||
 		!ready.FetchedAt.Equal(t0.Add(time.Second)) || !ready.ExpiresAt.Equal(t0.Add(time.Second+time.Hour)) ||
 		ready.Version != 6 || ready.ErrorCount != 0 || ready.LastError != "" {
@@ -117,20 +120,20 @@ func TestStateTransitions(t *testing.T) {
 
 	// A failure keeps the last good data and its analysis, counts, and
 	// clears the lease.
-	failed := ready.Refreshing("member-a", 2, t0.Add(time.Hour)).Failed(errors.New("upstream answered HTTP 503"), 2, t0.Add(time.Hour+time.Second))
+	failed := ready.Refreshing("member-a", tok(2, 7), t0.Add(time.Hour)).Failed(errors.New("upstream answered HTTP 503"), tok(2, 8), t0.Add(time.Hour+time.Second))
 	if failed.Status != StatusError || failed.Lease != nil || failed.LastError != "upstream answered HTTP 503" || failed.ErrorCount != 1 ||
 		failed.InputHash != "h1" || failed.Analysis != a || !failed.FetchedAt.Equal(*ready.FetchedAt) || failed.Version != 8 {
 		t.Fatalf("failed = %+v", failed)
 	}
-	if again := failed.Failed(nil, 3, t0.Add(2*time.Hour)); again.ErrorCount != 2 || again.LastError != "refresh failed" || again.Epoch != 3 {
+	if again := failed.Failed(nil, tok(3, 9), t0.Add(2*time.Hour)); again.ErrorCount != 2 || again.LastError != "refresh failed" || again.Epoch != 3 || again.Version != 9 {
 		t.Errorf("second failure = %+v", again)
 	}
-	long := failed.Failed(errors.New(strings.Repeat("é", 1000)), 2, t0)
+	long := failed.Failed(errors.New(strings.Repeat("é", 1000)), tok(2, 9), t0)
 	if len(long.LastError) > maxErrorBytes+len("…") || !strings.HasSuffix(long.LastError, "…") {
 		t.Errorf("long error kept %d bytes", len(long.LastError))
 	}
 	// Ready after an error clears it.
-	if ok := failed.Ready(m, "h2", "", nil, 2, t0.Add(3*time.Hour)); ok.ErrorCount != 0 || ok.LastError != "" || ok.Status != StatusReady {
+	if ok := failed.Ready(m, "h2", "", nil, tok(2, 9), t0.Add(3*time.Hour)); ok.ErrorCount != 0 || ok.LastError != "" || ok.Status != StatusReady {
 		t.Errorf("ready after error = %+v", ok)
 	}
 }
