@@ -44,9 +44,17 @@ const (
 	DefaultRateLimitWait = time.Second
 )
 
-// ErrUnsupportedModule is wrapped by the error of a source asked for a
-// module it does not serve.
-var ErrUnsupportedModule = errors.New("module not served by this source")
+// Errors a source wraps; ClassifyUpstreamError makes them permanent.
+var (
+	// ErrUnsupportedModule: the source does not serve the module.
+	ErrUnsupportedModule = errors.New("module not served by this source")
+	// ErrPayloadTooLarge: the answer exceeds MaxPayloadBytes
+	// (modules.snapshot_too_large).
+	ErrPayloadTooLarge = errors.New("upstream payload too large")
+	// ErrInvalidPayload: a successful answer that is not JSON
+	// (modules.upstream_rejected).
+	ErrInvalidPayload = errors.New("upstream payload is not JSON")
+)
 
 // UpstreamError is an upstream's HTTP error answer. RetryAfter is its
 // Retry-After (0 when absent); Message is a short excerpt of its body.
@@ -70,15 +78,20 @@ func (e *UpstreamError) Error() string {
 // ClassifyUpstreamError says what the runtime does with a failed fetch:
 // 401 and 403 are fatal (the credentials are wrong for every key); 429 is a
 // wait that spends no attempt, of Retry-After or DefaultRateLimitWait;
-// another 4xx or an unsupported module is modules.upstream_rejected
-// (permanent); anything else (5xx, timeouts, network) is retried with rule
-// modules.upstream. A cancelled ctx's error is returned unchanged.
+// another 4xx, an unsupported module or a payload that is not JSON is
+// modules.upstream_rejected and a payload over MaxPayloadBytes
+// modules.snapshot_too_large (permanent); anything else (5xx, timeouts,
+// network) is retried with rule modules.upstream. A cancelled ctx's error
+// is returned unchanged.
 func ClassifyUpstreamError(err error) error {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return err
 	}
-	if errors.Is(err, ErrUnsupportedModule) {
+	switch {
+	case errors.Is(err, ErrUnsupportedModule), errors.Is(err, ErrInvalidPayload):
 		return UpstreamRejected(err)
+	case errors.Is(err, ErrPayloadTooLarge):
+		return stages.DeadLetter(stages.ReasonSanityFail, RuleSnapshotTooLarge, err)
 	}
 	var ue *UpstreamError
 	if errors.As(err, &ue) {
@@ -100,7 +113,7 @@ func ClassifyUpstreamError(err error) error {
 
 // UpstreamResult is the result label of sluice_modules_upstream_calls_total
 // for a fetch's error: ok, rate_limited (429), rejected (a permanent
-// refusal, 401 and 403 included) or transient.
+// refusal, 401 and 403 included, or an unusable payload) or transient.
 func UpstreamResult(err error) string {
 	if err == nil {
 		return "ok"
@@ -109,7 +122,8 @@ func UpstreamResult(err error) string {
 	switch {
 	case errors.As(err, &ue) && ue.Status == 429:
 		return "rate_limited"
-	case errors.Is(err, ErrUnsupportedModule), errors.As(err, &ue) && ue.Status >= 400 && ue.Status < 500:
+	case errors.Is(err, ErrUnsupportedModule), errors.Is(err, ErrInvalidPayload), errors.Is(err, ErrPayloadTooLarge),
+		errors.As(err, &ue) && ue.Status >= 400 && ue.Status < 500:
 		return "rejected"
 	}
 	return "transient"

@@ -36,6 +36,8 @@ func TestClassifyUpstreamError(t *testing.T) {
 		{&UpstreamError{Status: 404}, stages.KindDeadLetter, stages.ReasonSanityFail, RuleUpstreamRejected, 0, "rejected"},
 		{&UpstreamError{Status: 499}, stages.KindDeadLetter, stages.ReasonSanityFail, RuleUpstreamRejected, 0, "rejected"},
 		{fmt.Errorf("uw: %w", ErrUnsupportedModule), stages.KindDeadLetter, stages.ReasonSanityFail, RuleUpstreamRejected, 0, "rejected"},
+		{fmt.Errorf("uw: %w", ErrInvalidPayload), stages.KindDeadLetter, stages.ReasonSanityFail, RuleUpstreamRejected, 0, "rejected"},
+		{fmt.Errorf("uw: %w", ErrPayloadTooLarge), stages.KindDeadLetter, stages.ReasonSanityFail, RuleSnapshotTooLarge, 0, "rejected"},
 		{&UpstreamError{Status: 500}, stages.KindRetry, "", RuleUpstream, 0, "transient"},
 		{&UpstreamError{Status: 503}, stages.KindRetry, "", RuleUpstream, 0, "transient"},
 		{&UpstreamError{Status: 302}, stages.KindRetry, "", RuleUpstream, 0, "transient"},
