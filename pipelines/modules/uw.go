@@ -122,14 +122,14 @@ func (u *UW) Fetch(ctx context.Context, ticker, module string) (Snapshot, error)
 func (u *UW) redact(s string) string { return strings.ReplaceAll(s, u.key, "xxxxx") }
 
 // retryAfter parses a Retry-After value: delay seconds or an HTTP date
-// (relative to now). 0 when absent, unparsable or past.
+// (relative to now), at most a day. 0 when absent, unparsable or past.
 func retryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.Atoi(v); err == nil {
-		return max(time.Duration(s)*time.Second, 0)
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Duration(min(max(s, 0), int64(24*time.Hour/time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		return max(t.Sub(now), 0)

@@ -105,6 +105,7 @@ func TestUWErrors(t *testing.T) {
 	f.answer("/api/stock/RL/flow-recent", 429, map[string]string{"Retry-After": "7"}, `slow down`)
 	f.answer("/api/stock/RLD/flow-recent", 429, map[string]string{"Retry-After": "Mon, 06 Jan 2025 14:00:30 GMT"}, ``)
 	f.answer("/api/stock/RLX/flow-recent", 429, map[string]string{"Retry-After": "soon"}, ``)
+	f.answer("/api/stock/RLH/flow-recent", 429, map[string]string{"Retry-After": "99999999999999999"}, ``)
 	f.answer("/api/stock/DOWN/flow-recent", 503, nil, `maintenance`)
 	f.answer("/api/stock/BAD/flow-recent", 422, nil, `{"error":"invalid ticker `+testUWKey+`"}`)
 	f.answer("/api/stock/HTML/flow-recent", 200, nil, `<html>ok</html>`)
@@ -119,6 +120,7 @@ func TestUWErrors(t *testing.T) {
 		{"RL", stages.KindWait, "", 7 * time.Second},
 		{"RLD", stages.KindWait, "", 30 * time.Second},
 		{"RLX", stages.KindWait, "", DefaultRateLimitWait},
+		{"RLH", stages.KindWait, "", 24 * time.Hour}, // no overflow
 		{"DOWN", stages.KindRetry, RuleUpstream, 0},
 		{"BAD", stages.KindDeadLetter, RuleUpstreamRejected, 0},
 		{"NONE", stages.KindDeadLetter, RuleUpstreamRejected, 0}, // 404
