@@ -197,7 +197,8 @@ func (s *State) UnmarshalJSON(b []byte) error {
 
 // DecodeState is the decoder of modules.state (a stages.Decoder). A value
 // that is not a JSON object, lacks the ticker or module, has an unknown
-// status, a negative epoch or version, or is filed under another key is a
+// status, a data_date that is not YYYY-MM-DD, a negative epoch or version,
+// or is filed under another key is a
 // decode_error. A tombstone (nil value) is not a state: callers handle
 // deletions before decoding.
 func DecodeState(key, value []byte) (State, error) {
@@ -213,10 +214,17 @@ func DecodeState(key, value []byte) (State, error) {
 		return State{}, decodeError("state", errors.New("ticker or module is missing"))
 	case !s.Status.valid():
 		return State{}, decodeError("state", fmt.Errorf("unknown status %q", clip(string(s.Status))))
+	case s.DataDate != "" && !isDate(s.DataDate):
+		return State{}, decodeError("state", fmt.Errorf("data_date %q is not YYYY-MM-DD", clip(s.DataDate)))
 	case s.Epoch < 0 || s.Version < 0:
 		return State{}, decodeError("state", fmt.Errorf("negative fencing token (%d, %d)", s.Epoch, s.Version))
 	case key != nil && string(key) != s.Key():
 		return State{}, decodeError("state", fmt.Errorf("record key %q is not %q", clip(string(key)), s.Key()))
 	}
 	return s, nil
+}
+
+func isDate(s string) bool {
+	_, err := time.Parse(time.DateOnly, s)
+	return err == nil
 }

@@ -67,6 +67,7 @@ func TestDecodeStateErrors(t *testing.T) {
 		"no ticker":       {"NVDA:dark_pool", `{"module":"dark_pool","status":"ready"}`},
 		"unknown status":  {"NVDA:dark_pool", strings.Replace(ok, `"ready"`, `"stale"`, 1)},
 		"negative epoch":  {"NVDA:dark_pool", strings.Replace(ok, `"epoch":1`, `"epoch":-1`, 1)},
+		"bad data_date":   {"NVDA:dark_pool", strings.Replace(ok, `"status"`, `"data_date":"2025-13-01","status"`, 1)},
 		"another key":     {"NVDA:options_flow", ok},
 		"wrong type":      {"NVDA:dark_pool", strings.Replace(ok, `"version":1`, `"version":"1"`, 1)},
 		"lower-case key":  {"nvda:dark_pool", ok},
