@@ -228,3 +228,18 @@ func isDate(s string) bool {
 	_, err := time.Parse(time.DateOnly, s)
 	return err == nil
 }
+
+// StateStoreConfig declares the refresh service's state store over the
+// changelog topic (modules.state, after the run's naming): JSON values as
+// DecodeState reads them, and a restore that keeps per key the state with
+// the greatest fencing token, not the last record (a revoked owner's late
+// record is ignored).
+func StateStoreConfig(topic string) run.StoreConfig[State] {
+	return run.StoreConfig[State]{
+		Name:   "modules-state",
+		Topic:  topic,
+		Encode: func(s State) ([]byte, error) { return json.Marshal(s) },
+		Decode: func(b []byte) (State, error) { return DecodeState(nil, b) },
+		Fold:   run.KeepGreatest[State],
+	}
+}

@@ -138,3 +138,29 @@ func TestStateTransitions(t *testing.T) {
 		t.Errorf("ready after error = %+v", ok)
 	}
 }
+
+func TestStateStoreConfig(t *testing.T) {
+	t.Parallel()
+	cfg := StateStoreConfig("modules.state")
+	if _, err := run.NewStore(cfg); err != nil {
+		t.Fatal(err)
+	}
+	s := State{Ticker: "NVDA", Module: ModuleDarkPool, Status: StatusReady, DataDate: "2025-01-06", Epoch: 2, Version: 7, UpdatedAt: t0}
+	b, err := cfg.Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cfg.Decode(b)
+	if err != nil || got.Key() != s.Key() || got.DataDate != s.DataDate || got.Token() != s.Token() || !got.UpdatedAt.Equal(t0) {
+		t.Errorf("round trip = %+v, %v", got, err)
+	}
+	if _, err := cfg.Decode([]byte(`{"ticker":"NVDA"}`)); err == nil {
+		t.Error("a state without module decoded")
+	}
+	// The restore keeps the greatest token, not the last record.
+	older := run.Entry[State]{Key: s.Key(), Token: run.Token{Epoch: 1, Version: 9}, Tokened: true}
+	newer := run.Entry[State]{Key: s.Key(), Token: run.Token{Epoch: 2, Version: 1}, Tokened: true}
+	if cfg.Fold(newer, older) || !cfg.Fold(older, newer) {
+		t.Error("the fold does not keep the greatest token")
+	}
+}
