@@ -796,10 +796,11 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.at
 	var name, typ string
 	var tt textType
 	var isText bool
+	var textTypes []textType
 	if _, err := pgx.ForEachRow(rows, []any{&name, &typ, &tt.name, &tt.oid, &tt.arrayOID, &isText}, func() error {
 		types[name] = typ
 		if isText && tt.arrayOID != 0 {
-			s.textTypes = append(s.textTypes, tt)
+			textTypes = append(textTypes, tt)
 		}
 		return nil
 	}); err != nil {
@@ -816,6 +817,7 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.at
 		us = append(us, u)
 		on = append(on, fmt.Sprintf("t.%s = u.%s", pgx.Identifier{k}.Sanitize(), u))
 	}
+	s.textTypes = textTypes
 	s.probeSQL = fmt.Sprintf("SELECT u.ord FROM unnest(%s) WITH ORDINALITY AS u(%s, ord)\nCROSS JOIN LATERAL (SELECT FROM %s AS t WHERE %s LIMIT 1) AS found",
 		strings.Join(args, ", "), strings.Join(us, ", "), ident(s.table.Name), strings.Join(on, " AND "))
 	return s.probeSQL, nil
