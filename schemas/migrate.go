@@ -9,7 +9,6 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"path"
-	"slices"
 	"strings"
 	"time"
 
@@ -28,18 +27,9 @@ const VersionTable = "sluice_schema_migrations"
 // MigrationNames returns the file name of every embedded migration, in the
 // order they apply.
 func MigrationNames() []string {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil { // cannot happen: the directory is embedded
-		panic(fmt.Sprintf("schemas: embedded migrations directory: %v", err))
-	}
-	var names []string
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".sql") {
-			names = append(names, e.Name())
-		}
-	}
-	slices.Sort(names)
-	return names
+	return embeddedNames(migrationFiles, "migrations", func(file string) (string, bool) {
+		return file, strings.HasSuffix(file, ".sql")
+	})
 }
 
 // Open opens databaseURL with pgx's database/sql driver and pings it within
