@@ -2,7 +2,6 @@ package testkit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/twmb/franz-go/pkg/kfake"
-
-	"github.com/sluicehq/sluice/internal/localsvc"
 )
 
 // DefaultTimeout bounds the context returned by Context.
@@ -257,16 +254,3 @@ type reasons []string
 func (r *reasons) add(format string, args ...any) { *r = append(*r, fmt.Sprintf(format, args...)) }
 
 func (r reasons) String() string { return strings.Join(r, ", ") }
-
-// addLocal records why the local service what (started with localsvc,
-// err its error) is not used: its binaries are missing (err wraps
-// localsvc.ErrNotFound), or it failed, its error logged on t in full.
-func (r *reasons) addLocal(t testing.TB, what string, err error) {
-	t.Helper()
-	if errors.Is(err, localsvc.ErrNotFound) {
-		r.add("%v", err)
-		return
-	}
-	t.Logf("testkit: local %s failed: %v", what, err)
-	r.add("local %s failed (see log)", what)
-}
