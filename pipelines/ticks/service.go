@@ -121,10 +121,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // when the routes are already mounted on env.Ops) it closes them itself
 // before returning.
 func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
-	svcs, _, err := pipelines.Construct(func(r *pipelines.Resources) ([]pipelines.Service, error) {
-		return services(env, cfg, r)
-	})
-	return svcs, err
+	return pipelines.ConstructServices(env, cfg, services)
 }
 
 // services builds what Services returns, registering the clients on r.

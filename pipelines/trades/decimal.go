@@ -128,15 +128,7 @@ func (e Exact) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (e *Exact) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" { // as encoding/json does: null leaves the value
-		return nil
-	}
-	d, err := ParseDecimal(b)
-	if err != nil {
-		return err
-	}
-	e.Decimal = d
-	return nil
+	return unmarshalDecimal(b, &e.Decimal)
 }
 
 // Fixed8 is a P/L value: a JSON string with exactly PnLPlaces fractional
@@ -152,13 +144,20 @@ func (f Fixed8) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (f *Fixed8) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" { // as encoding/json does: null leaves the value
+	return unmarshalDecimal(b, &f.Decimal)
+}
+
+// unmarshalDecimal sets *d to the JSON string or number b, parsed by
+// ParseDecimal. A JSON null leaves *d unchanged, as encoding/json does; so
+// does an error.
+func unmarshalDecimal(b []byte, d *decimal.Decimal) error {
+	if string(b) == "null" {
 		return nil
 	}
-	d, err := ParseDecimal(b)
+	v, err := ParseDecimal(b)
 	if err != nil {
 		return err
 	}
-	f.Decimal = d
+	*d = v
 	return nil
 }

@@ -664,25 +664,19 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) (int64,
 		for i := range sample {
 			sample[i] = gs[i*len(gs)/lookupSample]
 		}
-		_, n, err := s.lookup(ctx, tx, probe, sample)
+		_, _, ok, err := s.lookupMostlyNew(ctx, tx, probe, sample)
 		if err != nil {
-			if s.unsent(ctx, err) {
-				return s.upsert(ctx, tx, gs)
-			}
 			return 0, err
 		}
-		if !mostlyNew(len(sample), n) {
+		if !ok {
 			return s.upsert(ctx, tx, gs)
 		}
 	}
-	exists, n, err := s.lookup(ctx, tx, probe, gs)
+	exists, n, ok, err := s.lookupMostlyNew(ctx, tx, probe, gs)
 	if err != nil {
-		if s.unsent(ctx, err) {
-			return s.upsert(ctx, tx, gs)
-		}
 		return 0, err
 	}
-	if !mostlyNew(len(gs), n) {
+	if !ok {
 		return s.upsert(ctx, tx, gs)
 	}
 	fresh, updated := gs, int64(0)
@@ -708,6 +702,20 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) (int64,
 		return 0, fmt.Errorf("copy new rows: %w", err)
 	}
 	return updated + inserted, nil
+}
+
+// lookupMostlyNew runs lookup on gs and reports with ok whether most of
+// their keys are new (mostlyNew). A lookup that failed unsent is no error:
+// ok is false, and the caller upserts.
+func (s *Sink[T]) lookupMostlyNew(ctx context.Context, tx pgx.Tx, probe string, gs []*group[T]) (exists []bool, n int, ok bool, err error) {
+	exists, n, err = s.lookup(ctx, tx, probe, gs)
+	if err != nil {
+		if s.unsent(ctx, err) {
+			return nil, 0, false, nil
+		}
+		return nil, 0, false, err
+	}
+	return exists, n, mostlyNew(len(gs), n), nil
 }
 
 // unsent reports whether the lookup of existing keys failed before

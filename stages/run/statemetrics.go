@@ -2,6 +2,8 @@ package run
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/promreg"
 )
 
 // stateMetrics are the collectors of a runner's state stores and timers,
@@ -24,34 +26,20 @@ func newStateMetrics(reg prometheus.Registerer, pipeline string, stores []string
 		reg = prometheus.NewRegistry()
 	}
 	reg = prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pipeline}, reg)
+	f := promreg.Exclusive(reg)
 	m := &stateMetrics{
-		restoreRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_state_restore_records_total", Help: "Changelog records read by state store restores, per store.",
-		}, []string{"store"}),
-		restoreSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_state_restore_skipped_total", Help: "Changelog records a restore skipped because the store's Decode refused them, per store.",
-		}, []string{"store"}),
-		restoring: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_state_restoring", Help: "Partitions whose state store is being restored, per store (the runner is not ready meanwhile).",
-		}, []string{"store"}),
-		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_state_fenced_total",
-			Help: "State writes refused, per store and where: restore (a zombie's record, its epoch below one read before it), fold (the store's Fold kept the earlier entry), write (a worker that lost its partition did not produce).",
-		}, []string{"store", "where"}),
-		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_state_writes_total", Help: "Changelog records produced (acknowledged), per store.",
-		}, []string{"store"}),
-		firings: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_timer_firings_total", Help: "Timer firings, per timer (the store of a keyed timer, or periodic) and result (ok, retry, dropped).",
-		}, []string{"timer", "result"}),
-		timerRejected: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_timer_outputs_rejected_total", Help: "Outputs of timer firings the sink rejected (dropped: a firing has no source record to dead-letter).",
-		}),
+		restoreRecords: f.CounterVec("sluice_state_restore_records_total", "Changelog records read by state store restores, per store.", "store"),
+		restoreSkipped: f.CounterVec("sluice_state_restore_skipped_total", "Changelog records a restore skipped because the store's Decode refused them, per store.", "store"),
+		restoring:      f.GaugeVec("sluice_state_restoring", "Partitions whose state store is being restored, per store (the runner is not ready meanwhile).", "store"),
+		fenced: f.CounterVec("sluice_state_fenced_total",
+			"State writes refused, per store and where: restore (a zombie's record, its epoch below one read before it), fold (the store's Fold kept the earlier entry), write (a worker that lost its partition did not produce).",
+			"store", "where"),
+		writes:        f.CounterVec("sluice_state_writes_total", "Changelog records produced (acknowledged), per store.", "store"),
+		firings:       f.CounterVec("sluice_timer_firings_total", "Timer firings, per timer (the store of a keyed timer, or periodic) and result (ok, retry, dropped).", "timer", "result"),
+		timerRejected: f.Counter("sluice_timer_outputs_rejected_total", "Outputs of timer firings the sink rejected (dropped: a firing has no source record to dead-letter)."),
 	}
-	for _, c := range []prometheus.Collector{m.restoreRecords, m.restoreSkipped, m.restoring, m.fenced, m.writes, m.firings, m.timerRejected} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := f.Err(); err != nil {
+		return nil, err
 	}
 	timers := stores
 	if periodic {
