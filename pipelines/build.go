@@ -87,6 +87,17 @@ func Construct(build func(r *Resources) ([]Service, error)) ([]Service, *Resourc
 	return out, r, nil
 }
 
+// ConstructServices is Construct for a pipeline's Services function: it
+// builds the services with build(env, cfg, r) and returns them bound to
+// their Resources, which are released once every service has returned
+// from Run, or at once when build fails (or panics).
+func ConstructServices[C any](env Env, cfg C, build func(Env, C, *Resources) ([]Service, error)) ([]Service, error) {
+	svcs, _, err := Construct(func(r *Resources) ([]Service, error) {
+		return build(env, cfg, r)
+	})
+	return svcs, err
+}
+
 // Set is the services Build built, in the order of their specs.
 type Set struct {
 	Services []Service

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -69,6 +71,45 @@ func TestConstructReleasesAfterEveryServiceReturned(t *testing.T) {
 	res.Close()
 	if got, want := rel.list(), []string{"state client", "producer"}; !slices.Equal(got, want) {
 		t.Fatalf("released %v, want %v", got, want)
+	}
+}
+
+// ConstructServices hands env and cfg to build, binds the services to
+// their Resources like Construct (released when the last one returned from
+// Run) and releases them at once when build fails.
+func TestConstructServicesPassesEnvAndConfig(t *testing.T) {
+	t.Parallel()
+	type config struct{ name string }
+	var rel releases
+	env := pipelines.Env{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	build := func(got pipelines.Env, cfg config, r *pipelines.Resources) ([]pipelines.Service, error) {
+		if got.Logger != env.Logger {
+			t.Errorf("build got the logger %p, want the caller's %p", got.Logger, env.Logger)
+		}
+		rel.add(r, cfg.name)
+		if cfg.name == "bad" {
+			return nil, errors.New("bad config")
+		}
+		return []pipelines.Service{fakeService{cfg.name}}, nil
+	}
+	svcs, err := pipelines.ConstructServices(env, config{"worker"}, build)
+	if err != nil || len(svcs) != 1 || svcs[0].Name() != "worker" {
+		t.Fatalf("ConstructServices = %v, %v; want the worker service", svcs, err)
+	}
+	if got := rel.list(); len(got) != 0 {
+		t.Fatalf("released %v before the service ran", got)
+	}
+	if err := svcs[0].Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := rel.list(); !slices.Equal(got, []string{"worker"}) {
+		t.Fatalf("released %v after the only service returned, want [worker]", got)
+	}
+	if svcs, err := pipelines.ConstructServices(env, config{"bad"}, build); err == nil || err.Error() != "bad config" || svcs != nil {
+		t.Fatalf("ConstructServices = %v, %v; want the build error", svcs, err)
+	}
+	if got := rel.list(); !slices.Equal(got, []string{"worker", "bad"}) {
+		t.Fatalf("released %v, want [worker bad] after the failed build", got)
 	}
 }
 

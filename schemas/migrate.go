@@ -9,7 +9,6 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"path"
-	"slices"
 	"strings"
 	"time"
 
@@ -28,18 +27,9 @@ const VersionTable = "sluice_schema_migrations"
 // MigrationNames returns the file name of every embedded migration, in the
 // order they apply.
 func MigrationNames() []string {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil { // cannot happen: the directory is embedded
-		panic(fmt.Sprintf("schemas: embedded migrations directory: %v", err))
-	}
-	var names []string
-	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".sql") {
-			names = append(names, e.Name())
-		}
-	}
-	slices.Sort(names)
-	return names
+	return embeddedNames(migrationFiles, "migrations", func(file string) (string, bool) {
+		return file, strings.HasSuffix(file, ".sql")
+	})
 }
 
 // Open opens databaseURL with pgx's database/sql driver and pings it within
@@ -78,39 +68,37 @@ func Migrate(ctx context.Context, databaseURL string) ([]string, error) {
 // PostgreSQL advisory lock derived from the schema name (waiting up to a
 // minute).
 func MigrateDB(ctx context.Context, db *sql.DB) ([]string, error) {
-	p, err := newProvider(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	results, err := p.Up(ctx)
-	applied := resultNames(results)
-	var pe *goose.PartialError
-	if errors.As(err, &pe) {
-		applied = resultNames(pe.Applied)
-	}
-	if err != nil {
-		return applied, fmt.Errorf("schemas: migrate up: %w", err)
-	}
-	return applied, nil
+	return migrate(ctx, db, "up", func(ctx context.Context, p *goose.Provider) ([]*goose.MigrationResult, error) {
+		return p.Up(ctx)
+	})
 }
 
 // ResetDB rolls back every applied migration of db's current schema, newest
 // first, and returns the file names it rolled back. The version table stays.
 func ResetDB(ctx context.Context, db *sql.DB) ([]string, error) {
+	return migrate(ctx, db, "down", func(ctx context.Context, p *goose.Provider) ([]*goose.MigrationResult, error) {
+		return p.DownTo(ctx, 0)
+	})
+}
+
+// migrate runs step (named by direction in its error) on a provider of
+// db's current schema and returns the file names of the migrations it ran,
+// those a failing step ran before its error included.
+func migrate(ctx context.Context, db *sql.DB, direction string, step func(context.Context, *goose.Provider) ([]*goose.MigrationResult, error)) ([]string, error) {
 	p, err := newProvider(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	results, err := p.DownTo(ctx, 0)
-	rolled := resultNames(results)
+	results, err := step(ctx, p)
+	names := resultNames(results)
 	var pe *goose.PartialError
 	if errors.As(err, &pe) {
-		rolled = resultNames(pe.Applied)
+		names = resultNames(pe.Applied)
 	}
 	if err != nil {
-		return rolled, fmt.Errorf("schemas: migrate down: %w", err)
+		return names, fmt.Errorf("schemas: migrate %s: %w", direction, err)
 	}
-	return rolled, nil
+	return names, nil
 }
 
 // MigrationState is the state of one migration in a schema.

@@ -152,10 +152,12 @@ func TestMigrateCreatesTablesInSearchPathSchema(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Migrate: %v", err)
 			}
-			if want := schemas.MigrationNames(); !slices.Equal(applied, want) || len(want) != 5 {
+			if want := schemas.MigrationNames(); !slices.Equal(applied, want) || len(want) != 7 {
 				t.Fatalf("applied %v, want %v", applied, want)
 			}
-			want := []string{"control_flags", "dlq_archive", "post_analytics", "sa_silver", schemas.VersionTable, "ta_silver"}
+			want := []string{"analysis_catalog", "analysis_jobs", "analysis_jobs_status", "bias_tags", "broker_connections",
+				"control_flags", "digests", "dlq_archive", "market_bars", "module_snapshots", "post_analytics", "sa_silver",
+				schemas.VersionTable, "ta_silver", "ticker_data_modules", "ticker_modules_status", "trades", "unit_analyses"}
 			if got := tables(t, admin, schema); !slices.Equal(got, want) {
 				t.Fatalf("tables in %s = %v, want %v", schema, got, want)
 			}
@@ -222,6 +224,34 @@ func TestMigrationDDL(t *testing.T) {
 			"error_type": "text", "error_msg": "text",
 			"created_at": "timestamp with time zone not null default now()", "updated_at": "timestamp with time zone not null default now()",
 		},
+		"analysis_catalog": {
+			"module_id": "text not null", "freshness_threshold_hours": "numeric",
+			"data_ttl_hours": "numeric not null default 24.0", "analysis_ttl_hours": "numeric not null default 24.0",
+			"max_stale_hours": "numeric default NULL::numeric", "enabled": "boolean not null default true",
+		},
+		"ticker_data_modules": {
+			"ticker": "citext not null", "module_id": "text not null",
+			"status": "text not null default 'missing'::text", "data_date": "date",
+			"fetched_at": "timestamp with time zone", "expires_at": "timestamp with time zone", "input_hash": "text",
+			"refresh_lock_until": "timestamp with time zone", "refresh_lock_owner": "text", "last_error": "text",
+			"error_count": "integer not null default 0", "state_epoch": "bigint not null", "state_version": "bigint not null",
+			"updated_at": "timestamp with time zone not null",
+		},
+		"module_snapshots": {
+			"ticker": "citext not null", "module_id": "text not null", "input_hash": "text not null",
+			"data_date": "date", "fetched_at": "timestamp with time zone not null", "payload": "jsonb not null",
+		},
+		"unit_analyses": {
+			"id":     fmt.Sprintf("bigint not null default nextval('%s.unit_analyses_id_seq'::regclass)", schema),
+			"ticker": "citext not null", "module_id": "text not null", "data_date": "date",
+			"analysis_version": "integer default 1", "input_hash": "text", "result": "jsonb not null",
+			"analyzed_at": "timestamp with time zone not null", "expires_at": "timestamp with time zone not null",
+		},
+		"analysis_jobs": {
+			"job_id": "uuid not null default gen_random_uuid()", "idempotency_key": "text not null",
+			"ticker": "citext not null", "job_type": "text not null", "modules": "ARRAY not null",
+			"input_data": "jsonb not null default '{}'::jsonb", "created_at": "timestamp with time zone not null default now()",
+		},
 	}
 	for table, want := range columns {
 		got := tableColumns(t, admin, schema, table)
@@ -247,6 +277,13 @@ func TestMigrationDDL(t *testing.T) {
 		{"dlq_archive", "PRIMARY KEY", []string{"id"}},
 		{"dlq_archive", "UNIQUE", []string{"dlq_topic,dlq_partition,dlq_offset,dlq_topic_id"}},
 		{"post_analytics", "PRIMARY KEY", []string{"project_id,item_id"}},
+		{"analysis_catalog", "PRIMARY KEY", []string{"module_id"}},
+		{"ticker_data_modules", "PRIMARY KEY", []string{"ticker,module_id"}},
+		{"module_snapshots", "PRIMARY KEY", []string{"ticker,module_id,input_hash"}},
+		{"unit_analyses", "PRIMARY KEY", []string{"id"}},
+		{"unit_analyses", "UNIQUE", []string{"ticker,module_id,data_date,analysis_version"}},
+		{"analysis_jobs", "PRIMARY KEY", []string{"job_id"}},
+		{"analysis_jobs", "UNIQUE", []string{"idempotency_key"}},
 	}
 	for _, k := range keys {
 		if got := constraintColumns(t, admin, schema, k.table, k.kind); !slices.Equal(got, k.want) {
@@ -263,6 +300,9 @@ func TestMigrationDDL(t *testing.T) {
 		"dlq_archive": {
 			"idx_dlq_archive_reason_rule": "CREATE INDEX idx_dlq_archive_reason_rule ON dlq_archive USING btree (reason, rule_id)",
 			"idx_dlq_archive_created_at":  "CREATE INDEX idx_dlq_archive_created_at ON dlq_archive USING btree (created_at)",
+		},
+		"unit_analyses": {
+			"unique_unit_analysis_hash": "CREATE UNIQUE INDEX unique_unit_analysis_hash ON unit_analyses USING btree (ticker, module_id, input_hash) WHERE (input_hash IS NOT NULL)",
 		},
 	}
 	for table, want := range indexes {

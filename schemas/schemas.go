@@ -51,13 +51,21 @@ const (
 
 // Names returns the name of every embedded schema, sorted.
 func Names() []string {
-	entries, err := fs.ReadDir(jsonFiles, "json")
+	return embeddedNames(jsonFiles, "json", func(file string) (string, bool) {
+		return strings.CutSuffix(file, ".json")
+	})
+}
+
+// embeddedNames returns, sorted, name(f) of every file f of the embedded
+// directory dir of fsys for which name reports true.
+func embeddedNames(fsys fs.FS, dir string, name func(file string) (string, bool)) []string {
+	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil { // cannot happen: the directory is embedded
-		panic(fmt.Sprintf("schemas: embedded json directory: %v", err))
+		panic(fmt.Sprintf("schemas: embedded %s directory: %v", dir, err))
 	}
 	var names []string
 	for _, e := range entries {
-		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok {
+		if n, ok := name(e.Name()); ok {
 			names = append(names, n)
 		}
 	}

@@ -17,3 +17,12 @@ func subcommands(g *globalConfig) []*cobra.Command {
 		newIngestCmd(g),
 	}
 }
+
+// commandGroup returns a command that only groups the subcommands subs
+// under use (it runs nothing itself: without a subcommand it prints its
+// help).
+func commandGroup(use, short string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short}
+	cmd.AddCommand(subs...)
+	return cmd
+}

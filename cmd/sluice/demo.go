@@ -166,16 +166,11 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 		s.configure(&settings)
 	}
 	specs := registry.All(settings)
-	env, closeEnv, err := g.buildEnv(ctx, needsOf(specs))
+	env, cl, closeEnv, err := g.buildEnvClient(ctx, needsOf(specs))
 	defer closeEnv()
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(env.Kafka...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	changes, err := topics.Ensure(ectx, adm, topics.Catalog())

@@ -24,12 +24,8 @@ import (
 const dlqValuePreview = 200
 
 func newDLQCmd(g *globalConfig) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "dlq",
-		Short: "Inspect, re-drive and archive dead-letter topics",
-	}
-	cmd.AddCommand(newDLQInspectCmd(g), newDLQRedriveCmd(g), newDLQArchiveCmd(g))
-	return cmd
+	return commandGroup("dlq", "Inspect, re-drive and archive dead-letter topics",
+		newDLQInspectCmd(g), newDLQRedriveCmd(g), newDLQArchiveCmd(g))
 }
 
 // dlqFilterFlags are the record filters shared by inspect and redrive.

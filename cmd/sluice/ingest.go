@@ -49,12 +49,9 @@ func (o *ingestOptions) config() ticks.Config {
 
 func newIngestCmd(g *globalConfig) *cobra.Command {
 	o := &ingestOptions{}
-	cmd := &cobra.Command{
-		Use:   "ingest",
-		Short: "Trigger and inspect ticks ingestion jobs (pipeline ticks)",
-	}
+	cmd := commandGroup("ingest", "Trigger and inspect ticks ingestion jobs (pipeline ticks)",
+		newIngestTriggerCmd(g, o), newIngestStatusCmd(g, o), newIngestBootstrapCmd(g, o))
 	o.register(cmd)
-	cmd.AddCommand(newIngestTriggerCmd(g, o), newIngestStatusCmd(g, o), newIngestBootstrapCmd(g, o))
 	return cmd
 }
 
@@ -233,16 +230,11 @@ backfill task per hole. A running ticks worker applies them.`,
 			if err := o.validate(); err != nil {
 				return err
 			}
-			env, closeEnv, err := g.buildEnv(cmd.Context(), needs{objects: true})
+			env, cl, closeEnv, err := g.buildEnvClient(cmd.Context(), needs{objects: true})
 			defer closeEnv()
 			if err != nil {
 				return err
 			}
-			cl, err := kgo.NewClient(env.Kafka...)
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
 			cfg := o.config()
 			sup := ticks.NewSupervisor(cfg, ticks.NewCoordinator(cl, env.Kafka, cfg), env.Objects, env.Logger)
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)

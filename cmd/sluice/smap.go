@@ -20,12 +20,8 @@ import (
 )
 
 func newSmapCmd(g *globalConfig) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "smap",
-		Short: "smap pipeline commands (seed 001): project progress and its repair",
-	}
-	cmd.AddCommand(newSmapProgressCmd(g), newSmapRebuildCmd(g))
-	return cmd
+	return commandGroup("smap", "smap pipeline commands (seed 001): project progress and its repair",
+		newSmapProgressCmd(g), newSmapRebuildCmd(g))
 }
 
 func newSmapProgressCmd(g *globalConfig) *cobra.Command {

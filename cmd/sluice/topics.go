@@ -22,12 +22,8 @@ import (
 const kafkaConnectTimeout = connectTimeout
 
 func newTopicsCmd(g *globalConfig) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "topics",
-		Short: "Create, align and inspect the topic catalog",
-	}
-	cmd.AddCommand(newTopicsEnsureCmd(g), newTopicsListCmd(g))
-	return cmd
+	return commandGroup("topics", "Create, align and inspect the topic catalog",
+		newTopicsEnsureCmd(g), newTopicsListCmd(g))
 }
 
 func newTopicsEnsureCmd(g *globalConfig) *cobra.Command {

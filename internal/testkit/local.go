@@ -2,8 +2,11 @@ package testkit
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/localsvc"
 )
 
 // localStartTimeout bounds starting a local server, initdb included.
@@ -34,4 +37,17 @@ func startLocal[S localServer](t testing.TB, name string, start func(ctx context
 		}
 	})
 	return s, nil
+}
+
+// addLocal records why the local service what (started with localsvc,
+// err its error) is not used: its binaries are missing (err wraps
+// localsvc.ErrNotFound), or it failed, its error logged on t in full.
+func (r *reasons) addLocal(t testing.TB, what string, err error) {
+	t.Helper()
+	if errors.Is(err, localsvc.ErrNotFound) {
+		r.add("%v", err)
+		return
+	}
+	t.Logf("testkit: local %s failed: %v", what, err)
+	r.add("local %s failed (see log)", what)
 }

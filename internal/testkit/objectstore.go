@@ -85,15 +85,10 @@ func NewObjectStore(t testing.TB, opts ...Option) *ObjectStore {
 	}
 	why.add("S3_ENDPOINT unset")
 	err := startLocalMinio(t, s)
-	switch {
-	case err == nil:
+	if err == nil {
 		return s
-	case errors.Is(err, localsvc.ErrNotFound):
-		why.add("%v", err)
-	default:
-		t.Logf("testkit: local minio failed: %v", err)
-		why.add("local minio failed (see log)")
 	}
+	why.addLocal(t, "minio", err)
 	if !o.fakeOK {
 		why.add("fake not allowed")
 		unavailable(t, "no object store: %s", why)

@@ -3,7 +3,6 @@ package testkit
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -76,15 +75,10 @@ func NewPostgresServer(t testing.TB) *PostgresServer {
 	var why reasons
 	why.add("DATABASE_URL unset")
 	u, err := startLocalPostgres(t)
-	switch {
-	case err == nil:
+	if err == nil {
 		return &PostgresServer{URL: u, Real: true, Kind: "local"}
-	case errors.Is(err, localsvc.ErrNotFound):
-		why.add("%v", err)
-	default:
-		t.Logf("testkit: local PostgreSQL failed: %v", err)
-		why.add("local PostgreSQL failed (see log)")
 	}
+	why.addLocal(t, "PostgreSQL", err)
 	if err := dockerEngine(t); err != nil {
 		why.add("%v", err)
 	} else if u, err := startPostgresContainer(t); err != nil {

@@ -2,7 +2,6 @@ package testkit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -58,12 +57,7 @@ func NewRedis(t testing.TB, opts ...Option) *Redis {
 			r.URL, r.Real, r.Kind = u, true, "local"
 			break
 		}
-		if errors.Is(err, localsvc.ErrNotFound) {
-			why.add("%v", err)
-		} else {
-			t.Logf("testkit: local redis-server failed: %v", err)
-			why.add("local redis-server failed (see log)")
-		}
+		why.addLocal(t, "redis-server", err)
 		if !o.fakeOK {
 			why.add("fake not allowed")
 			unavailable(t, "no Redis: %s", why)

@@ -230,29 +230,18 @@ func syntheticText(rng *rand.Rand, keywords []string) string {
 	if len(keywords) > 0 {
 		kw = keywords[rng.IntN(len(keywords))]
 	}
-	mood := rng.IntN(3) // 0 positive, 1 negative, 2 neutral
+	// The words of the text's language, per mood: positive, negative,
+	// neutral.
+	words := [3][]string{enPositive, enNegative, enNeutral}
 	if vi {
-		var w string
-		switch mood {
-		case 0:
-			w = pick(viPositive)
-		case 1:
-			w = pick(viNegative)
-		default:
-			w = pick(viNeutral)
-		}
-		return fmt.Sprintf("Mình vừa xem %s, thấy %s. Các bạn nghĩ sao về %s này? Đây là ý kiến của mình và %s.", kw, w, kw, pick(viNeutral))
+		words = [3][]string{viPositive, viNegative, viNeutral}
 	}
-	var w string
-	switch mood {
-	case 0:
-		w = pick(enPositive)
-	case 1:
-		w = pick(enNegative)
-	default:
-		w = pick(enNeutral)
+	mood := rng.IntN(3)
+	w := pick(words[mood])
+	if vi {
+		return fmt.Sprintf("Mình vừa xem %s, thấy %s. Các bạn nghĩ sao về %s này? Đây là ý kiến của mình và %s.", kw, w, kw, pick(words[2]))
 	}
-	return fmt.Sprintf("I just checked out %s and it is %s. What do you think about the %s? This is my take on %s.", kw, w, pick(enNeutral), kw)
+	return fmt.Sprintf("I just checked out %s and it is %s. What do you think about the %s? This is my take on %s.", kw, w, pick(words[2]), kw)
 }
 
 // HTTPCrawler fetches each target URL as one item: the page's text (tags

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/promreg"
 )
 
 // Bounds of the platform label (see metrics.platform).
@@ -84,45 +86,24 @@ func (m *metrics) platform(platform string) string {
 	return slug
 }
 
+// newMetrics registers the collectors on reg (nil: none); a collector
+// already registered on reg is an error.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	f := promreg.Exclusive(reg)
+	buckets := prometheus.ExponentialBuckets(0.0001, 4, 10)
 	m := &metrics{
-		projects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smap_projects_total", Help: "Projects handled by the collector, per outcome (crawled, skipped_done, resealed).",
-		}, []string{"outcome"}),
-		collected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smap_items_collected_total", Help: "Items stored and announced on smap.data.collected, per platform (re-crawls included).",
-		}, []string{"platform"}),
-		crawlErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smap_crawl_errors_total", Help: "Targets skipped because their crawl failed (permanently, or transiently on every attempt), per platform.",
-		}, []string{"platform"}),
-		crawlRetry: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smap_crawl_retries_total", Help: "Crawls of a target retried after a transient failure, per platform.",
-		}, []string{"platform"}),
-		analysed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smap_items_analysed_total", Help: "Items analysed, per result (ok or the DLQ reason).",
-		}, []string{"result"}),
-		analyseDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "smap_analysis_duration_seconds", Help: "Load and analysis time per item.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-		}),
-		completions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smap_completions_published_total", Help: "smap.job.completed events acknowledged, per repeat (true: re-published after a crash).",
-		}, []string{"repeat"}),
-		counted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smap_items_finished_total", Help: "analysis.finished events consumed by the progress counter, per status.",
-		}, []string{"status"}),
-		stateWrites: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "smap_state_op_duration_seconds", Help: "Redis progress-state operations, per op.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-		}, []string{"op"}),
+		projects:    f.CounterVec("smap_projects_total", "Projects handled by the collector, per outcome (crawled, skipped_done, resealed).", "outcome"),
+		collected:   f.CounterVec("smap_items_collected_total", "Items stored and announced on smap.data.collected, per platform (re-crawls included).", "platform"),
+		crawlErrors: f.CounterVec("smap_crawl_errors_total", "Targets skipped because their crawl failed (permanently, or transiently on every attempt), per platform.", "platform"),
+		crawlRetry:  f.CounterVec("smap_crawl_retries_total", "Crawls of a target retried after a transient failure, per platform.", "platform"),
+		analysed:    f.CounterVec("smap_items_analysed_total", "Items analysed, per result (ok or the DLQ reason).", "result"),
+		analyseDur:  f.Histogram("smap_analysis_duration_seconds", "Load and analysis time per item.", buckets),
+		completions: f.CounterVec("smap_completions_published_total", "smap.job.completed events acknowledged, per repeat (true: re-published after a crash).", "repeat"),
+		counted:     f.CounterVec("smap_items_finished_total", "analysis.finished events consumed by the progress counter, per status.", "status"),
+		stateWrites: f.HistogramVec("smap_state_op_duration_seconds", "Redis progress-state operations, per op.", buckets, "op"),
 	}
-	for _, c := range []prometheus.Collector{m.projects, m.collected, m.crawlErrors, m.crawlRetry, m.analysed, m.analyseDur, m.completions, m.counted, m.stateWrites} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("smap: register metrics: %w", err)
-		}
+	if err := f.Err(); err != nil {
+		return nil, fmt.Errorf("smap: register metrics: %w", err)
 	}
 	return m, nil
 }

@@ -79,10 +79,7 @@ func NewTracker(rdb *redis.Client, cfg Config) (*progress.Tracker, error) {
 // client) are closed once every service has returned from Run (each may
 // run once), or at once when Services fails.
 func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
-	svcs, _, err := pipelines.Construct(func(r *pipelines.Resources) ([]pipelines.Service, error) {
-		return services(env, cfg, r)
-	})
-	return svcs, err
+	return pipelines.ConstructServices(env, cfg, services)
 }
 
 // services builds what Services returns, registering the clients on r.

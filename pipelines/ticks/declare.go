@@ -23,10 +23,11 @@ func Declare(cfg Config) pipelines.Spec {
 			Input:   topics.IngestTasks,
 			Decoder: "decodeTaskIn: a trigger, stall or bootstrap command, or a segment task",
 			Stage:   StageName + ": a rate-limited fetch of one segment into a Parquet file in the object store",
-			Sink:    "the job state and the chained task, in the task's partition",
+			Sink:    "the chained task, in the task's partition (the job state is the runtime's state store, changelog ingest.jobs)",
 			DLQ:     topics.IngestDLQ,
 		}},
-		// Job states, co-partitioned with the tasks; restored on assignment.
+		// Job states: the changelog of the runtime's state store,
+		// co-partitioned with the tasks; restored on assignment.
 		Stores: []string{topics.IngestJobs},
 		Build: func(env pipelines.Env, s pipelines.Spec, r *pipelines.Resources) ([]pipelines.Service, error) {
 			return services(env, cfg.named(s, false), r)

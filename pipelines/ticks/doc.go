@@ -8,12 +8,17 @@
 // ingest.tasks (key SYMBOL:YYYY-MM-DD) carries trigger commands, segment
 // tasks and the supervisor's stall and bootstrap commands. ingest.jobs is
 // compacted and co-partitioned with it: the job state of a key lives in the
-// partition with the same number as its tasks. The Worker owning task
-// partition p restores the states of jobs partition p when p is assigned
-// (the runner reports ready only after that) and is the only writer of
-// those states; state records and chained tasks are produced into
-// partition p explicitly, and are acknowledged before the task's offset
-// commits (at-least-once).
+// partition with the same number as its tasks. The job states are the
+// runtime's state store (package stages/run, Store) with ingest.jobs as its
+// changelog: the Worker owning task partition p has the states of jobs
+// partition p restored before it processes a task of p (the runner
+// reports ready only after that) and is the only writer of those states.
+// Chained tasks are produced into partition p explicitly; after a batch's
+// tasks (and dead letters) are acknowledged, the runtime produces the
+// batch's changed states, one record per job, and only then commits the
+// batch's offsets (at-least-once). A stall with a re-trigger writes the
+// STALLED state at once, so that it stays in the job's history before the
+// new instance's state.
 //
 // # A segment task
 //

@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -39,9 +37,7 @@ const memberEnv = "SLUICE_TICKS_TEST_MEMBER"
 // TestMain lets the test binary run as a ticks group member in a child
 // process, so that a member can be killed with SIGKILL.
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(memberEnv); spec != "" {
-		os.Exit(member(spec))
-	}
+	testkit.RunChild(memberEnv, member)
 	os.Exit(m.Run())
 }
 
@@ -244,68 +240,6 @@ func newKillFixture(t *testing.T) (*fixture, *recordingSource, memberSpec) {
 	return f, rec, spec
 }
 
-// memberProc is a member child process.
-type memberProc struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited and its output is drained
-	err  error         // Wait's result, set before done closes
-}
-
-// startMember starts the test binary as a member process; it is killed on
-// cleanup if still running.
-func startMember(t *testing.T, spec memberSpec) *memberProc {
-	t.Helper()
-	v, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), memberEnv+"="+string(v))
-	cmd.Stdout = memberLog{t}
-	cmd.Stderr = memberLog{t}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &memberProc{cmd: cmd, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.kill(t) })
-	return p
-}
-
-// kill sends SIGKILL (unless the process already exited) and waits for it.
-func (p *memberProc) kill(t *testing.T) {
-	t.Helper()
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Errorf("kill member: %v", err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Errorf("member %d did not exit within 10s of SIGKILL", p.cmd.Process.Pid)
-	}
-}
-
-func (p *memberProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-type memberLog struct{ t *testing.T }
-
-func (w memberLog) Write(p []byte) (int, error) {
-	w.t.Logf("member: %s", strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
 // Killing the worker mid-job (SIGKILL, no shutdown path): another member of
 // the group restores the job's state, resumes from the cursor the killed
 // member had committed, and the final files are exact. The member process
@@ -329,27 +263,27 @@ func TestKilledWorkerResumesFromCursor(t *testing.T) {
 			t.Parallel()
 			f, rec, spec := newKillFixture(t)
 			tc.spec(&spec)
-			a := startMember(t, spec)
+			a := testkit.StartChild(t, memberEnv, spec)
 			res := f.trigger(t, "CL")
 
 			// Wait for the kill point, then SIGKILL member A.
 			if spec.HangAfterPut > 0 || spec.HangAtFetch > 0 {
 				testkit.WaitFor(t, 45*time.Second, "member A to reach the kill point", func() bool {
-					if a.exited() {
-						t.Fatalf("member A exited on its own: %v", a.err)
+					if a.Exited() {
+						t.Fatalf("member A exited on its own: %v", a.Err())
 					}
 					_, err := os.Stat(spec.Marker)
 					return err == nil
 				})
 			} else {
 				f.waitJob(t, res.JobKey, 45*time.Second, "member A past 2 segments", func(s *ticks.JobState) bool {
-					if a.exited() {
-						t.Fatalf("member A exited on its own: %v", a.err)
+					if a.Exited() {
+						t.Fatalf("member A exited on its own: %v", a.Err())
 					}
 					return s.Segments >= 2
 				})
 			}
-			a.kill(t)
+			a.Kill(t)
 			// Requests A sent just before it died (a produce, a PUT) may
 			// still land; give them a moment before taking the snapshot.
 			time.Sleep(time.Second)

@@ -22,51 +22,24 @@ type metrics struct {
 	overwritten prometheus.Counter
 }
 
+// newMetrics registers the collectors on reg (nil: none), or adopts the
+// equal ones already registered (promreg.Shared): a second worker in one
+// process shares the first one's collectors.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	f := promreg.Shared(reg)
 	m := &metrics{
-		ticks: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ticks_fetched_total", Help: "Ticks fetched from the tick source."}),
-		segments: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_ticks_segments_total", Help: "Segment tasks done, per result: written (a file), skipped (same-instance file existed), empty (no ticks).",
-		}, []string{"result"}),
-		zombies: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ticks_zombie_tasks_total", Help: "Tasks dropped because their job_instance_id is not the job's."}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_ticks_dropped_tasks_total", Help: "Tasks of the current instance dropped, per reason.",
-		}, []string{"why"}),
-		sourceErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_ticks_source_errors_total", Help: "Failed tick-source calls and writes, per error type.",
-		}, []string{"type"}),
-		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_ticks_job_transitions_total", Help: "Job status changes, per new status.",
-		}, []string{"status"}),
-		stalled:     prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ticks_stalled_jobs_total", Help: "Jobs marked STALLED."}),
-		bootstraps:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ticks_bootstrapped_jobs_total", Help: "Job states rebuilt from the object store."}),
-		overwritten: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ticks_foreign_segments_replaced_total", Help: "Segment files of another instance replaced."}),
-		fetchTime: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_ticks_fetch_duration_seconds", Help: "Tick-source call latency.", Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
-		}),
+		ticks:       f.Counter("sluice_ticks_fetched_total", "Ticks fetched from the tick source."),
+		segments:    f.CounterVec("sluice_ticks_segments_total", "Segment tasks done, per result: written (a file), skipped (same-instance file existed), empty (no ticks).", "result"),
+		zombies:     f.Counter("sluice_ticks_zombie_tasks_total", "Tasks dropped because their job_instance_id is not the job's."),
+		dropped:     f.CounterVec("sluice_ticks_dropped_tasks_total", "Tasks of the current instance dropped, per reason.", "why"),
+		sourceErrs:  f.CounterVec("sluice_ticks_source_errors_total", "Failed tick-source calls and writes, per error type.", "type"),
+		jobs:        f.CounterVec("sluice_ticks_job_transitions_total", "Job status changes, per new status.", "status"),
+		stalled:     f.Counter("sluice_ticks_stalled_jobs_total", "Jobs marked STALLED."),
+		bootstraps:  f.Counter("sluice_ticks_bootstrapped_jobs_total", "Job states rebuilt from the object store."),
+		overwritten: f.Counter("sluice_ticks_foreign_segments_replaced_total", "Segment files of another instance replaced."),
+		fetchTime:   f.Histogram("sluice_ticks_fetch_duration_seconds", "Tick-source call latency.", prometheus.ExponentialBuckets(0.001, 3, 12)),
 	}
-	var err error
-	reg2 := func(c prometheus.Collector) prometheus.Collector {
-		if err == nil {
-			// A second worker in one process shares the first one's collectors.
-			c, err = promreg.Register(reg, c)
-		}
-		return c
-	}
-	m.ticks = reg2(m.ticks).(prometheus.Counter)
-	m.segments = reg2(m.segments).(*prometheus.CounterVec)
-	m.zombies = reg2(m.zombies).(prometheus.Counter)
-	m.dropped = reg2(m.dropped).(*prometheus.CounterVec)
-	m.sourceErrs = reg2(m.sourceErrs).(*prometheus.CounterVec)
-	m.jobs = reg2(m.jobs).(*prometheus.CounterVec)
-	m.stalled = reg2(m.stalled).(prometheus.Counter)
-	m.bootstraps = reg2(m.bootstraps).(prometheus.Counter)
-	m.fetchTime = reg2(m.fetchTime).(prometheus.Histogram)
-	m.overwritten = reg2(m.overwritten).(prometheus.Counter)
-	if err != nil {
+	if err := f.Err(); err != nil {
 		return nil, err
 	}
 	// Every status at 0 from the start: a series that appears only with its

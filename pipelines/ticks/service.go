@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/pipelines"
@@ -28,21 +27,6 @@ type Worker struct {
 	close  func() // closes prod, once
 	w      *worker
 	runner *run.Runner[taskIn, *kgo.Record]
-}
-
-// coPartitioner places records of the tasks and jobs topics in the
-// partition set on the record (the task's partition), and hashes keys
-// (Kafka's default) elsewhere.
-type coPartitioner struct {
-	manual map[string]bool
-	byKey  kgo.Partitioner
-}
-
-func (p coPartitioner) ForTopic(t string) kgo.TopicPartitioner {
-	if p.manual[t] {
-		return kgo.ManualPartitioner().ForTopic(t)
-	}
-	return p.byKey.ForTopic(t)
 }
 
 // NewWorker builds the worker. env.Kafka and env.Objects are required;
@@ -85,21 +69,27 @@ func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("ticks: %w", err)
 		}
 	}
+	w, err := newWorker(cfg, store, lim, m, log)
+	if err != nil {
+		return nil, fmt.Errorf("ticks: %w", err)
+	}
 	prod, err := kgo.NewClient(append(append([]kgo.Opt{}, env.Kafka...),
-		kgo.RecordPartitioner(coPartitioner{manual: map[string]bool{cfg.TasksTopic: true, cfg.JobsTopic: true}, byKey: kgo.StickyKeyPartitioner(nil)}),
+		// Chained tasks go to the partition of the task that chains them.
+		kgo.RecordPartitioner(run.CoPartitioner(kgo.StickyKeyPartitioner(nil), cfg.TasksTopic)),
 		kgo.ProducerLinger(0),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("ticks: producer: %w", err)
 	}
-	w := newWorker(cfg, store, lim, env.Kafka, m, log)
+	// The job states are the runtime's state store jobs: restored on
+	// assignment, written after each batch's chained tasks (the jobs topic
+	// must be co-partitioned with the tasks topic: Run checks it).
 	runner, err := run.New(cfg.Runtime, decodeTaskIn, w.stage, kafkasink.Records(prod),
 		run.WithKafkaOpts(env.GroupKafka(cfg.Runtime.Group)...),
 		run.WithRegisterer(env.Registerer),
 		run.WithLogger(base),
 		run.WithStageName(StageName),
-		run.WithAssignHook(w.restore),
-		run.WithRevokeHook(w.release),
+		run.WithStores(w.jobs),
 	)
 	if err != nil {
 		prod.Close()
@@ -115,16 +105,10 @@ func (w *Worker) Name() string { return "ticks" }
 // restored the job states of its partitions.
 func (w *Worker) Ready() bool { return w.runner.Ready() }
 
-// Run checks that the tasks and jobs topics are co-partitioned, then runs
-// the consumer until ctx is cancelled.
+// Run runs the consumer until ctx is cancelled. It fails at once when the
+// tasks and jobs topics are not co-partitioned.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.close()
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err := checkCoPartitioned(cctx, kadm.NewClient(w.prod), w.cfg.TasksTopic, w.cfg.JobsTopic)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("ticks: %w", err)
-	}
 	return w.runner.Run(ctx)
 }
 
@@ -137,10 +121,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // when the routes are already mounted on env.Ops) it closes them itself
 // before returning.
 func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
-	svcs, _, err := pipelines.Construct(func(r *pipelines.Resources) ([]pipelines.Service, error) {
-		return services(env, cfg, r)
-	})
-	return svcs, err
+	return pipelines.ConstructServices(env, cfg, services)
 }
 
 // services builds what Services returns, registering the clients on r.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/ratelimit"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // taskIn is a decoded task with its original value bytes (kept for the DLQ).
@@ -40,108 +40,93 @@ type fetchReq struct {
 }
 
 // worker is the ticks stage: it owns the job states of its assigned
-// partitions of the tasks topic (restored from the jobs topic on
-// assignment) and is their only writer. Its partitions are processed
-// concurrently, each in offset order; every method is safe for that.
+// partitions of the tasks topic and is their only writer. They live in the
+// runtime's state store jobs (changelog: the jobs topic), which the runner
+// restores on assignment and writes after each batch's chained tasks and
+// before its offsets; a stage call reaches its partition's states through
+// its context. Its partitions are processed concurrently, each in offset
+// order; every method is safe for that.
 type worker struct {
 	cfg    Config
 	store  objstore.Store
-	kopts  []kgo.Opt
+	jobs   *run.Store[JobState]
 	m      *metrics
 	log    *slog.Logger
 	fetchF stages.Func[fetchReq, []Tick]
-
-	mu     sync.Mutex
-	states map[int32]map[string]*JobState // by tasks partition, then job key
 }
 
-func newWorker(cfg Config, store objstore.Store, lim *ratelimit.Limiter, kopts []kgo.Opt, m *metrics, log *slog.Logger) *worker {
-	w := &worker{cfg: cfg, store: store, kopts: kopts, m: m, log: log,
-		states: map[int32]map[string]*JobState{}}
+// jobStates is the job-state store's partition a stage call works on.
+type jobStates = *run.Partition[JobState]
+
+// newJobStore declares the job-state store on the jobs topic: JSON job
+// states keyed by job key, the last record of a key being its state.
+func newJobStore(topic string) (*run.Store[JobState], error) {
+	return run.NewStore(run.StoreConfig[JobState]{
+		Name: "jobs", Topic: topic,
+		Encode: func(st JobState) ([]byte, error) { return json.Marshal(st) },
+		Decode: func(b []byte) (JobState, error) {
+			var st JobState
+			err := json.Unmarshal(b, &st)
+			return st, err
+		},
+	})
+}
+
+func newWorker(cfg Config, store objstore.Store, lim *ratelimit.Limiter, m *metrics, log *slog.Logger) (*worker, error) {
+	jobs, err := newJobStore(cfg.JobsTopic)
+	if err != nil {
+		return nil, err
+	}
+	w := &worker{cfg: cfg, store: store, jobs: jobs, m: m, log: log}
 	w.fetchF = w.fetch
 	if lim != nil {
 		w.fetchF = ratelimit.Stage(lim, func(m stages.Msg[fetchReq]) (string, bool) { return m.Value.account, true }, cfg.RateLimit.Backoff, w.fetch)
 	}
-	return w
-}
-
-// restore is the runner's assign hook: it reads the jobs topic partitions
-// with the numbers of the assigned task partitions to their end.
-func (w *worker) restore(ctx context.Context, assigned map[string][]int32) error {
-	ps := assigned[w.cfg.TasksTopic]
-	if len(ps) == 0 {
-		return nil
-	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	got, err := ReadJobs(rctx, w.kopts, w.cfg.JobsTopic, ps)
-	if err != nil {
-		return fmt.Errorf("restore job states: %w", err)
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, p := range ps {
-		w.states[p] = got[p]
-		n += len(got[p])
-	}
-	w.log.Info("job states restored", "partitions", ps, "jobs", n)
-	return nil
-}
-
-// release is the runner's revoke hook: states of revoked partitions are
-// forgotten (the next owner restores them).
-func (w *worker) release(_ context.Context, revoked map[string][]int32) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, p := range revoked[w.cfg.TasksTopic] {
-		delete(w.states, p)
-	}
+	return w, nil
 }
 
 // state returns a copy of the job's state, or nil.
-func (w *worker) state(p int32, key string) *JobState {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	st := w.states[p][key]
-	if st == nil {
+func (w *worker) state(jobs jobStates, key string) *JobState {
+	st, ok := jobs.Get(key)
+	if !ok {
 		return nil
 	}
-	c := *st
-	return &c
+	return &st
 }
 
 // owns reports whether the job's current instance is instance (the fence
 // checked before every write).
-func (w *worker) owns(ctx context.Context, p int32, key, instance string) bool {
+func (w *worker) owns(ctx context.Context, jobs jobStates, key, instance string) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	st := w.state(p, key)
+	st := w.state(jobs, key)
 	return st != nil && st.JobInstanceID == instance
 }
 
-// setState stores st and returns its record for the jobs topic.
-func (w *worker) setState(p int32, st *JobState, prev Status) (*kgo.Record, error) {
+// setState stores st; the runner writes it to the jobs topic, in the
+// task's partition, with the batch.
+func (w *worker) setState(jobs jobStates, st *JobState, prev Status) error {
+	return w.storeState(jobs.Put, st, prev)
+}
+
+// setStateNow stores st and writes it to the jobs topic at once.
+func (w *worker) setStateNow(jobs jobStates, st *JobState, prev Status) error {
+	return w.storeState(jobs.PutNow, st, prev)
+}
+
+func (w *worker) storeState(put func(string, JobState) error, st *JobState, prev Status) error {
 	st.UpdatedAt = w.cfg.Now().UnixMilli()
-	v, err := json.Marshal(st)
-	if err != nil {
-		return nil, fmt.Errorf("encode job state: %w", err)
+	if err := put(st.JobKey, *st); err != nil {
+		return fmt.Errorf("job state: %w", err)
 	}
-	w.mu.Lock()
-	if w.states[p] == nil {
-		w.states[p] = map[string]*JobState{}
-	}
-	c := *st
-	w.states[p][st.JobKey] = &c
-	w.mu.Unlock()
 	if st.Status != prev {
 		w.m.jobs.WithLabelValues(string(st.Status)).Inc()
 		if st.Status == StatusStalled {
 			w.m.stalled.Inc()
 		}
 	}
-	return &kgo.Record{Topic: w.cfg.JobsTopic, Partition: p, Key: []byte(st.JobKey), Value: v}, nil
+	return nil
 }
 
 func (w *worker) taskRecord(p int32, t Task) (*kgo.Record, error) {
@@ -157,19 +142,22 @@ func (w *worker) taskRecord(p int32, t Task) (*kgo.Record, error) {
 // stage is the pipeline's stage function.
 func (w *worker) stage(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record, error) {
 	t := m.Value.Task
-	p := m.Source.Partition
-	if st := w.state(p, t.JobKey); st != nil && st.ChainOffset != nil && *st.ChainOffset == m.Source.Offset && !t.Backfill {
-		return w.resendChain(p, st, t)
+	jobs, err := w.jobs.Of(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st := w.state(jobs, t.JobKey); st != nil && st.ChainOffset != nil && *st.ChainOffset == m.Source.Offset && !t.Backfill {
+		return w.resendChain(jobs, st, t)
 	}
 	switch t.Kind {
 	case KindTrigger:
-		return w.onTrigger(p, m.Source.Offset, t)
+		return w.onTrigger(jobs, m.Source.Offset, t)
 	case KindSegment:
-		return w.segmentTask(ctx, m)
+		return w.segmentTask(ctx, jobs, m)
 	case KindStall:
-		return w.onStall(p, m.Source.Offset, t)
+		return w.onStall(jobs, m.Source.Offset, t)
 	case KindBootstrap:
-		return w.onBootstrap(ctx, p, m.Source.Offset, t)
+		return w.onBootstrap(ctx, jobs, m.Source.Offset, t)
 	default:
 		return nil, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("task kind %q", clip(t.Kind)))
 	}
@@ -181,13 +169,13 @@ func (w *worker) stage(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record
 // chained, so that task (from the cursor) is sent again — and, for a
 // bootstrap, its backfill tasks. A duplicate of the re-sent task is
 // dropped like any other duplicate: it is not at ChainOffset.
-func (w *worker) resendChain(p int32, st *JobState, t Task) ([]*kgo.Record, error) {
+func (w *worker) resendChain(jobs jobStates, st *JobState, t Task) ([]*kgo.Record, error) {
 	w.m.dropped.WithLabelValues("duplicate").Inc()
 	var gaps [][2]int64
 	if t.Kind == KindBootstrap && t.JobInstanceID == st.JobInstanceID {
 		gaps = t.Gaps
 	}
-	out, err := w.chainTasks(p, st, gaps, nil)
+	out, err := w.chainTasks(jobs.Partition(), st, gaps, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -221,8 +209,8 @@ func (w *worker) chainTasks(p int32, st *JobState, gaps [][2]int64, out []*kgo.R
 	return out, nil
 }
 
-func (w *worker) onTrigger(p int32, offset int64, t Task) ([]*kgo.Record, error) {
-	cur := w.state(p, t.JobKey)
+func (w *worker) onTrigger(jobs jobStates, offset int64, t Task) ([]*kgo.Record, error) {
+	cur := w.state(jobs, t.JobKey)
 	if cur != nil && cur.JobInstanceID == t.JobInstanceID {
 		w.m.dropped.WithLabelValues("duplicate").Inc()
 		return nil, nil // redelivered trigger
@@ -257,22 +245,20 @@ func (w *worker) onTrigger(p int32, offset int64, t Task) ([]*kgo.Record, error)
 		prev = cur.Status
 		w.log.Info("job re-triggered", "job", t.JobKey, "old_instance", cur.JobInstanceID, "instance", t.JobInstanceID)
 	}
-	return w.startInstance(p, st, prev)
+	return w.startInstance(jobs, st, prev)
 }
 
 // startInstance writes st and the first main-line task from its cursor.
-func (w *worker) startInstance(p int32, st *JobState, prev Status) ([]*kgo.Record, error) {
+func (w *worker) startInstance(jobs jobStates, st *JobState, prev Status) ([]*kgo.Record, error) {
 	var out []*kgo.Record
 	if st.Cursor >= st.EndTime {
 		st.Status = StatusCompleted
 	}
-	rec, err := w.setState(p, st, prev)
-	if err != nil {
+	if err := w.setState(jobs, st, prev); err != nil {
 		return nil, err
 	}
-	out = append(out, rec)
 	if st.Status != StatusCompleted {
-		tr, err := w.taskRecord(p, Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: st.Cursor + 1})
+		tr, err := w.taskRecord(jobs.Partition(), Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: st.Cursor + 1})
 		if err != nil {
 			return nil, err
 		}
@@ -288,11 +274,11 @@ func (w *worker) startInstance(p int32, st *JobState, prev Status) ([]*kgo.Recor
 // pacing violation), its type remembered in the job state, until the
 // task's last attempt; then, or at once for a permanent error, the job is
 // FAILED and the task dead-lettered (retries_exhausted, or exception for a
-// permanent error): the FAILED state is an output of the dead letter
-// (stages.DeadLetterWith).
-func (w *worker) segmentTask(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.Record, error) {
-	p := m.Source.Partition
-	out, err := w.onSegment(ctx, p, m.Source.Offset, m.Value.Task)
+// permanent error): the FAILED state is written to the job-state store
+// before the dead letter is returned, and the runtime produces it with the
+// batch, after the dead letter.
+func (w *worker) segmentTask(ctx context.Context, jobs jobStates, m stages.Msg[taskIn]) ([]*kgo.Record, error) {
+	out, err := w.onSegment(ctx, jobs, m.Source.Offset, m.Value.Task)
 	if errors.Is(err, errZombie) {
 		w.m.zombies.Inc()
 		return nil, nil
@@ -306,17 +292,16 @@ func (w *worker) segmentTask(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.
 	typ, transient := errorType(err)
 	w.m.sourceErrs.WithLabelValues(typ).Inc()
 	t := m.Value.Task
-	st := w.state(p, t.JobKey)
+	st := w.state(jobs, t.JobKey)
 	if st == nil || st.JobInstanceID != t.JobInstanceID {
 		return nil, nil // became a zombie meanwhile
 	}
 	if transient && !m.LastAttempt() {
-		// Remember the error type; it is written with the next state change.
-		w.mu.Lock()
-		if cur := w.states[p][t.JobKey]; cur != nil {
-			cur.LastErrorType, cur.LastError = typ, err.Error()
+		// Remember the error type in the job's state.
+		st.LastErrorType, st.LastError = typ, err.Error()
+		if perr := jobs.Put(t.JobKey, *st); perr != nil {
+			return nil, fmt.Errorf("job state: %w", perr)
 		}
-		w.mu.Unlock()
 		w.log.Warn("segment failed, retrying", "job", t.JobKey, "start_ts", t.StartTs, "attempt", m.Attempt, "max_attempts", m.MaxAttempts, "err", err)
 		if typ == ErrTypePacing {
 			return nil, stages.RetryAfter(w.cfg.PacingBackoff, err)
@@ -333,17 +318,16 @@ func (w *worker) segmentTask(ctx context.Context, m stages.Msg[taskIn]) ([]*kgo.
 	if !t.Backfill {
 		st.Status = StatusFailed
 	}
-	rec, serr := w.setState(p, st, prev)
-	if serr != nil {
+	if serr := w.setState(jobs, st, prev); serr != nil {
 		return nil, serr
 	}
-	return stages.DeadLetterWith([]*kgo.Record{rec}, reason, "", err)
+	return nil, stages.DeadLetter(reason, "", err)
 }
 
 // onSegment runs one segment task: fence, heartbeat, idempotency check,
 // rate-limited fetch, atomic write, fence again, state and chain.
-func (w *worker) onSegment(ctx context.Context, p int32, offset int64, t Task) ([]*kgo.Record, error) {
-	st := w.state(p, t.JobKey)
+func (w *worker) onSegment(ctx context.Context, jobs jobStates, offset int64, t Task) ([]*kgo.Record, error) {
+	st := w.state(jobs, t.JobKey)
 	if st == nil || st.JobInstanceID != t.JobInstanceID {
 		w.m.zombies.Inc()
 		w.log.Debug("zombie task dropped", "job", t.JobKey, "task_instance", t.JobInstanceID)
@@ -377,14 +361,16 @@ func (w *worker) onSegment(ctx context.Context, p int32, offset int64, t Task) (
 	if !t.Backfill && st.Status == StatusPending {
 		st.Status = StatusRunning
 	}
-	w.touch(p, st)
+	if err := w.touch(jobs, st); err != nil {
+		return nil, err
+	}
 
-	seg, rows, err := w.segment(ctx, p, st, t, rangeEnd)
+	seg, rows, err := w.segment(ctx, jobs, st, t, rangeEnd)
 	if err != nil {
 		return nil, err
 	}
 	// Fence again before the state moves.
-	if !w.owns(ctx, p, t.JobKey, t.JobInstanceID) {
+	if !w.owns(ctx, jobs, t.JobKey, t.JobInstanceID) {
 		w.m.zombies.Inc()
 		return nil, nil
 	}
@@ -407,13 +393,12 @@ func (w *worker) onSegment(ctx context.Context, p int32, offset int64, t Task) (
 			next = &Task{Kind: KindSegment, Symbol: st.Symbol, Date: st.Date, JobInstanceID: st.JobInstanceID, AccountID: st.AccountID, StartTs: seg.RangeEnd + 1}
 		}
 	}
-	rec, err := w.setState(p, st, prev)
-	if err != nil {
+	if err := w.setState(jobs, st, prev); err != nil {
 		return nil, err
 	}
-	out := []*kgo.Record{rec}
+	var out []*kgo.Record
 	if next != nil {
-		tr, err := w.taskRecord(p, *next)
+		tr, err := w.taskRecord(jobs.Partition(), *next)
 		if err != nil {
 			return nil, err
 		}
@@ -422,14 +407,18 @@ func (w *worker) onSegment(ctx context.Context, p int32, offset int64, t Task) (
 	return out, nil
 }
 
-// touch updates the in-memory heartbeat and status (written with the next
-// state record).
-func (w *worker) touch(p int32, st *JobState) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if cur := w.states[p][st.JobKey]; cur != nil && cur.JobInstanceID == st.JobInstanceID {
-		cur.HeartbeatAt, cur.Status = st.HeartbeatAt, st.Status
+// touch updates the heartbeat and status of the job's state (written with
+// the batch, usually coalesced with the state the task ends with).
+func (w *worker) touch(jobs jobStates, st *JobState) error {
+	cur, ok := jobs.Get(st.JobKey)
+	if !ok || cur.JobInstanceID != st.JobInstanceID {
+		return nil
 	}
+	cur.HeartbeatAt, cur.Status = st.HeartbeatAt, st.Status
+	if err := jobs.Put(st.JobKey, cur); err != nil {
+		return fmt.Errorf("job state: %w", err)
+	}
+	return nil
 }
 
 // segment makes sure the segment file of t exists and returns its metadata
@@ -438,7 +427,7 @@ func (w *worker) touch(p int32, st *JobState) {
 // and files of other instances starting inside the written range are
 // deleted (overwritten). An empty fetch writes no file and returns a final
 // segment covering [start, rangeEnd].
-func (w *worker) segment(ctx context.Context, p int32, st *JobState, t Task, rangeEnd int64) (Segment, int64, error) {
+func (w *worker) segment(ctx context.Context, jobs jobStates, st *JobState, t Task, rangeEnd int64) (Segment, int64, error) {
 	key := SegmentKey(st.Symbol, st.Date, t.StartTs, st.JobInstanceID)
 	if data, err := w.store.Get(ctx, key); err == nil {
 		if seg, _, err := DecodeSegment(key, data, false); err == nil && seg.Rows > 0 && seg.RangeStart == t.StartTs {
@@ -477,7 +466,7 @@ func (w *worker) segment(ctx context.Context, p int32, st *JobState, t Task, ran
 		if err != nil {
 			return Segment{}, 0, err
 		}
-		if !w.owns(ctx, p, t.JobKey, t.JobInstanceID) {
+		if !w.owns(ctx, jobs, t.JobKey, t.JobInstanceID) {
 			return Segment{}, 0, errZombie
 		}
 		if err := w.store.Put(ctx, key, data, "application/vnd.apache.parquet"); err != nil {
@@ -570,8 +559,8 @@ func (w *worker) fetch(ctx context.Context, m stages.Msg[fetchReq]) ([][]Tick, e
 	return [][]Tick{ticks}, nil
 }
 
-func (w *worker) onStall(p int32, offset int64, t Task) ([]*kgo.Record, error) {
-	st := w.state(p, t.JobKey)
+func (w *worker) onStall(jobs jobStates, offset int64, t Task) ([]*kgo.Record, error) {
+	st := w.state(jobs, t.JobKey)
 	if st == nil || st.JobInstanceID != t.JobInstanceID || st.HeartbeatAt != t.HeartbeatAt || st.Terminal() {
 		w.m.dropped.WithLabelValues("stale").Inc()
 		return nil, nil // progress since the supervisor looked, or already handled
@@ -579,17 +568,22 @@ func (w *worker) onStall(p int32, offset int64, t Task) ([]*kgo.Record, error) {
 	prev := st.Status
 	st.Status = StatusStalled
 	w.log.Warn("job stalled", "job", t.JobKey, "instance", st.JobInstanceID, "heartbeat_at", time.UnixMilli(st.HeartbeatAt))
-	rec, err := w.setState(p, st, prev)
-	if err != nil {
+	set := w.setState
+	if t.Retrigger {
+		// The new instance's state replaces this one in the same task:
+		// STALLED is written at once so that it stays in the job's history.
+		set = w.setStateNow
+	}
+	if err := set(jobs, st, prev); err != nil {
 		return nil, err
 	}
-	out := []*kgo.Record{rec}
+	var out []*kgo.Record
 	if t.Retrigger {
 		now := w.cfg.Now().UnixMilli()
 		nst := *st
 		nst.JobInstanceID, nst.Status, nst.Origin = uuid.NewString(), StatusPending, "retrigger"
 		nst.HeartbeatAt, nst.CreatedAt, nst.LastStart, nst.ChainOffset = now, now, 0, &offset
-		more, err := w.startInstance(p, &nst, StatusStalled)
+		more, err := w.startInstance(jobs, &nst, StatusStalled)
 		if err != nil {
 			return nil, err
 		}
@@ -599,8 +593,8 @@ func (w *worker) onStall(p int32, offset int64, t Task) ([]*kgo.Record, error) {
 	return out, nil
 }
 
-func (w *worker) onBootstrap(ctx context.Context, p int32, offset int64, t Task) ([]*kgo.Record, error) {
-	if w.state(p, t.JobKey) != nil {
+func (w *worker) onBootstrap(ctx context.Context, jobs jobStates, offset int64, t Task) ([]*kgo.Record, error) {
+	if w.state(jobs, t.JobKey) != nil {
 		w.m.dropped.WithLabelValues("has_state").Inc()
 		return nil, nil // bootstrap only fills lost state
 	}
@@ -620,11 +614,10 @@ func (w *worker) onBootstrap(ctx context.Context, p int32, offset int64, t Task)
 		st.CreatedAt = now
 	}
 	w.m.bootstraps.Inc()
-	rec, err := w.setState(p, &st, "")
-	if err != nil {
+	if err := w.setState(jobs, &st, ""); err != nil {
 		return nil, err
 	}
-	out, err := w.chainTasks(p, &st, t.Gaps, []*kgo.Record{rec})
+	out, err := w.chainTasks(jobs.Partition(), &st, t.Gaps, nil)
 	if err != nil {
 		return nil, err
 	}

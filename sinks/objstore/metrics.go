@@ -68,40 +68,21 @@ type metrics struct {
 }
 
 // newMetrics registers the collectors on reg, or adopts the equal ones
-// already registered (promreg.Register: two stores instrumented for the
+// already registered (promreg.Shared: two stores instrumented for the
 // same pipeline and backend share their series); its error is the
 // registry's.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	f := promreg.Shared(reg)
 	m := &metrics{
-		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_objstore_operations_total",
-			Help: "Object-store calls, per op (put, get, stat, list, delete) and result (ok, not_found, canceled, permanent_error, transient_error).",
-		}, []string{"op", "result"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sluice_objstore_operation_duration_seconds",
-			Help:    "Latency of object-store calls, whatever their result, per op.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 17), // 100µs … ~6.5s
-		}, []string{"op"}),
-		written: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_objstore_written_bytes_total",
-			Help: "Object bytes stored by successful Puts.",
-		}),
-		read: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_objstore_read_bytes_total",
-			Help: "Object bytes returned by successful Gets.",
-		}),
+		ops: f.CounterVec("sluice_objstore_operations_total",
+			"Object-store calls, per op (put, get, stat, list, delete) and result (ok, not_found, canceled, permanent_error, transient_error).",
+			"op", "result"),
+		duration: f.HistogramVec("sluice_objstore_operation_duration_seconds", "Latency of object-store calls, whatever their result, per op.",
+			prometheus.ExponentialBuckets(0.0001, 2, 17), "op"), // 100µs … ~6.5s
+		written: f.Counter("sluice_objstore_written_bytes_total", "Object bytes stored by successful Puts."),
+		read:    f.Counter("sluice_objstore_read_bytes_total", "Object bytes returned by successful Gets."),
 	}
-	var err error
-	if m.ops, err = promreg.Register(reg, m.ops); err != nil {
-		return nil, err
-	}
-	if m.duration, err = promreg.Register(reg, m.duration); err != nil {
-		return nil, err
-	}
-	if m.written, err = promreg.Register(reg, m.written); err != nil {
-		return nil, err
-	}
-	if m.read, err = promreg.Register(reg, m.read); err != nil {
+	if err := f.Err(); err != nil {
 		return nil, err
 	}
 	// Create the series of every result an op can have, so that they are

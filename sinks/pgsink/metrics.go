@@ -19,57 +19,22 @@ type metrics struct {
 }
 
 // newMetrics registers the collectors on reg (nil: none), or adopts the
-// equal ones already registered (promreg.Register: two sinks for the same
+// equal ones already registered (promreg.Shared: two sinks for the same
 // pipeline and table share their series); its error is the registry's.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	f := promreg.Shared(reg)
 	m := &metrics{
-		written: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_pgsink_rows_written_total",
-			Help: "Batch items that landed in the table (items merged by key count one each).",
-		}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_pgsink_rows_rejected_total",
-			Help: "Batch items the database refused permanently, by rule (pg.SQLSTATE[.constraint]).",
-		}, []string{"rule"}),
-		merged: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_pgsink_rows_merged_total",
-			Help: "Batch items merged in memory into an earlier item of the same key.",
-		}),
-		txs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_pgsink_transactions_total",
-			Help: "Write transactions by result (ok, row_error: a row was refused and the batch is bisected, error: other failure, conflict: the COPY of new keys hit a unique violation and the rows are upserted in a new transaction).",
-		}, []string{"result"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sluice_pgsink_write_duration_seconds",
-			Help:    "Duration of Write calls (bisection included), by result (ok, rejected, error).",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"result"}),
-		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "sluice_pgsink_batch_size",
-			Help:    "Items per Write call, before merging by key.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 15),
-		}),
+		written:  f.Counter("sluice_pgsink_rows_written_total", "Batch items that landed in the table (items merged by key count one each)."),
+		rejected: f.CounterVec("sluice_pgsink_rows_rejected_total", "Batch items the database refused permanently, by rule (pg.SQLSTATE[.constraint]).", "rule"),
+		merged:   f.Counter("sluice_pgsink_rows_merged_total", "Batch items merged in memory into an earlier item of the same key."),
+		txs: f.CounterVec("sluice_pgsink_transactions_total",
+			"Write transactions by result (ok, row_error: a row was refused and the batch is bisected, error: other failure, conflict: the COPY of new keys hit a unique violation and the rows are upserted in a new transaction).",
+			"result"),
+		duration: f.HistogramVec("sluice_pgsink_write_duration_seconds", "Duration of Write calls (bisection included), by result (ok, rejected, error).",
+			prometheus.ExponentialBuckets(0.0005, 2, 16), "result"),
+		batch: f.Histogram("sluice_pgsink_batch_size", "Items per Write call, before merging by key.", prometheus.ExponentialBuckets(1, 2, 15)),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	var err error
-	if m.written, err = promreg.Register(reg, m.written); err != nil {
-		return nil, err
-	}
-	if m.rejected, err = promreg.Register(reg, m.rejected); err != nil {
-		return nil, err
-	}
-	if m.merged, err = promreg.Register(reg, m.merged); err != nil {
-		return nil, err
-	}
-	if m.txs, err = promreg.Register(reg, m.txs); err != nil {
-		return nil, err
-	}
-	if m.duration, err = promreg.Register(reg, m.duration); err != nil {
-		return nil, err
-	}
-	if m.batch, err = promreg.Register(reg, m.batch); err != nil {
+	if err := f.Err(); err != nil {
 		return nil, err
 	}
 	return m, nil

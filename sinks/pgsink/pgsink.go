@@ -74,6 +74,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/stages"
@@ -109,7 +110,11 @@ type Table[T any] struct {
 	// By default such no-op updates are skipped.
 	UpdateUnchanged bool
 	// KeyOf returns the natural key of a row as one string; items with the
-	// same key in one batch are merged before the statement.
+	// same key in one batch are merged before the statement. Keys the
+	// conflict key's index holds equal must give the same string (upper-case
+	// a citext column, say): two items of one row under different strings
+	// make the upsert fail ("cannot affect row a second time"), which is
+	// not a row error, so the batch would be retried as a whole.
 	KeyOf func(T) string
 	// Merge combines an earlier item (old) with a later one (next) of the
 	// same key exactly as the Update clause would; nil means the later item
@@ -192,8 +197,9 @@ type Sink[T any] struct {
 	// compare it with the default).
 	upsertOnly bool
 
-	probeMu  sync.Mutex
-	probeSQL string // built on first use from the key columns' types
+	probeMu   sync.Mutex
+	probeSQL  string     // built on first use from the key columns' types
+	textTypes []textType // key column types pgx may not know (see registerTextTypes)
 }
 
 var _ stages.Sink[int] = (*Sink[int])(nil)
@@ -658,25 +664,19 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) (int64,
 		for i := range sample {
 			sample[i] = gs[i*len(gs)/lookupSample]
 		}
-		_, n, err := s.lookup(ctx, tx, probe, sample)
+		_, _, ok, err := s.lookupMostlyNew(ctx, tx, probe, sample)
 		if err != nil {
-			if s.unsent(ctx, err) {
-				return s.upsert(ctx, tx, gs)
-			}
 			return 0, err
 		}
-		if !mostlyNew(len(sample), n) {
+		if !ok {
 			return s.upsert(ctx, tx, gs)
 		}
 	}
-	exists, n, err := s.lookup(ctx, tx, probe, gs)
+	exists, n, ok, err := s.lookupMostlyNew(ctx, tx, probe, gs)
 	if err != nil {
-		if s.unsent(ctx, err) {
-			return s.upsert(ctx, tx, gs)
-		}
 		return 0, err
 	}
-	if !mostlyNew(len(gs), n) {
+	if !ok {
 		return s.upsert(ctx, tx, gs)
 	}
 	fresh, updated := gs, int64(0)
@@ -702,6 +702,20 @@ func (s *Sink[T]) direct(ctx context.Context, tx pgx.Tx, gs []*group[T]) (int64,
 		return 0, fmt.Errorf("copy new rows: %w", err)
 	}
 	return updated + inserted, nil
+}
+
+// lookupMostlyNew runs lookup on gs and reports with ok whether most of
+// their keys are new (mostlyNew). A lookup that failed unsent is no error:
+// ok is false, and the caller upserts.
+func (s *Sink[T]) lookupMostlyNew(ctx context.Context, tx pgx.Tx, probe string, gs []*group[T]) (exists []bool, n int, ok bool, err error) {
+	exists, n, err = s.lookup(ctx, tx, probe, gs)
+	if err != nil {
+		if s.unsent(ctx, err) {
+			return nil, 0, false, nil
+		}
+		return nil, 0, false, err
+	}
+	return exists, n, mostlyNew(len(gs), n), nil
 }
 
 // unsent reports whether the lookup of existing keys failed before
@@ -747,6 +761,7 @@ func (s *Sink[T]) lookup(ctx context.Context, tx pgx.Tx, probe string, gs []*gro
 		}
 		args = append(args, col)
 	}
+	registerTextTypes(tx.Conn().TypeMap(), s.textTypes)
 	rows, err := tx.Query(ctx, probe, args...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("look up existing keys: %w", err)
@@ -778,8 +793,8 @@ func (s *Sink[T]) probe(ctx context.Context, tx pgx.Tx) (string, error) {
 	if s.probeSQL != "" {
 		return s.probeSQL, nil
 	}
-	rows, err := tx.Query(ctx, `SELECT a.attname, format_type(a.atttypid, NULL)
-FROM pg_attribute a
+	rows, err := tx.Query(ctx, `SELECT a.attname, format_type(a.atttypid, NULL), t.typname, a.atttypid, t.typarray, t.typcategory = 'S'
+FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attname = ANY($2)`,
 		ident(s.table.Name), s.table.Key)
 	if err != nil {
@@ -787,7 +802,16 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.at
 	}
 	types := map[string]string{}
 	var name, typ string
-	if _, err := pgx.ForEachRow(rows, []any{&name, &typ}, func() error { types[name] = typ; return nil }); err != nil {
+	var tt textType
+	var isText bool
+	var textTypes []textType
+	if _, err := pgx.ForEachRow(rows, []any{&name, &typ, &tt.name, &tt.oid, &tt.arrayOID, &isText}, func() error {
+		types[name] = typ
+		if isText && tt.arrayOID != 0 {
+			textTypes = append(textTypes, tt)
+		}
+		return nil
+	}); err != nil {
 		return "", fmt.Errorf("read key column types: %w", err)
 	}
 	var args, us, on []string
@@ -801,7 +825,35 @@ WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.at
 		us = append(us, u)
 		on = append(on, fmt.Sprintf("t.%s = u.%s", pgx.Identifier{k}.Sanitize(), u))
 	}
+	s.textTypes = textTypes
 	s.probeSQL = fmt.Sprintf("SELECT u.ord FROM unnest(%s) WITH ORDINALITY AS u(%s, ord)\nCROSS JOIN LATERAL (SELECT FROM %s AS t WHERE %s LIMIT 1) AS found",
 		strings.Join(args, ", "), strings.Join(us, ", "), ident(s.table.Name), strings.Join(on, " AND "))
 	return s.probeSQL, nil
+}
+
+// textType is a key column type of PostgreSQL's string category (citext,
+// a domain over text, …) and its array type.
+type textType struct {
+	name          string
+	oid, arrayOID uint32
+}
+
+// registerTextTypes registers on m each of types that m does not know, as
+// text, with its array type. pgx encodes a value of a type it does not
+// know as text, except in an array of values of any Go type: without this,
+// the lookup of a citext key, sent as such an array, could not be encoded
+// and every batch of the table was upserted through the staging table. m
+// is one connection's type map; registering a type twice is harmless.
+func registerTextTypes(m *pgtype.Map, types []textType) {
+	for _, tt := range types {
+		if _, ok := m.TypeForOID(tt.arrayOID); ok {
+			continue
+		}
+		elem, ok := m.TypeForOID(tt.oid)
+		if !ok {
+			elem = &pgtype.Type{Name: tt.name, OID: tt.oid, Codec: pgtype.TextCodec{}}
+			m.RegisterType(elem)
+		}
+		m.RegisterType(&pgtype.Type{Name: "_" + tt.name, OID: tt.arrayOID, Codec: &pgtype.ArrayCodec{ElementType: elem}})
+	}
 }

@@ -126,53 +126,17 @@ func Parse(kr *kgo.Record) (Record, error) {
 		case stages.HeaderSourceTopic:
 			r.SourceTopic = v
 		case stages.HeaderSourcePartition:
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
-			if err != nil || n < 0 {
-				bad(h, errOr(err, "negative"))
-				r.SourcePartition = -1
-				continue
-			}
-			r.SourcePartition = int32(n)
+			r.SourcePartition = parseHeader(h, -1, parsePartition, bad)
 		case stages.HeaderSourceOffset:
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil || n < 0 {
-				bad(h, errOr(err, "negative"))
-				r.SourceOffset = -1
-				continue
-			}
-			r.SourceOffset = n
+			r.SourceOffset = parseHeader(h, -1, parseOffset, bad)
 		case stages.HeaderAttempts:
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil || n < 0 {
-				bad(h, errOr(err, "negative"))
-				r.Attempts = 0
-				continue
-			}
-			r.Attempts = n
+			r.Attempts = parseHeader(h, 0, parseCount, bad)
 		case stages.HeaderFailedAt:
-			ts, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
-			if err != nil {
-				bad(h, err)
-				r.FailedAt = time.Time{}
-				continue
-			}
-			r.FailedAt = ts
+			r.FailedAt = parseHeader(h, time.Time{}, parseTime, bad)
 		case stages.HeaderSourceTimestamp:
-			ts, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
-			if err != nil {
-				bad(h, err)
-				r.SourceTimestamp = time.Time{}
-				continue
-			}
-			r.SourceTimestamp = ts
+			r.SourceTimestamp = parseHeader(h, time.Time{}, parseTime, bad)
 		case stages.HeaderRedriveCount:
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil || n < 0 {
-				bad(h, errOr(err, "negative"))
-				r.RedriveCount = 0
-				continue
-			}
-			r.RedriveCount = n
+			r.RedriveCount = parseHeader(h, 0, parseCount, bad)
 		case stages.HeaderValueOmitted:
 			r.ValueOmitted = v
 		}
@@ -183,11 +147,48 @@ func Parse(kr *kgo.Record) (Record, error) {
 	return r, nil
 }
 
-func errOr(err error, msg string) error {
+// parseHeader returns what parse makes of h's value (white space trimmed),
+// or unset when the value is malformed: the error goes to bad, and a
+// malformed header unsets its field even after a well-formed one of the
+// same key.
+func parseHeader[T any](h kgo.RecordHeader, unset T, parse func(string) (T, error), bad func(kgo.RecordHeader, error)) T {
+	v, err := parse(strings.TrimSpace(string(h.Value)))
 	if err != nil {
-		return err
+		bad(h, err)
+		return unset
 	}
-	return errors.New(msg)
+	return v
+}
+
+// parsePartition parses a partition number: a base-10 int32 ≥ 0.
+func parsePartition(s string) (int32, error) {
+	n, err := strconv.ParseInt(s, 10, 32)
+	return int32(n), nonNegative(n, err)
+}
+
+// parseOffset parses an offset: a base-10 int64 ≥ 0.
+func parseOffset(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, nonNegative(n, err)
+}
+
+// parseCount parses a count (attempts, redrives): a base-10 int ≥ 0.
+func parseCount(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	return n, nonNegative(n, err)
+}
+
+// parseTime parses an RFC 3339 time, fractional seconds allowed.
+func parseTime(s string) (time.Time, error) {
+	return time.Parse(time.RFC3339Nano, s)
+}
+
+// nonNegative is err, or an error when n is negative.
+func nonNegative[N int | int64](n N, err error) error {
+	if err == nil && n < 0 {
+		return errors.New("negative")
+	}
+	return err
 }
 
 // Filter selects DLQ records. A zero Filter matches everything; each set

@@ -270,36 +270,17 @@ type metrics struct {
 	latency   prometheus.Histogram
 }
 
-// newMetrics registers the collectors on reg (nil: a private registry), or
-// adopts the equal ones already registered (promreg.Register), so that
-// several limiters can share a registry.
+// newMetrics registers the collectors on reg (nil: none), or adopts the
+// equal ones already registered (promreg.Shared), so that several limiters
+// can share a registry.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	f := promreg.Shared(reg)
 	m := &metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_ratelimit_decisions_total", Help: "Rate limiter decisions, per source and decision (allowed, denied).",
-		}, []string{"source", "decision"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_ratelimit_errors_total", Help: "Rate limiter calls that failed (Redis errors), per source.",
-		}, []string{"source"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_ratelimit_call_duration_seconds", Help: "Latency of one limiter script call.",
-			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14),
-		}),
+		decisions: f.CounterVec("sluice_ratelimit_decisions_total", "Rate limiter decisions, per source and decision (allowed, denied).", "source", "decision"),
+		errors:    f.CounterVec("sluice_ratelimit_errors_total", "Rate limiter calls that failed (Redis errors), per source.", "source"),
+		latency:   f.Histogram("sluice_ratelimit_call_duration_seconds", "Latency of one limiter script call.", prometheus.ExponentialBuckets(0.00005, 2, 14)),
 	}
-	var err error
-	m.decisions, err = promreg.Register(reg, m.decisions)
-	if err != nil {
-		return nil, err
-	}
-	m.errors, err = promreg.Register(reg, m.errors)
-	if err != nil {
-		return nil, err
-	}
-	m.latency, err = promreg.Register(reg, m.latency)
-	if err != nil {
+	if err := f.Err(); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -252,8 +252,8 @@ func retryWait(p RetryPolicy, attempt int, after time.Duration) time.Duration {
 var errInvalidRejection = errors.New("sink rejected an item outside its batch")
 
 // flush writes the batch's outputs, dead-letters rejected and failed records,
-// and marks the batch's offsets for commit — in that order, each step durable
-// before the next.
+// produces the changelog records of its state writes, and marks the batch's
+// offsets for commit — in that order, each step durable before the next.
 func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 	r := w.r
 	if len(p.outs) > 0 {
@@ -275,6 +275,11 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 		if err := w.produceDLQ(p); err != nil {
 			return err
 		}
+	}
+	// State stores: the batch's changelog records, after its outputs and
+	// dead letters, before its offsets (changelog.go).
+	if err := w.flushState(); err != nil {
+		return err
 	}
 	if w.lost.Load() {
 		return errAbandoned

@@ -12,9 +12,10 @@
 //
 // At-least-once. A worker collects a batch (bounded by record count, bytes
 // and a linger time), runs the stage for every record, writes the outputs
-// with one Sink.Write, produces the batch's dead-letter records and waits for
-// the broker's acknowledgement, and only then marks the batch's last offset
-// for commit. With coalescing windows (Config.Window, see [WindowConfig])
+// with one Sink.Write, produces the batch's dead-letter records and then
+// the changelog records of its state writes (see State below), waits for
+// the broker's acknowledgement, and only then marks the batch's last
+// offset for commit. With coalescing windows (Config.Window, see [WindowConfig])
 // the outputs of several batches are merged per key and written together,
 // and the offsets are marked after that write. Marked offsets are committed
 // periodically, when partitions are revoked and on shutdown. A crash therefore re-delivers at most the records
@@ -115,9 +116,64 @@
 // it. On partitions lost
 // (a fatal group error), workers are abandoned without committing.
 //
+// # State
+//
+// A [Store] is keyed state kept per partition of the runner's (single)
+// input topic and backed by a compacted changelog topic co-partitioned
+// with it: Run refuses to start, naming both topics and their partition
+// counts, when the changelog does not have the input's partition count. A
+// partition's store is restored from its changelog partition on
+// assignment, by the partition's worker, before any of its records is
+// processed; Ready is false and the gauge sluice_state_restoring counts
+// the partition meanwhile (sluice_state_restore_records_total counts the
+// records read). A stage reaches its record's partition of a store with
+// [Store.Of] on the context it is called with; its reads see its own
+// earlier writes, of the same batch included. The changed keys of a batch
+// are produced as one changelog record each (the latest value, or a
+// tombstone for Delete) after the batch's outputs were written and its
+// dead letters produced, and acknowledged before its offsets are marked;
+// with coalescing windows, after the window's write. State is thus never
+// behind a committed offset, and never ahead of the outputs it stands for;
+// it may be ahead of the committed offset after a crash, so a stage must
+// apply a redelivered record idempotently against its own state. Writes
+// are not rolled back when the stage then fails. [Partition.PutNow] makes
+// one value durable at once, ahead of the batch's outputs (a lease that
+// must be durable before an external call).
+//
+// # Fencing
+//
+// Every changelog record carries a fencing [Token] (epoch, version) in
+// headers. The epoch is the group generation at which the member got the
+// partition (see [Owner] and [AssignedGeneration]), raised above the
+// greatest epoch in the changelog if need be; the version counts the
+// partition's writes. Owners write a changelog partition one after the
+// other, so a record whose epoch is below one read before it is a
+// zombie's late write and a restore refuses it; StoreConfig.Fold chooses
+// among the others (the last record by default, the greatest token with
+// [KeepGreatest]). A worker the runtime abandoned, or whose partition was
+// lost, produces no state and its later writes fail with
+// [ErrPartitionClosed]. Refusals are counted in
+// sluice_state_fenced_total{where=restore|fold|write}.
+//
+// # Timers
+//
+// [WithTimers] sets a function for a partition's periodic punctuation and
+// for the one-shot timers stages set on store entries
+// ([Partition.SetTimer]; the timer is stored with the entry, so it
+// survives restarts and rebalances). Timers fire on the worker of the
+// partition, on the member that owns it, between batches: never
+// concurrently with a batch of the partition. A firing's outputs are
+// written by the sink and its state writes (the keyed timer's clearing
+// included) produced before the worker goes on, like a record's. A firing
+// is at-least-once: one interrupted by a crash before its state was
+// produced fires again on the next owner, so its effects must be
+// idempotent or guarded by state written with them.
+//
 // # Thread safety
 //
-// A Runner is started once with Run. Ready and Metrics may be called from any
+// A Runner is started once with Run. Ready may be called from any
 // goroutine. Stages and sinks are shared by all partition workers and must be
-// safe for concurrent use.
+// safe for concurrent use. A store's [Partition] is used by its partition's
+// worker only (the stage and timer calls of one partition never overlap);
+// its methods are safe for concurrent use nonetheless.
 package run

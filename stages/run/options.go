@@ -20,6 +20,10 @@ type options struct {
 	onRevoked  func(ctx context.Context, revoked map[string][]int32)
 	stageName  string
 	topicCheck time.Duration // period of watchTopics (default topicCheckInterval); set by tests
+
+	// State stores and timers (see state.go, timer.go).
+	stores []StateStore
+	timers any // timerSpec[Out] of WithTimers
 }
 
 // WithRegisterer registers the runner's metrics on reg (default: a private
@@ -44,11 +48,20 @@ func WithKafkaOpts(opts ...kgo.Opt) Option {
 }
 
 // WithAssignHook sets a function called with newly assigned partitions
-// before their workers start, e.g. to restore state from a changelog topic.
-// The runner reports ready only after the hook returned; an error stops the
-// runner.
+// before their workers start. Its ctx carries the group generation of the
+// assignment (see [AssignedGeneration]). The runner reports ready only
+// after the hook returned; an error stops the runner. State kept per
+// partition belongs in a [Store], which the runner restores itself.
 func WithAssignHook(fn func(ctx context.Context, assigned map[string][]int32) error) Option {
 	return func(o *options) { o.onAssigned = fn }
+}
+
+// WithStores gives the runner its state stores (see [Store]). A store
+// belongs to one runner, whose input must be a single topic
+// co-partitioned with the store's changelog (checked when Run starts). Not
+// supported by the transactional runner.
+func WithStores(stores ...StateStore) Option {
+	return func(o *options) { o.stores = append(o.stores, stores...) }
 }
 
 // WithRevokeHook sets a function called after the workers of revoked

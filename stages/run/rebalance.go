@@ -10,6 +10,10 @@ import (
 )
 
 func (r *Runner[In, Out]) onAssigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	// The generation of this assignment: the workers' fencing epoch (fence.go).
+	_, gen := cl.GroupMetadata()
+	r.gen.Store(gen)
+	ctx = context.WithValue(ctx, generationKey{}, gen)
 	if r.o.onAssigned != nil && len(assigned) > 0 {
 		if err := r.o.onAssigned(ctx, assigned); err != nil {
 			r.fail(fmt.Errorf("assign hook: %w", err))

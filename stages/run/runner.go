@@ -38,6 +38,11 @@ type Runner[In, Out any] struct {
 	failErr error
 	stopRun context.CancelCauseFunc
 	end     *endWatch // Config.StopAtEnd's, set by Run
+
+	// State stores and timers (state.go, timer.go, changelog.go).
+	state *stateRuntime  // nil: no stores and no timers
+	timer timerSpec[Out] // the timer function of WithTimers
+	gen   atomic.Int32   // group generation of the last assignment
 }
 
 type tp struct {
@@ -66,8 +71,17 @@ func New[In, Out any](cfg Config, decode stages.Decoder[In], stage stages.Func[I
 	if err != nil {
 		return nil, err
 	}
+	// State stores and timers.
+	timer, err := timersOf[Out](cfg.Name, o)
+	if err != nil {
+		return nil, err
+	}
+	state, err := newStateRuntime(cfg, o, timer.fn != nil, timer.every > 0)
+	if err != nil {
+		return nil, err
+	}
 	return &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, merger: merger, o: o, m: m,
-		workers: map[tp]*worker[In, Out]{}, drained: make(chan struct{}, 1)}, nil
+		workers: map[tp]*worker[In, Out]{}, drained: make(chan struct{}, 1), state: state, timer: timer}, nil
 }
 
 // setup applies the options with their defaults and registers the metrics;
@@ -97,13 +111,14 @@ func setup(cfg Config, opts []Option) (options, *metrics, error) {
 // Name returns the pipeline name.
 func (r *Runner[In, Out]) Name() string { return r.cfg.Name }
 
-// Ready reports whether the runner joined its group, restored the state of
-// its assigned partitions (assign hook) and has not failed.
+// Ready reports whether the runner joined its group, ran its assign hook,
+// restored the state stores of its assigned partitions and has not failed.
 func (r *Runner[In, Out]) Ready() bool {
 	r.failMu.Lock()
 	failed := r.failErr != nil
 	r.failMu.Unlock()
-	return r.ready.Load() && !failed
+	restoring := r.state != nil && r.state.restoring.Load() > 0
+	return r.ready.Load() && !failed && !restoring
 }
 
 // Run consumes until ctx is cancelled or a fatal error occurs. On return,
@@ -151,6 +166,12 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	opts = append(opts, r.cfg.offsetOpts()...)
 	latest, setClient := latestOpts(r.cfg, r.o.log)
 	opts = append(opts, latest...)
+	if r.state != nil && len(r.state.stores) > 0 { // state stores: co-partitioning, and changelog records go to their partition
+		if err := r.state.check(ctx, r.o.kopts, r.cfg.Topics[0], r.o.log); err != nil {
+			return fmt.Errorf("pipeline %s: %w", r.cfg.Name, err)
+		}
+		opts = append(opts, kgo.RecordPartitioner(r.state.partitioner()))
+	}
 	if r.cfg.StopAtEnd {
 		end, err := newEndWatch(runCtx, r.o.kopts, r.cfg.Group, r.cfg.Topics, r.cfg.StopIdle)
 		if err != nil {

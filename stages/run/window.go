@@ -292,6 +292,11 @@ func (w *worker[In, Out]) closeWindow() error {
 		}
 		r.m.merged.Add(float64(win.merged))
 	}
+	// State stores: the window's changelog records, after its write, before
+	// its offsets (changelog.go).
+	if err := w.flushState(); err != nil {
+		return err
+	}
 	if w.lost.Load() {
 		return errAbandoned
 	}

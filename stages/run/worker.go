@@ -49,6 +49,13 @@ type worker[In, Out any] struct {
 	next int64
 
 	win *window[Out] // open coalescing window; nil when windows are off
+
+	// State stores and timers (state.go, timer.go, fence.go).
+	st        *partitionState // the partition's stores; nil without stores and timers
+	ts        timerState
+	gen       int32        // group generation at which the partition was assigned
+	epoch     atomic.Int32 // fencing epoch, known after the restore
+	restoring atomic.Bool  // counted in stateRuntime.restoring
 }
 
 func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
@@ -65,7 +72,29 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 	if r.merger != nil {
 		w.win = newWindow(r.merger, &r.m.windowKeys)
 	}
+	// State stores and timers: the stage's context carries the partition's
+	// stores and ownership; the restore is pending until the loop ran it.
+	w.gen = r.gen.Load()
+	w.epoch.Store(w.gen)
+	w.sctx = context.WithValue(w.sctx, ownerKey{}, ownerOf(w))
+	if r.state != nil {
+		w.st = newPartitionState(r.state.stores, k, r.state.timers, w.produceChangelog)
+		w.sctx = context.WithValue(w.sctx, stateKey{}, w.st)
+		w.ts.attempts = map[string]int{}
+		if len(w.st.stores) > 0 {
+			w.restoring.Store(true)
+			r.state.restoring.Add(1)
+			for _, s := range w.st.stores {
+				r.state.m.restoring.WithLabelValues(s.name()).Inc()
+			}
+		}
+	}
 	return w
+}
+
+// ownership implements ownerOf (see Owner).
+func (w *worker[In, Out]) ownership() Ownership {
+	return Ownership{Topic: w.tp.topic, Partition: w.tp.partition, Generation: w.gen, Epoch: w.epoch.Load()}
 }
 
 // push appends fetched records and records the partition's high watermark;
@@ -129,6 +158,9 @@ func (w *worker[In, Out]) setPause(reason uint8, on bool) {
 // WindowConfig.MaxTotalKeys.
 func (w *worker[In, Out]) abandon() {
 	w.lost.Store(true)
+	if w.st != nil {
+		w.st.close() // its stage's later writes fail
+	}
 	w.pmu.Lock()
 	defer w.pmu.Unlock()
 	w.releaseFetchesLocked()
@@ -163,13 +195,23 @@ func (w *worker[In, Out]) isStopping() bool {
 func (w *worker[In, Out]) take() []*kgo.Record {
 	cfg := &w.r.cfg
 	for w.queued() == 0 {
+		timer, stopTimer := w.timerWait() // a due timer ends the wait (timer.go)
 		select {
 		case <-w.wake:
+		case <-timer:
+			stopTimer()
+			if w.isStopping() {
+				return nil
+			}
+			return noRecords
 		case <-w.stopping:
+			stopTimer()
 			return nil
 		case <-w.ctx.Done():
+			stopTimer()
 			return nil
 		}
+		stopTimer()
 	}
 	if w.isStopping() {
 		return nil
@@ -232,12 +274,29 @@ func (w *worker[In, Out]) exit() {
 	if w.win != nil {
 		w.win.reset() // an abandoned window's keys no longer count
 	}
+	if w.st != nil {
+		w.st.close()
+		if w.restoring.Load() {
+			w.restored()
+		}
+	}
 	w.r.m.assigned.Dec()
 	close(w.done)
 }
 
 func (w *worker[In, Out]) loop() {
 	defer w.exit()
+	if w.st != nil { // state stores: restored before the first record; timers start after
+		if err := w.restoreState(); err != nil {
+			if !errors.Is(err, errAbandoned) {
+				w.r.fail(err)
+			}
+			return
+		}
+		if w.r.timer.every > 0 {
+			w.ts.next = time.Now().Add(w.r.timer.every)
+		}
+	}
 	for {
 		batch := w.take()
 		if batch == nil {
@@ -252,7 +311,14 @@ func (w *worker[In, Out]) loop() {
 		if w.win != nil {
 			handle = w.handleWindowed
 		}
-		if err := handle(batch); err != nil {
+		err := error(nil)
+		if len(batch) > 0 {
+			err = handle(batch)
+		}
+		if err == nil {
+			err = w.fireTimers() // timers due now, between batches (timer.go)
+		}
+		if err != nil {
 			if !errors.Is(err, errAbandoned) {
 				w.r.fail(err)
 			}

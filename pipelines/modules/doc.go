@@ -1,0 +1,60 @@
+// Package modules is the domain layer of the modules pipeline: upstream
+// market data (options flow, dark pool prints, short interest, price
+// action) and its analyses are cached per ticker × module, their freshness
+// derived from a per-module catalog rather than stored. One owner per key
+// replaces the original design's SQL locks: every request of a key
+// TICKER:module lands in one partition of modules.refresh, whose owner
+// alone writes that key's state to the compacted modules.state, fenced by
+// (epoch, version); a mirror applies the states to Postgres.
+//
+// # What is built
+//
+//   - Keys (key.go): Key, SplitKey, NormalizeTicker (ASCII upper-casing,
+//     as the tickers' CITEXT compares them).
+//   - Rules (rules.go): the rule ids modules.ticker, modules.module,
+//     modules.unknown_module, modules.request, modules.key,
+//     modules.upstream_rejected, modules.snapshot_too_large (sanity_fail),
+//     modules.upstream (a retry whose exhaustion is retries_exhausted) and
+//     modules.analyzer.<module> (exception), as check functions returning
+//     stages dead letters.
+//   - The modules.refresh record (refresh.go): RefreshRequest,
+//     DecodeRefresh (a stages.Decoder; decode_error for what is not a JSON
+//     object) and RefreshRecord.Validate, which applies the rules in order
+//     (ticker, module, request, unknown_module, key) and reports a record
+//     key that differs from the request's only in letter case as one to
+//     re-key rather than dead-letter.
+//   - The modules.state record (state.go): State with its lease and
+//     analysis, its fencing token (the runtime's run.Token), the
+//     transitions Refreshing, Ready and Failed (a failure keeps the last
+//     good data), DecodeState, and StateStoreConfig (restore keeps the
+//     greatest token).
+//   - The catalog (catalog.go): Module and LoadCatalog, which reads
+//     analysis_catalog.
+//   - Freshness and the refresh gate (gate.go): FreshnessOf and
+//     CanServeStale, the Go twins of the view ticker_modules_status, and
+//     Gate, which decides fetch, analysis only, skip as fresh or skip in
+//     the error cooldown (DefaultErrorCooldown).
+//   - InputHash over CanonicalJSON (hash.go) and the analysis jobs'
+//     IdempotencyKey (jobs.go).
+//   - Upstream sources (source.go): the ModuleSource interface, the
+//     classification of failures (ClassifyUpstreamError, UpstreamResult)
+//     and the call policy constants; the deterministic Synthetic source
+//     with ParseFaults for MODULES_SYNTHETIC_FAULTS (synthetic.go,
+//     faults.go); the Unusual Whales adapter UW (uw.go).
+//   - MirrorTable (mirror.go): the pgsink description of
+//     ticker_data_modules as modules-mirror writes it, fenced by
+//     (state_epoch, state_version).
+//   - The tables, views and get_or_create_job, in schemas/migrations
+//     (00007_modules.sql).
+//
+// # What is not built yet
+//
+// No consumer group, runner or topic is wired: there are no
+// modules-refresh and modules-mirror services (the refresh stage with its
+// lease written by PutNow, the rate limiter, the analyzers and the
+// Postgres transaction writing module_snapshots and unit_analyses), no
+// declaration in the pipeline registry, no topic in the catalog, no CLI
+// command, no API route or assemble, no Synthesizer, no metric, no JSON
+// Schema for these records, and nothing reads MODULES_* or UW_* from the
+// environment yet. The UW adapter reports no data date.
+package modules
