@@ -64,7 +64,8 @@ func newIngestTriggerCmd(g *globalConfig, o *ingestOptions) *cobra.Command {
 trigger command on the task topic; the worker owning the job's partition
 starts the new instance, and queued tasks of an older instance become
 zombies. With --api the request goes to a running process's
-POST /api/v1/ingest/trigger instead of straight to Kafka.`,
+POST /api/v1/ingest/trigger instead of straight to Kafka, with
+Authorization: Bearer $SLUICE_API_TOKEN when it is set.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.validate(); err != nil {
@@ -117,6 +118,9 @@ func triggerHTTP(ctx context.Context, base string, req ticks.TriggerRequest) (ti
 		return ticks.TriggerResult{}, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	if tok := apiToken(); tok != "" {
+		hreq.Header.Set("Authorization", "Bearer "+tok)
+	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(hreq)
 	if err != nil {
 		return ticks.TriggerResult{}, err

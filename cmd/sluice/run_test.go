@@ -322,6 +322,17 @@ func TestRunServesGuardedAPI(t *testing.T) {
 	if len(recs) != 1 || string(recs[0].Key) != "NQ:2025-11-18" {
 		t.Fatalf("%d task records, want the one accepted trigger", len(recs))
 	}
+
+	// sluice ingest trigger --api sends SLUICE_API_TOKEN.
+	if out, err := runCLI(t, "ingest", "trigger", "ES", "2025-11-18", "--api", "http://"+addr); err != nil || !strings.HasPrefix(out, "job ES:2025-11-18 instance ") {
+		t.Fatalf("ingest trigger --api with the token: %v\n%s", err, out)
+	}
+	t.Setenv(apiTokenEnv, "not-the-token")
+	_, err = runCLI(t, "ingest", "trigger", "GC", "2025-11-18", "--api", "http://"+addr)
+	singleLine(t, err, "trigger: HTTP 401")
+	if recs := k.ReadTopic(t, prefix+topics.IngestTasks); len(recs) != 2 || string(recs[1].Key) != "ES:2025-11-18" {
+		t.Fatalf("%d task records, want the HTTP trigger and the CLI's", len(recs))
+	}
 }
 
 // --instance-id (KAFKA_INSTANCE_ID) is checked before anything connects:
