@@ -243,12 +243,10 @@ func TestRunMissingTopicsTicks(t *testing.T) {
 func TestRunOpsAddrNeedsToken(t *testing.T) {
 	t.Setenv(apiTokenEnv, "")
 	for _, addr := range []string{"0.0.0.0:9464", ":9464", "10.0.0.5:9464"} {
-		start := time.Now()
+		// Refused before connecting: the broker is unreachable, and that
+		// is not the error.
 		_, err := runCLI(t, "run", "ticks", "--brokers", "127.0.0.1:1", "--ops-addr", addr)
 		singleLine(t, err, "--ops-addr "+addr+" is reachable from other hosts and SLUICE_API_TOKEN is not set")
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("took %v to refuse %s (it connected first?)", d, addr)
-		}
 	}
 	// Allowed: loopback, the open API asked for, a token set. They go on to
 	// connect (and fail on the unreachable broker).
