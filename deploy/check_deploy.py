@@ -105,6 +105,9 @@ DEF_RE = re.compile(
     r'.*?\}(?:,\s*\[\]string\{([^}]*)\})?\)',
     re.S)
 
+FACTORY_RE = re.compile(
+    r'\.(Counter|Gauge|Histogram|Summary)(Vec)?\(\s*"([a-zA-Z_:][a-zA-Z0-9_:]*)",\s*"(?:[^"\\]|\\.)*"((?:,\s*(?:"[^"]*"|[\w.]+(?:\([^()]*\))?))*)\)')
+
 
 def go_metrics():
     """name -> (kind, labels) for every metric defined outside tests."""
@@ -114,8 +117,10 @@ def go_metrics():
         if p.name.endswith("_test.go") or rel.startswith(("deploy/", "bench/", ".")):
             continue
         src = p.read_text()
-        for m in DEF_RE.finditer(src):
-            kind, _vec, name, labels = m.groups()
+        found = [m.groups() for m in DEF_RE.finditer(src)]
+        # internal/promreg's Factory: f.CounterVec("name", "help", "label"...)
+        found += [(kind, vec, name, rest) for kind, vec, name, rest in FACTORY_RE.findall(src)]
+        for kind, _vec, name, labels in found:
             ls = set(re.findall(r'"([^"]+)"', labels or ""))
             for prefix, extra in WRAPPED_LABELS.items():
                 if rel.startswith(prefix):
