@@ -326,7 +326,10 @@ func (p *Partition[V]) PutNow(key string, v V) error {
 		e = &entry[V]{}
 		p.m[key] = e
 	}
-	e.val = v
+	// The record below carries v; an earlier Put's encoding must not
+	// outlive it, or a later timer-only change of the key (which marks it
+	// without encoding) would produce that stale value with a newer token.
+	e.val, e.raw = v, nil
 	p.touchLocked(key, e)
 	delete(p.dirty, key)
 	rec := &kgo.Record{Topic: p.s.cfg.Topic, Partition: p.tp.partition, Key: []byte(key), Value: raw, Headers: tokenHeaders(e.tok, e.timer)}

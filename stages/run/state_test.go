@@ -475,3 +475,50 @@ func TestPutNowBeforeTheBatch(t *testing.T) {
 		t.Errorf("changelog %s, want the lease, then the batch's done and lease", got)
 	}
 }
+
+// A key written by Put then PutNow in one batch, and then changed only in
+// its timer (SetTimer), is produced with the batch carrying PutNow's value:
+// the timer-only change must not resurrect Put's earlier encoding.
+func TestPutNowThenTimerChangeKeepsPutNowValue(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg, changelog := stateConfig(t, k, 1)
+	store := newKeyTallies(t, changelog, nil)
+	stage := func(ctx context.Context, m msg) ([]msg, error) {
+		st, err := store.Of(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := st.Put("k", keyTally{N: 1}); err != nil {
+			return nil, err
+		}
+		if err := st.PutNow("k", keyTally{N: 2}); err != nil {
+			return nil, err
+		}
+		return []msg{m}, st.SetTimer("k", time.Now().Add(time.Hour))
+	}
+	noop := func(context.Context, run.Firing) ([]msg, error) { return nil, nil }
+	produce(t, k.Client(t), cfg.Topics[0], 1, 1, nil)
+	adm := k.Admin(t)
+	_, stop := start(t, k, cfg, stage, memsink.New[msg](), run.WithStores(store), run.WithTimers(0, noop))
+	testkit.WaitFor(t, 30*time.Second, "the record committed", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == 1
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var vals []string
+	for _, r := range k.ReadTopic(t, changelog) {
+		vals = append(vals, fmt.Sprintf("%s=%s", r.Key, r.Value))
+	}
+	if got := strings.Join(vals, " "); got != `k={"n":2,"next":0,"fired":0} k={"n":2,"next":0,"fired":0}` {
+		t.Errorf("changelog %s, want PutNow's k=2 twice (its own record, then the batch's with the timer)", got)
+	}
+	got, err := store.Read(testkit.Context(t), k.Opts(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0]["k"].N != 2 {
+		t.Errorf("restored k = %+v, want N=2 (PutNow's value, the one the stage saw)", got[0]["k"])
+	}
+}
