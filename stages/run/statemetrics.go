@@ -14,7 +14,7 @@ type stateMetrics struct {
 	restoring      *prometheus.GaugeVec   // store: partitions restoring
 	fenced         *prometheus.CounterVec // store, where: restore|fold|write
 	writes         *prometheus.CounterVec // store: changelog records produced
-	firings        *prometheus.CounterVec // timer (store name, or "periodic"), result: ok|retry|dropped
+	firings        *prometheus.CounterVec // timer (store name, or "periodic"), result: ok|retry|wait|dropped
 	timerRejected  prometheus.Counter     // timer outputs the sink rejected
 }
 
@@ -35,7 +35,7 @@ func newStateMetrics(reg prometheus.Registerer, pipeline string, stores []string
 			"State writes refused, per store and where: restore (a zombie's record, its epoch below one read before it), fold (the store's Fold kept the earlier entry), write (a worker that lost its partition did not produce).",
 			"store", "where"),
 		writes:        f.CounterVec("sluice_state_writes_total", "Changelog records produced (acknowledged), per store.", "store"),
-		firings:       f.CounterVec("sluice_timer_firings_total", "Timer firings, per timer (the store of a keyed timer, or periodic) and result (ok, retry, dropped).", "timer", "result"),
+		firings:       f.CounterVec("sluice_timer_firings_total", "Timer firings, per timer (the store of a keyed timer, or periodic) and result (ok; retry: a retry error, fired again; wait: a stages.Wait, fired again after it without spending an attempt; dropped).", "timer", "result"),
 		timerRejected: f.Counter("sluice_timer_outputs_rejected_total", "Outputs of timer firings the sink rejected (dropped: a firing has no source record to dead-letter)."),
 	}
 	if err := f.Err(); err != nil {
@@ -55,7 +55,7 @@ func newStateMetrics(reg prometheus.Registerer, pipeline string, stores []string
 		}
 	}
 	for _, t := range timers {
-		for _, res := range []string{"ok", "retry", "dropped"} {
+		for _, res := range []string{"ok", "retry", "wait", "dropped"} {
 			m.firings.WithLabelValues(t, res)
 		}
 	}

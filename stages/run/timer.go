@@ -65,12 +65,16 @@ type timerSpec[Out any] struct {
 //   - Errors: a retry error fires it again after Config.Retry's backoff
 //     (a keyed timer is re-armed; the punctuation's next firing is moved
 //     up), up to Config.Retry.MaxAttempts calls, then the firing is
-//     dropped and logged; a dead-letter error or a panic drops it at once
+//     dropped and logged; a wait ([stages.Wait], a rate-limit denial)
+//     fires it again after the wait (bounded like a stage's: at least
+//     10ms, at most 5 minutes) at the same Attempt, as often as it is
+//     returned, and is never dropped; a dead-letter error or a panic drops it at once
 //     (there is no record to dead-letter); a fatal error stops the runner.
 //     Writes made before the error are kept. Outputs of a firing the sink
 //     rejects are dropped and counted (sluice_timer_outputs_rejected_total).
 //   - sluice_timer_firings_total{timer,result} counts firings per store
-//     (keyed) or "periodic", and result ok, retry or dropped.
+//     (keyed) or "periodic", and result: ok, retry (a retry error, fired
+//     again), wait (a wait, fired again; not in retry) or dropped.
 func WithTimers[Out any](every time.Duration, fn TimerFunc[Out]) Option {
 	return func(o *options) { o.timers = timerSpec[Out]{every: every, fn: fn} }
 }
@@ -176,15 +180,18 @@ func (w *worker[In, Out]) fireTimers() error {
 		switch {
 		case c.Kind == stages.KindFatal:
 			return fmt.Errorf("timer %s of %s/%d: %w", f, w.tp.topic, w.tp.partition, err)
+		case c.Kind == stages.KindWait:
+			// A rate-limit denial: fire again after the wait, at the same
+			// attempt (a record's Wait never spends an attempt either).
+			wait := waitBounds(c.After)
+			r.state.m.firings.WithLabelValues(label, "wait").Inc()
+			w.refire(f, now.Add(wait))
+			r.o.log.Debug("timer wait", "timer", f.String(), "partition", w.tp.partition, "attempt", f.Attempt, "wait", wait, "err", c.Err)
 		case c.Kind == stages.KindRetry && f.Attempt < r.cfg.Retry.MaxAttempts:
 			w.ts.attempts[id] = f.Attempt
 			r.state.m.firings.WithLabelValues(label, "retry").Inc()
 			wait := retryWait(r.cfg.Retry, f.Attempt, c.After)
-			if f.Key == "" && f.Store == "" {
-				w.ts.next = now.Add(wait)
-			} else {
-				w.st.byName(f.Store).rearm(f.Key, now.Add(wait).UnixMilli())
-			}
+			w.refire(f, now.Add(wait))
 			r.o.log.Warn("timer failed, retrying", "timer", f.String(), "partition", w.tp.partition, "attempt", f.Attempt, "wait", wait, "err", err)
 		default:
 			delete(w.ts.attempts, id)
@@ -206,6 +213,16 @@ func (w *worker[In, Out]) fireTimers() error {
 		}
 	}
 	return w.flushState()
+}
+
+// refire fires f again at: a keyed timer is re-armed (unless the timer
+// function set it meanwhile), the punctuation's next firing is moved to at.
+func (w *worker[In, Out]) refire(f Firing, at time.Time) {
+	if f.Key == "" && f.Store == "" {
+		w.ts.next = at
+		return
+	}
+	w.st.byName(f.Store).rearm(f.Key, at.UnixMilli())
 }
 
 // callTimer runs the timer function; a panic is an error that drops the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -295,5 +296,47 @@ func TestTimerErrors(t *testing.T) {
 	}
 	if err := stop2(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A timer function's Wait (a rate-limit denial) fires the timer again after
+// the wait, without spending an attempt, and counts the firing as a wait:
+// it is never dropped.
+func TestTimerWaitFiresAgain(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg, changelog := stateConfig(t, k, 1)
+	store := newKeyTallies(t, changelog, nil)
+	var mu sync.Mutex
+	var attempts []int
+	timer := func(ctx context.Context, f run.Firing) ([]msg, error) {
+		mu.Lock()
+		attempts = append(attempts, f.Attempt)
+		n := len(attempts)
+		mu.Unlock()
+		if n <= 2 {
+			return nil, stages.Wait(20*time.Millisecond, errors.New("rate limited"))
+		}
+		return []msg{{Key: firedPrefix + f.Key}}, nil
+	}
+	produce(t, k.Client(t), cfg.Topics[0], 1, 1, nil)
+	reg := prometheus.NewRegistry()
+	sink := memsink.New[msg]()
+	_, stop := start(t, k, cfg, tallyTimerStage(store, 1), sink, run.WithStores(store), run.WithTimers(0, timer), run.WithRegisterer(reg))
+	testkit.WaitFor(t, 30*time.Second, "the timer's output after its waits", func() bool {
+		return slices.ContainsFunc(sink.Items(), func(m msg) bool { return strings.HasPrefix(m.Key, firedPrefix) })
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(attempts) != "[1 1 1]" {
+		t.Errorf("timer calls with attempts %v, want three calls at attempt 1 (a wait spends no attempt)", attempts)
+	}
+	for res, want := range map[string]float64{"wait": 2, "ok": 1, "dropped": 0, "retry": 0} {
+		if n := testkit.Metric(t, reg, "sluice_timer_firings_total", "timer", "tallies", "result", res); n != want {
+			t.Errorf("firings %s = %v, want %v", res, n, want)
+		}
 	}
 }
