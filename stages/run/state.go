@@ -187,6 +187,7 @@ type entry[V any] struct {
 	tok     Token
 	tokened bool
 	timer   int64 // Unix ms of the key's one-shot timer; 0: none
+	tries   int   // failed calls of the firing of timer (a retried firing); not in the changelog
 	off     int64 // changelog offset (restore only)
 }
 
@@ -353,7 +354,7 @@ func (p *Partition[V]) Delete(key string) error {
 		return nil
 	}
 	var zero V
-	e.val, e.raw, e.deleted, e.timer = zero, nil, true, 0
+	e.val, e.raw, e.deleted, e.timer, e.tries = zero, nil, true, 0, 0
 	p.touchLocked(key, e)
 	return nil
 }
@@ -418,9 +419,10 @@ func (p *Partition[V]) setTimer(key string, at int64) error {
 	case at > 0 && !p.timersOn:
 		return fmt.Errorf("state store %s: timer of %q: the runner has no timer function (run.WithTimers)", p.s.cfg.Name, key)
 	case e.timer == at:
+		e.tries = 0 // set again: a new timer, whose firing starts at attempt 1
 		return nil
 	default:
-		e.timer = at
+		e.timer, e.tries = at, 0
 		p.touchLocked(key, e)
 		if at > 0 {
 			heap.Push(&p.timers, timerItem{at: at, key: key})
@@ -455,10 +457,12 @@ type partStore interface {
 	changes() ([]*kgo.Record, error)
 	// nextTimer returns the earliest timer (Unix ms).
 	nextTimer() (int64, bool)
-	// due clears and returns up to limit timers due at now, earliest first.
+	// due clears and returns up to limit timers due at now, earliest
+	// first, each with the failed calls of its firing so far.
 	due(now int64, limit int) []timerItem
-	// rearm sets key's timer to at unless it was set meanwhile.
-	rearm(key string, at int64)
+	// rearm sets key's timer to at, with tries failed calls of its firing,
+	// unless it was set meanwhile.
+	rearm(key string, at int64, tries int)
 	// close refuses writes from now on.
 	close()
 }
@@ -590,18 +594,19 @@ func (p *Partition[V]) due(now int64, limit int) []timerItem {
 		}
 		it := heap.Pop(&p.timers).(timerItem)
 		e := p.m[it.key]
-		e.timer = 0
+		it.tries = e.tries
+		e.timer, e.tries = 0, 0
 		p.touchLocked(it.key, e)
 		out = append(out, it)
 	}
 	return out
 }
 
-func (p *Partition[V]) rearm(key string, at int64) {
+func (p *Partition[V]) rearm(key string, at int64, tries int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if e, ok := p.m[key]; ok && !e.deleted && e.timer == 0 && !p.closed {
-		e.timer = at
+		e.timer, e.tries = at, tries
 		p.touchLocked(key, e)
 		heap.Push(&p.timers, timerItem{at: at, key: key})
 	}
@@ -613,10 +618,13 @@ func (p *Partition[V]) close() {
 	p.closed = true
 }
 
-// timerItem is a keyed timer in a partition's heap.
+// timerItem is a keyed timer in a partition's heap (tries is set by due
+// only: the count lives in the entry, so that setting, clearing or deleting
+// the key's timer resets it).
 type timerItem struct {
-	at  int64
-	key string
+	at    int64
+	key   string
+	tries int
 }
 
 // timerHeap orders timers by due time (then key); items whose key's timer

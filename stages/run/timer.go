@@ -98,8 +98,8 @@ func timersOf[Out any](name string, o options) (timerSpec[Out], error) {
 
 // timerState is a partition's timer bookkeeping, kept by its worker.
 type timerState struct {
-	next     time.Time      // the punctuation's next due time (zero: none)
-	attempts map[string]int // failed calls per firing (store + "/" + key)
+	next  time.Time // the punctuation's next due time (zero: none)
+	tries int       // failed calls of the punctuation's pending firing (a keyed timer's are in its entry)
 }
 
 // timerWait returns a channel that fires when the worker's next timer is
@@ -139,7 +139,7 @@ func (w *worker[In, Out]) fireTimers() error {
 	now := time.Now()
 	var fs []Firing
 	if !w.ts.next.IsZero() && !now.Before(w.ts.next) {
-		fs = append(fs, Firing{Due: w.ts.next})
+		fs = append(fs, Firing{Due: w.ts.next, Attempt: w.ts.tries + 1})
 		w.ts.next = w.ts.next.Add(r.timer.every)
 		if w.ts.next.Before(now) {
 			w.ts.next = now.Add(r.timer.every)
@@ -147,7 +147,7 @@ func (w *worker[In, Out]) fireTimers() error {
 	}
 	for _, s := range w.st.stores {
 		for _, it := range s.due(now.UnixMilli(), r.cfg.BatchMaxRecords-len(fs)) {
-			fs = append(fs, Firing{Store: s.name(), Key: it.key, Due: time.UnixMilli(it.at)})
+			fs = append(fs, Firing{Store: s.name(), Key: it.key, Due: time.UnixMilli(it.at), Attempt: it.tries + 1})
 		}
 	}
 	if len(fs) == 0 {
@@ -160,15 +160,13 @@ func (w *worker[In, Out]) fireTimers() error {
 	}
 	var outs []Out
 	for _, f := range fs {
-		id := f.Store + "/" + f.Key
-		f.Attempt = w.ts.attempts[id] + 1
 		label := f.Store
 		if label == "" {
 			label = "periodic"
 		}
 		o, err := w.callTimer(f)
 		if err == nil {
-			delete(w.ts.attempts, id)
+			w.refire(f, time.Time{}, 0)
 			r.state.m.firings.WithLabelValues(label, "ok").Inc()
 			outs = append(outs, o...)
 			continue
@@ -185,16 +183,15 @@ func (w *worker[In, Out]) fireTimers() error {
 			// attempt (a record's Wait never spends an attempt either).
 			wait := waitBounds(c.After)
 			r.state.m.firings.WithLabelValues(label, "wait").Inc()
-			w.refire(f, now.Add(wait))
+			w.refire(f, now.Add(wait), f.Attempt-1)
 			r.o.log.Debug("timer wait", "timer", f.String(), "partition", w.tp.partition, "attempt", f.Attempt, "wait", wait, "err", c.Err)
 		case c.Kind == stages.KindRetry && f.Attempt < r.cfg.Retry.MaxAttempts:
-			w.ts.attempts[id] = f.Attempt
 			r.state.m.firings.WithLabelValues(label, "retry").Inc()
 			wait := retryWait(r.cfg.Retry, f.Attempt, c.After)
-			w.refire(f, now.Add(wait))
+			w.refire(f, now.Add(wait), f.Attempt)
 			r.o.log.Warn("timer failed, retrying", "timer", f.String(), "partition", w.tp.partition, "attempt", f.Attempt, "wait", wait, "err", err)
 		default:
-			delete(w.ts.attempts, id)
+			w.refire(f, time.Time{}, 0)
 			r.state.m.firings.WithLabelValues(label, "dropped").Inc()
 			r.o.log.Error("timer failed, firing dropped", "timer", f.String(), "partition", w.tp.partition, "attempt", f.Attempt, "err", err)
 		}
@@ -215,14 +212,21 @@ func (w *worker[In, Out]) fireTimers() error {
 	return w.flushState()
 }
 
-// refire fires f again at: a keyed timer is re-armed (unless the timer
-// function set it meanwhile), the punctuation's next firing is moved to at.
-func (w *worker[In, Out]) refire(f Firing, at time.Time) {
+// refire fires f again at, after tries failed calls: a keyed timer is
+// re-armed (unless the timer function set it meanwhile), the punctuation's
+// next firing is moved to at. A zero at ends the firing (ok or dropped):
+// its count is reset and nothing is re-armed.
+func (w *worker[In, Out]) refire(f Firing, at time.Time, tries int) {
 	if f.Key == "" && f.Store == "" {
-		w.ts.next = at
+		w.ts.tries = tries
+		if !at.IsZero() {
+			w.ts.next = at
+		}
 		return
 	}
-	w.st.byName(f.Store).rearm(f.Key, at.UnixMilli())
+	if !at.IsZero() {
+		w.st.byName(f.Store).rearm(f.Key, at.UnixMilli(), tries)
+	}
 }
 
 // callTimer runs the timer function; a panic is an error that drops the

@@ -307,18 +307,12 @@ func TestTimerWaitFiresAgain(t *testing.T) {
 	k := testkit.NewKafka(t, testkit.FakeOK())
 	cfg, changelog := stateConfig(t, k, 1)
 	store := newKeyTallies(t, changelog, nil)
-	var mu sync.Mutex
-	var attempts []int
-	timer := func(ctx context.Context, f run.Firing) ([]msg, error) {
-		mu.Lock()
-		attempts = append(attempts, f.Attempt)
-		n := len(attempts)
-		mu.Unlock()
-		if n <= 2 {
-			return nil, stages.Wait(20*time.Millisecond, errors.New("rate limited"))
+	timer, attempts := scriptedTimer(func(call int) error {
+		if call <= 2 {
+			return stages.Wait(20*time.Millisecond, errors.New("rate limited"))
 		}
-		return []msg{{Key: firedPrefix + f.Key}}, nil
-	}
+		return nil
+	})
 	produce(t, k.Client(t), cfg.Topics[0], 1, 1, nil)
 	reg := prometheus.NewRegistry()
 	sink := memsink.New[msg]()
@@ -329,14 +323,74 @@ func TestTimerWaitFiresAgain(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if fmt.Sprint(attempts) != "[1 1 1]" {
-		t.Errorf("timer calls with attempts %v, want three calls at attempt 1 (a wait spends no attempt)", attempts)
+	if got := attempts(); fmt.Sprint(got) != "[1 1 1]" {
+		t.Errorf("timer calls with attempts %v, want three calls at attempt 1 (a wait spends no attempt)", got)
 	}
 	for res, want := range map[string]float64{"wait": 2, "ok": 1, "dropped": 0, "retry": 0} {
 		if n := testkit.Metric(t, reg, "sluice_timer_firings_total", "timer", "tallies", "result", res); n != want {
 			t.Errorf("firings %s = %v, want %v", res, n, want)
 		}
+	}
+}
+
+// A timer set again on a key whose firing is waiting for its retry is a new
+// timer: its firing starts at attempt 1, not where the retried one was.
+func TestTimerSetAgainStartsAtAttemptOne(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg, changelog := stateConfig(t, k, 1)
+	store := newKeyTallies(t, changelog, nil)
+	count := tallyStage(store)
+	stage := func(ctx context.Context, m msg) ([]msg, error) { // sets the key's timer at every record
+		outs, err := count(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		st, _ := store.Of(ctx)
+		return outs, st.SetTimer(m.Key, time.Now())
+	}
+	timer, attempts := scriptedTimer(func(call int) error {
+		if call == 1 {
+			// Retried in an hour: the timer the second record sets
+			// replaces it long before.
+			return stages.RetryAfter(time.Hour, errors.New("not yet"))
+		}
+		return nil
+	})
+	calls := func() int { return len(attempts()) }
+	cl := k.Client(t)
+	produce(t, cl, cfg.Topics[0], 1, 1, nil)
+	_, stop := start(t, k, cfg, stage, memsink.New[msg](), run.WithStores(store), run.WithTimers(0, timer))
+	testkit.WaitFor(t, 30*time.Second, "the first firing", func() bool { return calls() == 1 })
+	produce(t, cl, cfg.Topics[0], 1, 1, nil) // the same key
+	testkit.WaitFor(t, 30*time.Second, "the firing of the timer set again", func() bool { return calls() == 2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := attempts(); fmt.Sprint(got) != "[1 1]" {
+		t.Errorf("timer calls with attempts %v, want [1 1]: the timer set again is a new firing", got)
+	}
+}
+
+// scriptedTimer returns a timer function whose n-th call (from 1) returns
+// the error fail(n), or when it is nil the output firedPrefix+key, and a
+// function returning the Attempt of every call so far.
+func scriptedTimer(fail func(call int) error) (run.TimerFunc[msg], func() []int) {
+	var mu sync.Mutex
+	var attempts []int
+	timer := func(ctx context.Context, f run.Firing) ([]msg, error) {
+		mu.Lock()
+		attempts = append(attempts, f.Attempt)
+		n := len(attempts)
+		mu.Unlock()
+		if err := fail(n); err != nil {
+			return nil, err
+		}
+		return []msg{{Key: firedPrefix + f.Key}}, nil
+	}
+	return timer, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(attempts)
 	}
 }

@@ -80,7 +80,6 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 	if r.state != nil {
 		w.st = newPartitionState(r.state.stores, k, r.state.timers, w.produceChangelog)
 		w.sctx = context.WithValue(w.sctx, stateKey{}, w.st)
-		w.ts.attempts = map[string]int{}
 		if len(w.st.stores) > 0 {
 			w.restoring.Store(true)
 			r.state.restoring.Add(1)
