@@ -288,6 +288,6 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 	r.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
 		last.Topic: {last.Partition: {Epoch: last.LeaderEpoch, Offset: last.Offset + 1}},
 	})
-	r.m.committed.WithLabelValues(last.Topic).Add(float64(len(batch)))
+	r.m.committed.WithLabelValues(last.Topic).Add(float64(dataRecords(batch)))
 	return nil
 }

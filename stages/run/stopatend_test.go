@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -155,5 +156,51 @@ func TestNoDLQ(t *testing.T) {
 	stage := func(context.Context, msg) ([]*kgo.Record, error) { return nil, nil }
 	if _, err := run.NewTransactional(cfg, "tx", decode, stage); err == nil {
 		t.Fatal("NewTransactional accepted NoDLQ")
+	}
+}
+
+// sluice_records_done_total counts the records made durable, as
+// sluice_records_in_total counts those consumed: transaction markers
+// (kept by StopAtEnd to see a partition's end) are in neither.
+func TestRecordsDoneLeavesOutTransactionMarkers(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	cfg.StopAtEnd = true
+	cfg.StopIdle = 10 * time.Minute // only reaching the end can stop it within the test's time
+	topic := cfg.Topics[0]
+	ctx := testkit.Context(t)
+	txc := k.Client(t, kgo.TransactionalID(testkit.Name(t, "txn")), kgo.DefaultProduceTopic(topic))
+	for range 2 { // two transactions of two records: four records, two markers
+		if err := txc.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txc.ProduceSync(ctx, kgo.StringRecord("a"), kgo.StringRecord("b")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txc.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	sink := memsink.New[msg]()
+	r, err := run.New(cfg, decodeString, passthrough, sink, run.WithRegisterer(reg),
+		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond), kgo.FetchIsolationLevel(kgo.ReadCommitted())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := testkit.Committed(t, k.Admin(t), cfg.Group, topic)[0]; got != 6 {
+		t.Fatalf("committed at %d, want 6 (past both markers)", got)
+	}
+	for _, name := range []string{"sluice_records_in_total", "sluice_records_done_total"} {
+		if got := testkit.Metric(t, reg, name, "topic", topic); got != 4 {
+			t.Errorf("%s = %v, want 4 (the data records, not the markers)", name, got)
+		}
+	}
+	if sink.Len() != 4 {
+		t.Errorf("sink got %d records, want 4", sink.Len())
 	}
 }
