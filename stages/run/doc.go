@@ -151,9 +151,15 @@
 // zombie's late write and a restore refuses it; StoreConfig.Fold chooses
 // among the others (the last record by default, the greatest token with
 // [KeepGreatest]). A worker the runtime abandoned, or whose partition was
-// lost, produces no state and its later writes fail with
+// lost, produces no state after it was abandoned or lost (a produce
+// already in flight may still land) and its later writes fail with
 // [ErrPartitionClosed]. Refusals are counted in
 // sluice_state_fenced_total{where=restore|fold|write}.
+//
+// The fence holds until compaction: compaction keeps a key's last record
+// by offset, so a zombie's late record of a key removes the new owner's
+// earlier record of it, and a restore then misses the key or restores the
+// zombie's value (see [Token]).
 //
 // # Timers
 //

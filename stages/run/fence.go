@@ -25,7 +25,8 @@ import (
 // The contract a changelog relies on: the owners of a partition write it
 // one after the other (the runtime produces a batch's state before the
 // partition's revoke completes, and a worker the runtime abandoned or
-// whose partition was lost writes nothing more), so along a changelog
+// whose partition was lost writes nothing more, a produce already in
+// flight when it was abandoned or lost aside), so along a changelog
 // partition's offsets the epochs of the runtime's records never decrease.
 // A record whose epoch is below one already read before it in the same
 // partition can only be a zombie's: a member that lost the partition
@@ -42,6 +43,15 @@ import (
 // predecessor (a zombie of the old group) has not written to it yet takes
 // that predecessor's epoch: their records tie on the epoch and only the
 // version orders them.
+//
+// Compaction limits the fence: it keeps a key's last record by offset,
+// not its greatest token, so a zombie's late record of a key written after
+// the new owner's record of that key makes compaction remove the new
+// owner's record. A restore of the compacted log then refuses the zombie's
+// record (the key is missing) or, when no later epoch precedes it, restores
+// the zombie's value; no Fold can bring back a record compaction removed.
+// The fence thus protects against zombies until the changelog is compacted
+// past their records, not beyond.
 type Token struct {
 	Epoch   int32
 	Version int64

@@ -60,7 +60,10 @@ type Entry[V any] struct {
 // fencing token (a tombstone included), not the last record in the log:
 // a late record of an earlier owner never replaces a later owner's. A
 // record without a token (not written by a Store) replaces the current
-// entry, and is replaced by the next record, in log order.
+// entry, and is replaced by the next record, in log order. It chooses only
+// among the records a restore reads: once compaction removed a later
+// owner's record of a key because an earlier owner's late record of the key
+// follows it, that record is gone (see [Token]).
 func KeepGreatest[V any](cur, next Entry[V]) bool {
 	if !cur.Tokened || !next.Tokened {
 		return true
@@ -99,7 +102,8 @@ func KeepGreatest[V any](cur, next Entry[V]) bool {
 //     keeps the writes made before its error, and they are produced with
 //     the batch.
 //   - A worker the runtime abandoned, or whose partition was lost, produces
-//     no changelog record (sluice_state_fenced_total{where="write"}).
+//     no changelog record after it was abandoned or lost (a produce already
+//     in flight may still land; sluice_state_fenced_total{where="write"}).
 //
 // Values are held decoded in memory; Get returns the stored value, so a
 // value with pointers or slices must be treated as immutable (Put a new
