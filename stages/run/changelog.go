@@ -155,9 +155,11 @@ func (p coPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 // readChangelogs reads the given partitions of the given topics (nil: all
 // of the topic's) from their start to their end when it starts, and calls
 // apply with every record, in offset order per partition. A requested
-// partition a topic does not have is an error. kopts are connection
-// options.
-func readChangelogs(ctx context.Context, kopts []kgo.Opt, parts map[string][]int32, apply func(*kgo.Record)) error {
+// partition a topic does not have is an error. A failed offset listing or
+// fetch is handed to retry, which returns whether to go on (after its
+// backoff); nil retry, or a false return, makes it the error returned.
+// kopts are connection options.
+func readChangelogs(ctx context.Context, kopts []kgo.Opt, parts map[string][]int32, apply func(*kgo.Record), retry func(error) bool) error {
 	cl, err := kgo.NewClient(append(slices.Clone(kopts), kgo.FetchMaxWait(250*time.Millisecond))...)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
@@ -168,19 +170,15 @@ func readChangelogs(ctx context.Context, kopts []kgo.Opt, parts map[string][]int
 	for t := range parts {
 		topics = append(topics, t)
 	}
-	starts, err := adm.ListStartOffsets(ctx, topics...)
-	if err == nil {
-		err = starts.Error()
-	}
-	if err != nil {
-		return fmt.Errorf("start offsets of %s: %w", strings.Join(topics, ", "), err)
-	}
-	ends, err := adm.ListEndOffsets(ctx, topics...)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return fmt.Errorf("end offsets of %s: %w", strings.Join(topics, ", "), err)
+	var starts, ends kadm.ListedOffsets
+	for {
+		starts, ends, err = listOffsets(ctx, adm, topics)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || retry == nil || !retry(err) {
+			return err
+		}
 	}
 	want := map[tp]int64{}
 	consume := map[string]map[int32]kgo.Offset{}
@@ -217,9 +215,8 @@ func readChangelogs(ctx context.Context, kopts []kgo.Opt, parts map[string][]int
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("read %s/%d: %w", t, p, err) })
-		if ferr != nil {
-			return ferr
-		}
+		// The records of the fetch are applied even when a partition
+		// failed: the client has moved past them.
 		fs.EachRecord(func(r *kgo.Record) {
 			k := tp{r.Topic, r.Partition}
 			end, ok := want[k]
@@ -231,8 +228,30 @@ func readChangelogs(ctx context.Context, kopts []kgo.Opt, parts map[string][]int
 				delete(want, k)
 			}
 		})
+		if ferr != nil && (retry == nil || !retry(ferr)) {
+			return ferr
+		}
 	}
 	return nil
+}
+
+// listOffsets lists the start and end offsets of topics.
+func listOffsets(ctx context.Context, adm *kadm.Client, topics []string) (starts, ends kadm.ListedOffsets, err error) {
+	starts, err = adm.ListStartOffsets(ctx, topics...)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("start offsets of %s: %w", strings.Join(topics, ", "), err)
+	}
+	ends, err = adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("end offsets of %s: %w", strings.Join(topics, ", "), err)
+	}
+	return starts, ends, nil
 }
 
 // Read reads the store's changelog from its start to its current end,
@@ -252,7 +271,7 @@ func (s *Store[V]) Read(ctx context.Context, kopts []kgo.Opt, partitions []int32
 			byPart[r.Partition] = p
 		}
 		p.restoreRecord(r)
-	})
+	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("state store %s: read %s: %w", s.cfg.Name, s.cfg.Topic, err)
 	}
@@ -299,16 +318,27 @@ func (w *worker[In, Out]) restoreState() error {
 	for _, s := range ps.stores {
 		counts[s.name()] = &[4]int{}
 	}
+	attempt := 0
+	retry := func(err error) bool {
+		// A broker error (a partition without a leader, a fetch refused)
+		// passes: retry it until the worker stops, as the poll loop does.
+		attempt++
+		r.m.errors.WithLabelValues("restore").Inc()
+		r.o.log.Warn("state restore failed, retrying", "partition", w.tp.partition, "attempt", attempt, "err", err)
+		return w.sleep(r.cfg.SinkRetry.Backoff(attempt))
+	}
 	err := readChangelogs(ctx, r.o.kopts, parts, func(rec *kgo.Record) {
 		s := byTopic[rec.Topic]
 		out := s.restoreRecord(rec)
 		counts[s.name()][out]++
 		sr.m.restoreRecords.WithLabelValues(s.name()).Inc()
-	})
+	}, retry)
 	if err != nil {
-		if ctx.Err() != nil && w.isStopping() {
+		if w.isStopping() {
 			return errAbandoned
 		}
+		// Only what cannot succeed by retrying: a changelog without the
+		// partition, or a client that cannot be created.
 		return fmt.Errorf("restore state of %s/%d: %w", w.tp.topic, w.tp.partition, err)
 	}
 	seen := int32(0)

@@ -25,7 +25,7 @@ type metrics struct {
 	paused      prometheus.Gauge         // paused partitions
 	assigned    prometheus.Gauge         // assigned partitions
 	committed   *prometheus.CounterVec   // topic: records marked for commit
-	errors      *prometheus.CounterVec   // kind: fetch|commit|fatal|abandoned
+	errors      *prometheus.CounterVec   // kind: fetch|commit|fatal|abandoned|restore
 	skipped     *prometheus.CounterVec   // topic: offsets deleted before they were consumed
 	batchDur    *prometheus.HistogramVec // phase: process|write|dlq
 	merged      prometheus.Counter       // outputs merged into an earlier one in a window that was written
@@ -87,7 +87,7 @@ func newMetrics(reg prometheus.Registerer, pipeline string, topics []string) (*m
 			Name: "sluice_records_done_total", Help: "Records whose effects are durable and whose offsets are marked for commit.",
 		}, []string{"topic"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_runtime_errors_total", Help: "Runtime errors, per kind (fetch, commit, fatal, abandoned).",
+			Name: "sluice_runtime_errors_total", Help: "Runtime errors, per kind (fetch, commit, fatal, abandoned, restore: a failed state store restore read, retried).",
 		}, []string{"kind"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_offsets_skipped_total", Help: "Offsets deleted from the log (retention, DeleteRecords) before the group consumed them, per topic: their records never reached the pipeline.",
@@ -109,7 +109,7 @@ func newMetrics(reg prometheus.Registerer, pipeline string, topics []string) (*m
 	}
 	// Export the fixed kinds at 0 from the start: a series that appears only
 	// with its first event, at 1, is invisible to increase() and rate().
-	for _, kind := range []string{"fetch", "commit", "fatal", "abandoned"} {
+	for _, kind := range []string{"fetch", "commit", "fatal", "abandoned", "restore"} {
 		m.errors.WithLabelValues(kind)
 	}
 	for _, kind := range []string{"stage", "sink", "dlq"} {

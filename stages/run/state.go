@@ -83,7 +83,10 @@ func KeepGreatest[V any](cur, next Entry[V]) bool {
 //     record of the partition (Runner.Ready is false meanwhile; gauge
 //     sluice_state_restoring). Records an earlier owner wrote after a later
 //     one's are refused (see [Token]); StoreConfig.Fold chooses among the
-//     rest.
+//     rest. A failed read (offsets or fetch) is retried after
+//     Config.SinkRetry's backoff until it succeeds or the worker stops
+//     (logged, and counted in sluice_runtime_errors_total{kind="restore"});
+//     only a changelog without the partition stops the runner.
 //   - Writes: Put and Delete change the partition's store at once (a later
 //     Get of the same batch sees them) and mark the key. When the worker
 //     makes a batch durable it writes the sink's outputs, produces the

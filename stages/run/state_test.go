@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -520,5 +521,68 @@ func TestPutNowThenTimerChangeKeepsPutNowValue(t *testing.T) {
 	}
 	if got[0]["k"].N != 2 {
 		t.Errorf("restored k = %+v, want N=2 (PutNow's value, the one the stage saw)", got[0]["k"])
+	}
+}
+
+// A restore whose offset listing fails (a broker error) retries it after
+// the backoff, counted as a restore error, and then restores: the runner
+// keeps running and its stage sees the restored state.
+func TestRestoreRetriesFailedRead(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg, changelog := stateConfig(t, k, 1)
+	cl := k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := cl.ProduceSync(testkit.Context(t), tokenRecord(changelog, 0, "a", tallyJSON(5), 1, 1)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int32
+	k.Fake().ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		rq := req.(*kmsg.ListOffsetsRequest)
+		if len(rq.Topics) == 0 || rq.Topics[0].Topic != changelog || !refused.CompareAndSwap(0, 1) {
+			return nil, nil, false
+		}
+		resp := rq.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range rq.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, p := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = p.Partition, kerr.UnknownServerError.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	store := newKeyTallies(t, changelog, nil)
+	stage := func(ctx context.Context, m msg) ([]msg, error) {
+		st, err := store.Of(ctx)
+		if err != nil {
+			return nil, err
+		}
+		a, _ := st.Get("a")
+		m.Value = strconv.Itoa(a.N)
+		return []msg{m}, nil
+	}
+	produce(t, cl, cfg.Topics[0], 1, 1, nil)
+	reg := prometheus.NewRegistry()
+	sink := memsink.New[msg]()
+	_, stop := start(t, k, cfg, stage, sink, run.WithStores(store), run.WithRegisterer(reg))
+	testkit.WaitFor(t, 30*time.Second, "the record processed", func() bool { return sink.Len() == 1 })
+	if err := stop(); err != nil {
+		t.Fatalf("Run after a failed restore read: %v", err)
+	}
+	if refused.Load() != 1 {
+		t.Fatalf("the offset listing of the changelog was refused %d times, want 1", refused.Load())
+	}
+	if got := sink.Items()[0].Value; got != "5" {
+		t.Errorf("the stage saw a=%s, want the restored 5", got)
+	}
+	if n := testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "restore"); n != 1 {
+		t.Errorf("restore errors counted %v, want 1", n)
+	}
+	if n := testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "fatal"); n != 0 {
+		t.Errorf("fatal errors counted %v, want 0", n)
 	}
 }
