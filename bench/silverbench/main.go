@@ -92,6 +92,7 @@ type config struct {
 	workDir     string
 	out         string
 	variants    string
+	memLimitMiB int64
 	keep        bool
 	profile     bool
 	timeout     time.Duration
@@ -107,7 +108,8 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.partitions, "partitions", 6, "partitions of the bronze topic")
 	fs.StringVar(&cfg.workDir, "workdir", "bench/.work", "directory for the pipeline log and profiles")
 	fs.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
-	fs.StringVar(&cfg.variants, "variants", "abc", "variants to run: a, b, c, and B = the seed port without its advisory lock (informational, not run by default)")
+	fs.StringVar(&cfg.variants, "variants", "abc", "variants to run: a, b, c, m = a in a memory cgroup (--memory-limit-mib, needs root), and B = the seed port without its advisory lock (informational, not run by default)")
+	fs.Int64Var(&cfg.memLimitMiB, "memory-limit-mib", 512, "variant m: the memory cgroup's limit and GOMEMLIMIT, MiB (deploy/k8s/silver.yaml's limits.memory)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the topics, group and schemas")
 	fs.BoolVar(&cfg.profile, "profile", false, "write CPU and allocation profiles of the pipeline process to WORKDIR/pipeline.cpu.pprof and WORKDIR/pipeline.allocs.pprof")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "limit for variant a")
@@ -183,6 +185,7 @@ type results struct {
 	started   time.Time
 	p         *prepared
 	a         *resultA
+	m         *resultA // a in a memory cgroup
 	b         *resultB
 	bUnlocked *resultB // informational: the seed port without its advisory lock
 	c         *resultC
@@ -232,27 +235,23 @@ func bench(ctx context.Context, cfg *config) (err error) {
 	var ts topicSet
 	defer func() {
 		if cfg.keep {
-			logf2("kept: topics %s*, group %ssilver, schemas %s, %s, %s", cfg.prefix, cfg.prefix, schemaOf("a"), schemaOf("b"), schemaOf("c"))
+			logf2("kept: topics %s*, groups %ssilver and %ssilver-m, schemas %s, %s, %s, %s", cfg.prefix, cfg.prefix, cfg.prefix, schemaOf("a"), schemaOf("m"), schemaOf("b"), schemaOf("c"))
 			return
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		for _, v := range []string{"a", "b", "bu", "c"} {
+		for _, v := range []string{"a", "m", "b", "bu", "c"} {
 			_, _ = admin.Exec(cctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schemaOf(v)}.Sanitize()+" CASCADE")
 		}
 		if ts.bronze != "" {
-			_, _ = adm.DeleteGroups(cctx, cfg.prefix+"silver")
+			_, _ = adm.DeleteGroups(cctx, cfg.prefix+"silver", cfg.prefix+"silver-m")
 			_, _ = adm.DeleteTopics(cctx, ts.bronze, ts.dlq, ts.flags)
 		}
 	}()
 
-	if has("a") {
-		logf2("a: topics %s* (%d partitions), schema %s", cfg.prefix, cfg.partitions, schemaOf("a"))
+	if has("a") || has("m") {
+		logf2("a: topics %s* (%d partitions)", cfg.prefix, cfg.partitions)
 		if ts, err = silverTopics(ctx, adm, cfg.prefix, cfg.partitions); err != nil {
-			return err
-		}
-		urlA, err := freshSchema(ctx, admin, cfg.databaseURL, schemaOf("a"))
-		if err != nil {
 			return err
 		}
 		logf2("a: producing %d records to %s", cfg.n, ts.bronze)
@@ -260,22 +259,47 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		if err != nil {
 			return err
 		}
-		logf2("a: produced in %s (%.0f records/s); starting the pipeline process", prod.Round(time.Millisecond), rate(cfg.n, prod))
-		checkpoint(ctx, admin)
-		if r.a, err = runVariantA(ctx, cfg, adm, ts, urlA, r.p); err != nil {
-			return fmt.Errorf("variant a: %w", err)
+		logf2("a: produced in %s (%.0f records/s)", prod.Round(time.Millisecond), rate(cfg.n, prod))
+		for _, cr := range []childRun{{name: "a", group: cfg.prefix + "silver"}, {name: "m", group: cfg.prefix + "silver-m", memLimit: cfg.memLimitMiB << 20}} {
+			if !has(cr.name) {
+				continue
+			}
+			urlA, err := freshSchema(ctx, admin, cfg.databaseURL, schemaOf(cr.name))
+			if err != nil {
+				return err
+			}
+			what := "starting the pipeline process"
+			if cr.memLimit > 0 {
+				what += fmt.Sprintf(" in a %d MiB memory cgroup with GOMEMLIMIT=%d", cfg.memLimitMiB, cr.memLimit)
+			}
+			logf2("%s: schema %s; %s", cr.name, schemaOf(cr.name), what)
+			checkpoint(ctx, admin)
+			res, err := runVariantA(ctx, cfg, adm, ts, urlA, r.p, cr)
+			if err != nil {
+				return fmt.Errorf("variant %s: %w", cr.name, err)
+			}
+			res.produce = prod
+			if cr.name == "a" {
+				r.a = res
+			} else {
+				r.m = res
+			}
+			if res.failure != "" {
+				continue
+			}
+			logf2("%s: %s → %.0f records/s (offsets committed at %s); peak RSS %d MiB", cr.name, res.run.Round(time.Millisecond),
+				rate(cfg.n, res.run), res.committed.Round(time.Millisecond), res.peakRSSKB/1024)
+			logf2("%s: CPU by process: %s", cr.name, res.cpuSplit)
+			if r.sums[cr.name], err = checksums(ctx, admin, schemaOf(cr.name)); err != nil {
+				return err
+			}
 		}
-		r.a.produce = prod
-		logf2("a: %s → %.0f records/s (offsets committed at %s); peak RSS %d MiB", r.a.run.Round(time.Millisecond),
-			rate(cfg.n, r.a.run), r.a.committed.Round(time.Millisecond), r.a.peakRSSKB/1024)
-		logf2("a: CPU by process: %s", r.a.cpuSplit)
-		if r.sums["a"], err = checksums(ctx, admin, schemaOf("a")); err != nil {
-			return err
+		if r.a != nil {
+			if r.floor, err = consumeFloor(ctx, cfg, ts.bronze); err != nil {
+				return err
+			}
+			logf2("a: Kafka consume floor (fetch only, separate process): %s → %.0f records/s", r.floor.Round(time.Millisecond), rate(cfg.n, r.floor))
 		}
-		if r.floor, err = consumeFloor(ctx, cfg, ts.bronze); err != nil {
-			return err
-		}
-		logf2("a: Kafka consume floor (fetch only, separate process): %s → %.0f records/s", r.floor.Round(time.Millisecond), rate(cfg.n, r.floor))
 	}
 	for _, bv := range []struct {
 		name, schema string

@@ -75,7 +75,7 @@ func (r *results) verify() {
 	}
 	p := r.p
 	add("corpus verdicts", p.mismatch == 0, "%d record(s) judged differently from the generator's expectation", p.mismatch)
-	for _, v := range []string{"a", "b", "c"} {
+	for _, v := range []string{"a", "m", "b", "c"} {
 		s, ok := r.sums[v]
 		if !ok {
 			continue
@@ -92,6 +92,7 @@ func (r *results) verify() {
 	}
 	cmp("a", "b", "b")
 	cmp("a", "c", "c (expected rows)")
+	cmp("m", "a", "a")
 	cmp("b", "c", "c (expected rows)")
 	if sB, ok := r.sums["B"]; ok {
 		if sc, ok := r.sums["c"]; ok {
@@ -167,6 +168,14 @@ func (r *results) markdown() string {
 			w("| (Kafka consume floor) | a separate process that only fetches the N records (no decode, no database) | %.2f s | %s |", r.floor.Seconds(), fmtRate(cfg.n, r.floor))
 		}
 	}
+	if m := r.m; m != nil {
+		what := fmt.Sprintf("a in a %d MiB memory cgroup, GOMEMLIMIT=%d (deploy/k8s/silver.yaml)", m.memLimit>>20, m.memLimit)
+		if m.failure != "" {
+			w("| m. a under a memory limit | %s: **%s**, %.0f of %d records done | – | – |", what, m.failure, m.done, cfg.n)
+		} else {
+			w("| m. a under a memory limit | %s | %.2f s | **%s** |", what, m.run.Seconds(), fmtRate(cfg.n, m.run))
+		}
+	}
 	if r.b != nil {
 		w("| b. seed design (Go port) | first batch → task_q has no ready task | %.2f s | **%s** |", r.b.Run.Seconds(), fmtRate(cfg.n, r.b.Run))
 	}
@@ -183,6 +192,11 @@ func (r *results) markdown() string {
 			r.a.peakRSSKB/1024, r.a.cpu.Seconds(), 100*r.a.cpu.Seconds()/r.a.committed.Seconds(), 100*r.a.machine)
 		w("Offsets were committed (group lag 0) %.2f s after the start (commits run every second; not part of the rate).", r.a.committed.Seconds())
 		w("CPU time by process during a: %s.", r.a.cpuSplit)
+		w("")
+	}
+	if m := r.m; m != nil {
+		w("m: peak RSS (VmHWM) **%d MiB**, cgroup peak usage %d MiB of %d MiB, limit hit (failcnt) %d times, OOM kills %d, /metrics scrapes unanswered within 2 s: %d; CPU by process: %s.",
+			m.peakRSSKB/1024, m.cg.peak>>20, m.memLimit>>20, m.cg.failcnt, m.cg.oomKills, m.misses, m.cpuSplit)
 		w("")
 	}
 	if r.b != nil {
@@ -213,6 +227,17 @@ func (r *results) markdown() string {
 	if r.a != nil && r.c != nil {
 		ac := r.c.total().Seconds() / r.a.run.Seconds()
 		w("| a/c | %.2f | ≥ 0.8 | %s |", ac, passMiss(ac >= 0.8))
+	}
+	if r.a != nil && r.m != nil {
+		if r.m.failure != "" {
+			w("| a/m (a's time over m's) | – (%s) | ≥ 0.8 | %s |", r.m.failure, passMiss(false))
+		} else {
+			am := r.a.run.Seconds() / r.m.run.Seconds()
+			w("| a/m (a's time over m's) | %.2f | ≥ 0.8 | %s |", am, passMiss(am >= 0.8))
+		}
+	}
+	if r.a != nil {
+		w("| a: peak RSS | %d MiB | ≤ 400 MiB | %s |", r.a.peakRSSKB/1024, passMiss(r.a.peakRSSKB <= 400<<10))
 	}
 	w("")
 	r.whyAC(w)

@@ -78,7 +78,7 @@ func produce(ctx context.Context, kopts []kgo.Opt, topic string, p *prepared) (t
 	return d, nil
 }
 
-// resultA is the outcome of variant a.
+// resultA is the outcome of variant a (or m: a in a memory cgroup).
 type resultA struct {
 	produce   time.Duration
 	run       time.Duration // child start → every record done (metric)
@@ -92,12 +92,34 @@ type resultA struct {
 	dlqTotal  int
 	logFile   string
 	metrics   string // the pipeline's /metrics at the end
+
+	// Variant m only.
+	memLimit int64   // bytes: the cgroup's limit and GOMEMLIMIT
+	cg       cgStats // the cgroup's counters at the end
+	failure  string  // why the process did not finish (OOM kill, timeout), "" when it did
+	done     float64 // records done when it stopped
+	misses   int     // /metrics scrapes that failed (no answer within 2 s) while it ran
+}
+
+// childRun says how the pipeline process of variant a runs.
+type childRun struct {
+	name  string // "a" or "m": names the log and profile files
+	group string
+	// memLimit > 0 (variant m) runs the process in a fresh memory cgroup
+	// limited to memLimit bytes with GOMEMLIMIT=memLimit, as
+	// deploy/k8s/silver.yaml deploys it; a process that is OOM-killed or
+	// does not finish within the timeout is a result, not an error.
+	memLimit int64
 }
 
 // runVariantA starts the pipeline as a separate process and waits until
 // every input record is done.
-func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, dbURL string, p *prepared) (*resultA, error) {
-	res := &resultA{logFile: cfg.workDir + "/pipeline.log"}
+func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, dbURL string, p *prepared, cr childRun) (*resultA, error) {
+	suffix := ""
+	if cr.name != "a" {
+		suffix = "-" + cr.name
+	}
+	res := &resultA{logFile: cfg.workDir + "/pipeline" + suffix + ".log", memLimit: cr.memLimit}
 	exe, err := childExe(cfg, "silver-pipeline")
 	if err != nil {
 		return nil, err
@@ -109,21 +131,38 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	pf := cfg.pipeline
 	pf.brokers = strings.Join(cfg.brokers, ",")
 	pf.databaseURL = dbURL
-	pf.group = cfg.prefix + "silver"
+	pf.group = cr.group
 	pf.topic, pf.dlqTopic, pf.flagsTopic = ts.bronze, ts.dlq, ts.flags
 	pf.opsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	if cfg.profile {
-		pf.cpuProfile = cfg.workDir + "/pipeline.cpu.pprof"
-		pf.memProfile = cfg.workDir + "/pipeline.allocs.pprof"
+		pf.cpuProfile = cfg.workDir + "/pipeline" + suffix + ".cpu.pprof"
+		pf.memProfile = cfg.workDir + "/pipeline" + suffix + ".allocs.pprof"
 	}
 	logf, err := os.Create(res.logFile)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe, pf.args()...)
+	argv := append([]string{exe}, pf.args()...)
+	env := os.Environ()
+	var cg *memCgroup
+	if cr.memLimit > 0 {
+		if cg, err = newMemCgroup("silverbench-"+cfg.id, cr.memLimit); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err := cg.remove(); err != nil {
+				logf2("  %s: %v", cr.name, err)
+			}
+		}()
+		var name string
+		name, argv = cg.wrap(argv)
+		argv = append([]string{name}, argv...)
+		env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", cr.memLimit))
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = os.Environ()
+	cmd.Env = env
 
 	quiesce()
 	cpu0, sampler := machineCPU(), startCPUSampler()
@@ -133,7 +172,12 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	stopped := false
 	stopChild := func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -142,6 +186,7 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 			<-exited
 		}
 	}
+	defer stopChild()
 	pid := cmd.Process.Pid
 	metricsURL := "http://" + pf.opsAddr + "/metrics"
 	n := float64(len(p.recs))
@@ -149,11 +194,30 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	lastLog := time.Now()
+	// fail ends a variant m run that did not finish: the outcome is reported.
+	fail := func(why string) (*resultA, error) {
+		res.failure = why
+		res.peakRSSKB = procStatusKB(pid, "VmHWM")
+		stopChild()
+		res.cg = cg.stats()
+		res.cpuBy = sampler.stop()
+		res.cpuSplit = cpuSplit(res.cpuBy)
+		logf2("  %s: %s after %s (%.0f/%.0f records done; cgroup peak %d MiB, failcnt %d, OOM kills %d)", cr.name, why,
+			time.Since(start).Round(time.Second), res.done, n, res.cg.peak>>20, res.cg.failcnt, res.cg.oomKills)
+		return res, nil
+	}
 	for done := false; !done; {
 		select {
 		case err := <-exited:
+			stopped = true
+			if cg != nil {
+				return fail(fmt.Sprintf("process exited (%v)", err))
+			}
 			return nil, fmt.Errorf("pipeline exited early (%v); see %s", err, res.logFile)
 		case <-deadline:
+			if cg != nil {
+				return fail(fmt.Sprintf("not finished within %s", cfg.timeout))
+			}
 			stopChild()
 			return nil, fmt.Errorf("pipeline did not finish within %s; see %s", cfg.timeout, res.logFile)
 		case <-ctx.Done():
@@ -162,13 +226,23 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 		case <-tick.C:
 		}
 		got, err := scrapeSum(metricsURL, "sluice_records_done_total")
+		switch {
+		case err == nil:
+			res.done = got
+		case !errors.Is(err, errNotExposed):
+			res.misses++
+		}
 		if err == nil && got >= n {
 			res.run = time.Since(start)
 			done = true
 		}
 		if time.Since(lastLog) > 5*time.Second {
 			lastLog = time.Now()
-			logf2("  a: %.0f/%.0f records done after %s (rss %d MiB)", got, n, time.Since(start).Round(time.Second), procStatusKB(pid, "VmRSS")/1024)
+			mem := ""
+			if cg != nil {
+				mem = fmt.Sprintf(", cgroup %d MiB, failcnt %d, /metrics misses %d", cg.usage()>>20, cg.stats().failcnt, res.misses)
+			}
+			logf2("  %s: %.0f/%.0f records done after %s (rss %d MiB%s)", cr.name, res.done, n, time.Since(start).Round(time.Second), procStatusKB(pid, "VmRSS")/1024, mem)
 		}
 	}
 	res.machine = machineCPU().busySince(cpu0)
@@ -183,7 +257,6 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 			break
 		}
 		if time.Since(start) > res.run+60*time.Second {
-			stopChild()
 			return nil, fmt.Errorf("group lag still %d (err %v) 60 s after every record was done", lag, err)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -192,11 +265,17 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	// the report and stay next to the log.
 	if text, err := scrape(metricsURL); err == nil {
 		res.metrics = text
-		_ = os.WriteFile(cfg.workDir+"/pipeline.metrics", []byte(text), 0o644)
+		_ = os.WriteFile(cfg.workDir+"/pipeline"+suffix+".metrics", []byte(text), 0o644)
 	}
 	res.peakRSSKB = procStatusKB(pid, "VmHWM")
 	res.cpu = procCPU(pid)
 	stopChild()
+	if cg != nil {
+		res.cg = cg.stats()
+	}
+	if cr.name != "a" {
+		return res, nil // the DLQ topic holds a's dead letters too
+	}
 	if res.dlq, res.dlqTotal, err = dlqStats(ctx, adm, cfg.kopts, ts.dlq); err != nil {
 		return nil, err
 	}
@@ -229,6 +308,9 @@ func scrape(url string) (string, error) {
 	return string(b), err
 }
 
+// errNotExposed: the metric is not (yet) in the exposition.
+var errNotExposed = errors.New("metric not exposed yet")
+
 // scrapeSum returns the sum of every series of metric at url.
 func scrapeSum(url, metric string) (float64, error) {
 	text, err := scrape(url)
@@ -237,7 +319,7 @@ func scrapeSum(url, metric string) (float64, error) {
 	}
 	v, ok := metricSum(text, metric, "")
 	if !ok {
-		return 0, errors.New("metric not exposed yet")
+		return 0, errNotExposed
 	}
 	return v, nil
 }
