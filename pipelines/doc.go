@@ -28,6 +28,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/opshttp"
 	"github.com/sluicehq/sluice/sinks/objstore"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // Env carries the shared resources a pipeline is built from. Fields a
@@ -55,6 +56,10 @@ type Env struct {
 	// processes of a group and the same across restarts of one (the pod
 	// name of a StatefulSet).
 	InstanceID string
+	// Memory is the process's memory budget, shared by the runners of
+	// every pipeline built on this Env (run.WithBudget; `sluice run
+	// --memory-budget`). Nil: each runner derives a budget of its own.
+	Memory *run.Budget
 }
 
 // GroupKafka returns the client options of a member of consumer group:

@@ -45,7 +45,8 @@ type runOptions struct {
 	backlogThreshold      int64
 	silverWindowKeys      int
 	silverWindowTotalKeys int
-	envErr                error // an environment variable that is not a valid flag value
+	memoryBudget          byteSize // 0: derived (run.BudgetFor)
+	envErr                error    // an environment variable that is not a valid flag value
 }
 
 // envFlag sets flag from the environment variable env when it is set; an
@@ -139,6 +140,9 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 	cmd.Flags().IntVar(&o.silverWindowTotalKeys, "silver-window-total-keys", 0, fmt.Sprintf(
 		"silver: keys the windows of all partitions of this process hold together before they are written; bounds memory when a process takes over many partitions (0: default %d, -1: no bound beyond --silver-window-keys) (env SILVER_WINDOW_TOTAL_KEYS)", silver.DefaultWindowMaxTotalKeys))
 	o.envFlag(cmd, "SILVER_WINDOW_TOTAL_KEYS", "silver-window-total-keys")
+	cmd.Flags().Var(&o.memoryBudget, "memory-budget", fmt.Sprintf(
+		"memory for the records the pipelines hold (fetched, not yet processed) and their coalescing windows, shared by every pipeline of the process, e.g. 256MiB; when full, fetches pause and windows are written early (default: 35 %% of GOMEMLIMIT or of the cgroup's memory limit, whichever is lower, else %dMiB) (env MEMORY_BUDGET)", run.DefaultBudget>>20))
+	o.envFlag(cmd, "MEMORY_BUDGET", "memory-budget")
 	return cmd
 }
 
@@ -208,6 +212,9 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 	if err := checkPipelineTopics(ctx, env, o, specs); err != nil {
 		return err
 	}
+	budget, from := run.BudgetFor(int64(o.memoryBudget), run.CurrentMemoryLimits())
+	env.Memory = run.NewBudget(budget)
+	env.Logger.Info("memory budget", "bytes", env.Memory.Limit(), "from", from)
 	set, err := pipelines.Build(env, o.naming(), specs)
 	if err != nil {
 		return err

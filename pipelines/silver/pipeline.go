@@ -142,7 +142,7 @@ func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	}
 	runner, err := run.New(cfg.Runtime, Decode, Stage(vopts...), sink,
 		run.WithKafkaOpts(env.GroupKafka(cfg.Runtime.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(env.Logger),
-		run.WithStageName(StageName))
+		run.WithStageName(StageName), run.WithBudget(env.Memory))
 	if err != nil {
 		return nil, fmt.Errorf("silver: %w", err)
 	}

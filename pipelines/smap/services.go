@@ -135,7 +135,7 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 	opts := func(name, group string) []run.Option {
 		return []run.Option{
 			run.WithKafkaOpts(env.GroupKafka(group)...), run.WithRegisterer(env.Registerer),
-			run.WithLogger(env.Logger), run.WithStageName(name),
+			run.WithLogger(env.Logger), run.WithStageName(name), run.WithBudget(env.Memory),
 		}
 	}
 

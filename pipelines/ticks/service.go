@@ -90,6 +90,7 @@ func NewWorker(env pipelines.Env, cfg Config) (*Worker, error) {
 		run.WithLogger(base),
 		run.WithStageName(StageName),
 		run.WithStores(w.jobs),
+		run.WithBudget(env.Memory),
 	)
 	if err != nil {
 		prod.Close()

@@ -17,8 +17,10 @@ func (r *Runner[In, Out]) waitForCapacity(ctx context.Context) {
 	for {
 		var full []*worker[In, Out]
 		r.mu.Lock()
+		share := r.partitionShare(len(r.workers)) // memory budget
+		r.partShare.Store(share)
 		for _, w := range r.workers {
-			if w.full() {
+			if w.full(share) {
 				full = append(full, w)
 			}
 		}

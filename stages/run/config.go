@@ -36,12 +36,14 @@ type Config struct {
 	// BatchLinger is how long a worker waits for more records to fill a
 	// batch once it has at least one (default 50ms).
 	BatchLinger time.Duration
-	// MaxInFlight bounds the records buffered per partition; above it the
-	// partition's fetches pause until the worker drained half of them
-	// (default max(4 × BatchMaxRecords, 10000)). Keep it above the records of
-	// one fetch (FetchMaxPartitionBytes, 1 MiB by default): kgo drops and later
-	// re-fetches the buffered data of a paused partition, so a bound below one
-	// fetch makes every fetch pause.
+	// MaxInFlight bounds the records buffered per partition; above it, or
+	// above the partition's share of the memory budget's records (see
+	// [Budget]), the partition's fetches pause until the worker drained half
+	// of them (default max(4 × BatchMaxRecords, 10000)). Keep it above the
+	// records of one fetch (FetchMaxPartitionBytes, 1 MiB at most): kgo drops
+	// and later re-fetches the buffered data of a paused partition, so a
+	// bound below one fetch makes every fetch pause. It also bounds the
+	// records of one poll, by which the budget may be overshot.
 	MaxInFlight int
 	// Retry is the stage retry policy (default 5 attempts, 100ms → 10s).
 	// A stage error classified [stages.RetryAfter] waits at least the

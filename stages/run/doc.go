@@ -90,12 +90,20 @@
 // started (up to each partition's end, transaction markers included) and
 // returns nil by itself, as after a cancel; see Config.StopAtEnd.
 //
-// # Backpressure
+// # Backpressure and memory
 //
-// A worker buffers at most Config.MaxInFlight records; beyond that the
-// partition's fetches are paused (kgo PauseFetchPartitions) until the worker
-// drains, so a slow or paused partition never blocks the others and memory
-// stays bounded.
+// A worker buffers at most Config.MaxInFlight records, and at most its
+// share of the memory budget's records; beyond that the partition's fetches
+// are paused (kgo PauseFetchPartitions) until the worker drains, so a slow
+// or paused partition never blocks the others. One memory budget
+// ([Budget], [WithBudget]; by default 35 % of GOMEMLIMIT or of the
+// cgroup's memory limit, see [BudgetFor]) bounds the records fetched and
+// not yet processed and the outputs held by coalescing windows, of all the
+// partitions (and runners) sharing it: when it is full, the runner stops
+// polling and windows are written early, so a backlog of any size runs in
+// bounded memory. Nothing is dropped. The Kafka client's fetch buffers
+// (FetchMaxBytes, FetchMaxPartitionBytes, MaxConcurrentFetches) are sized
+// from the budget unless WithKafkaOpts sets them.
 //
 // # Rebalances
 //

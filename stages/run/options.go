@@ -24,6 +24,8 @@ type options struct {
 	// State stores and timers (see state.go, timer.go).
 	stores []StateStore
 	timers any // timerSpec[Out] of WithTimers
+
+	budget *Budget // WithBudget (budget.go)
 }
 
 // WithRegisterer registers the runner's metrics on reg (default: a private

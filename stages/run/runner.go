@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/stages"
@@ -43,6 +44,12 @@ type Runner[In, Out any] struct {
 	state *stateRuntime  // nil: no stores and no timers
 	timer timerSpec[Out] // the timer function of WithTimers
 	gen   atomic.Int32   // group generation of the last assignment
+
+	// Memory budget (budget.go).
+	budget       *Budget
+	mem          *heldBytes         // this runner's share of budget
+	budgetCloses prometheus.Counter // sluice_window_budget_closes_total
+	partShare    atomic.Int64       // partitionShare of the assigned partitions, set by waitForCapacity
 }
 
 type tp struct {
@@ -80,8 +87,12 @@ func New[In, Out any](cfg Config, decode stages.Decoder[In], stage stages.Func[I
 	if err != nil {
 		return nil, err
 	}
-	return &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, merger: merger, o: o, m: m,
-		workers: map[tp]*worker[In, Out]{}, drained: make(chan struct{}, 1), state: state, timer: timer}, nil
+	r := &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, merger: merger, o: o, m: m,
+		workers: map[tp]*worker[In, Out]{}, drained: make(chan struct{}, 1), state: state, timer: timer}
+	if err := r.initBudget(o.reg); err != nil { // memory budget
+		return nil, err
+	}
+	return r, nil
 }
 
 // setup applies the options with their defaults and registers the metrics;
@@ -151,7 +162,9 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	// next fetch round; a short metadata age bounds how long partitions
 	// added to an input topic go unconsumed (kgo's default is 5 minutes).
 	// Callers may override both.
-	opts := append([]kgo.Opt{kgo.FetchMaxWait(time.Second), kgo.MetadataMaxAge(metadataMaxAge)}, r.o.kopts...)
+	// The fetch buffers are sized from the memory budget (fetchOpts).
+	opts := append([]kgo.Opt{kgo.FetchMaxWait(time.Second), kgo.MetadataMaxAge(metadataMaxAge)}, fetchOpts(r.budget)...)
+	opts = append(opts, r.o.kopts...)
 	opts = append(opts,
 		kgo.ConsumerGroup(r.cfg.Group),
 		kgo.ConsumeTopics(r.cfg.Topics...),
@@ -204,6 +217,7 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 
 	for runCtx.Err() == nil {
 		r.waitForCapacity(runCtx)
+		r.waitForBudget(runCtx) // memory budget
 		fetches := cl.PollRecords(runCtx, r.cfg.MaxInFlight)
 		if fetches.IsClientClosed() {
 			break

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -59,9 +60,20 @@ type Merger[T any] interface {
 // retried: it is dropped uncommitted and redelivered to the next owner, as
 // is a window still unwritten after Config.RevokeTimeout (the worker is
 // cancelled). A partition lost (a fatal group error) drops its window. In
-// every case the window's keys stop counting against MaxTotalKeys, those of
-// an abandoned worker (a sink ignoring its context) as soon as it is
-// abandoned.
+// every case the window's keys stop counting against MaxTotalKeys and its
+// bytes against the memory budget, those of an abandoned worker (a sink
+// ignoring its context) as soon as it is abandoned.
+//
+// Besides its own bounds (MaxKeys, MaxAge, MaxTotalKeys), a window is
+// closed early when the runner's memory budget is full (see [Budget]): the
+// outputs held by all windows and the records not yet processed count in
+// it, and the fetches pause meanwhile, so a backlog larger than the budget
+// is written in more, smaller windows; each window still merges its
+// records in partition order and marks offsets only after its write. A
+// window whose sink implements [Encoder] holds its outputs encoded and is
+// written in parts (one Sink.Write each) of about a 64th of the budget
+// (at least 1 MiB of encodings); a part that fails stops the close like a
+// failed write, and the window is redelivered whole.
 //
 // sluice_window_merged_total counts the outputs merged into an earlier
 // output of their key once their window's write succeeded (with the
@@ -71,7 +83,8 @@ type Merger[T any] interface {
 type WindowConfig struct {
 	// MaxKeys closes the window when it holds this many distinct keys (per
 	// partition). 0 disables windows: every batch is written on its own.
-	// Memory per partition is about MaxKeys merged outputs.
+	// Memory per partition is at most about MaxKeys merged outputs; the
+	// memory budget bounds all windows together.
 	MaxKeys int
 	// MaxAge closes the window when its first record was processed this long
 	// ago, bounding the delay of commits and of the rows under a backlog
@@ -88,92 +101,268 @@ type WindowConfig struct {
 	MaxTotalKeys int
 }
 
+// Encoder is implemented by a [Merger] whose outputs a window may hold
+// encoded rather than as Go values: the window keeps the encodings in large
+// buffers that hold no pointers (a few bytes per key besides the data,
+// nothing for the garbage collector to mark) instead of one object graph
+// per key, so a memory budget holds more keys. An output merged into is
+// decoded, merged with [Merger.Merge] and encoded again; the window's
+// outputs are decoded in parts of bounded size when it is written. Both
+// methods must be safe for concurrent use.
+type Encoder[T any] interface {
+	// AppendEncoded appends the encoding of o to dst and returns the
+	// extended slice.
+	AppendEncoded(dst []byte, o T) []byte
+	// Decode returns the output encoded in b by AppendEncoded. The result
+	// must not refer to b's memory, which the window reuses. An error is a
+	// fatal error of the runner.
+	Decode(b []byte) (T, error)
+}
+
 // window is the state of an open coalescing window of one partition. It
-// keeps few objects per key (the merged output, one map entry and links in
-// a shared offset list) because a large window is live heap that every GC
-// cycle marks.
+// keeps few objects per key (the merged output or its encoding, one map
+// entry and links in a shared offset list) because a large window is live
+// heap that every GC cycle marks. What it holds counts in the runner's
+// memory budget (see [Budget]): the encodings' buffers, or for outputs
+// held as values the bytes of the record each came from, plus a per-key
+// and per-record overhead.
 type window[Out any] struct {
-	outs    []Out            // merged outputs in order of first appearance: the write
-	byKey   map[string]int32 // index into outs
+	outs    []Out            // merged outputs in order of first appearance: the write (enc == nil)
+	spans   []span           // where output i is encoded in arena (enc != nil)
+	arena   [][]byte         // encoded outputs, in chunks of arenaChunk bytes or one larger output
+	dead    int64            // arena bytes of encodings replaced by a merge
+	scratch []byte           // encoding buffer of add
+	byKey   map[string]int32 // index into outs or spans
 	first   []int32          // first[i]: head of output i's offset list in links
 	lastOf  []int32          // lastOf[i]: tail of that list
 	links   []offsetLink
 	opened  time.Time
+	base    int64         // offset of the window's first record (offsetLink.off counts from it)
 	records int           // records processed into the window
 	merged  int           // outputs merged into an earlier one (sluice_window_merged_total once written)
 	last    *kgo.Record   // last record processed (for the commit mark)
 	merger  Merger[Out]   // the runner's sink
+	enc     Encoder[Out]  // the sink, when it implements Encoder
 	held    *atomic.Int64 // keys held by all the runner's windows (WindowConfig.MaxTotalKeys)
+	mem     *heldBytes    // the runner's share of the memory budget
+	size    int64         // bytes the window holds, as counted in the budget
 
-	// mu guards counted and released: release runs on the runner's
-	// goroutine while the worker may still be blocked in the window's write.
-	mu       sync.Mutex
-	counted  int64 // keys this window counts in *held
-	released bool  // release gave the keys back: the window no longer counts in *held
+	// mu guards counted, countedBytes and released: release runs on the
+	// runner's goroutine while the worker may still be blocked in the
+	// window's write.
+	mu           sync.Mutex
+	counted      int64 // keys this window counts in *held
+	countedBytes int64 // bytes this window counts in the budget
+	released     bool  // release gave the keys back: the window no longer counts in *held
 }
 
-// offsetLink is one record offset behind an output; next is the index of
-// the following link of the same output, or -1.
+// span locates one encoded output in the window's arena.
+type span struct{ chunk, off, n int32 }
+
+// offsetLink is one record offset behind an output, as the distance from
+// the window's first offset (window.base); next is the index of the
+// following link of the same output, or -1.
 type offsetLink struct {
-	off  int64
+	off  uint32
 	next int32
 }
 
-func newWindow[Out any](m Merger[Out], held *atomic.Int64) *window[Out] {
-	return &window[Out]{byKey: map[string]int32{}, merger: m, held: held}
+// Budget overheads of a window: per key (its map entry, slice entries and
+// the key's string header) and per record offset behind an output.
+const (
+	windowKeyOverhead  = 96
+	windowLinkOverhead = 8 // unsafe.Sizeof(offsetLink{})
+	arenaChunk         = 256 << 10
+)
+
+func newWindow[Out any](m Merger[Out], held *atomic.Int64, mem *heldBytes) *window[Out] {
+	win := &window[Out]{byKey: map[string]int32{}, merger: m, held: held, mem: mem}
+	win.enc, _ = m.(Encoder[Out])
+	return win
 }
 
 func (win *window[Out]) empty() bool { return win.records == 0 }
 
 // keys returns the number of distinct keys (outputs) in the window.
-func (win *window[Out]) keys() int { return len(win.outs) }
+func (win *window[Out]) keys() int { return len(win.byKey) }
 
 // offsets returns the offsets of the records behind output i, ascending.
 func (win *window[Out]) offsets(i int) []int64 {
 	var out []int64
 	for l := win.first[i]; l >= 0; l = win.links[l].next {
-		out = append(out, win.links[l].off)
+		out = append(out, win.base+int64(win.links[l].off))
 	}
 	return out
 }
 
 // add folds the outputs of batch into the window (counting in win.merged
 // those merged into an earlier output) and returns the keys held by all
-// the runner's windows afterwards.
-func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64) {
+// the runner's windows afterwards. Its error (an encoding the sink's
+// Encoder cannot decode) is fatal.
+func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, err error) {
 	if win.records == 0 {
-		win.opened = time.Now()
+		win.opened, win.base = time.Now(), batch[0].Offset
 	}
 	added := int64(0) // new keys
+	size0 := win.size
 	for i, o := range p.outs {
-		off := batch[p.owners[i]].Offset
+		rec := batch[p.owners[i]]
+		off := uint32(rec.Offset - win.base) // fits: see handleWindowed
 		k := win.merger.MergeKey(o)
 		if g, ok := win.byKey[k]; ok {
-			win.outs[g] = win.merger.Merge(win.outs[g], o)
+			if err := win.merge(g, o); err != nil {
+				return win.held.Load(), err
+			}
 			if tail := win.lastOf[g]; win.links[tail].off != off {
 				win.links = append(win.links, offsetLink{off: off, next: -1})
 				win.links[tail].next = int32(len(win.links) - 1)
 				win.lastOf[g] = int32(len(win.links) - 1)
+				win.size += windowLinkOverhead
 			}
 			win.merged++
 			continue
 		}
 		added++
-		win.byKey[k] = int32(len(win.outs))
-		win.outs = append(win.outs, o)
+		win.byKey[k] = int32(len(win.first))
+		if win.enc != nil {
+			win.store(-1, o)
+		} else {
+			win.outs = append(win.outs, o)
+			win.size += recordBytes(rec)
+		}
 		win.links = append(win.links, offsetLink{off: off, next: -1})
 		win.first = append(win.first, int32(len(win.links)-1))
 		win.lastOf = append(win.lastOf, int32(len(win.links)-1))
+		win.size += windowKeyOverhead + int64(len(k)) + windowLinkOverhead
 	}
 	win.records += len(batch)
 	win.last = batch[len(batch)-1]
+	win.compact()
 	win.mu.Lock()
 	defer win.mu.Unlock()
 	if win.released {
-		return win.held.Load()
+		return win.held.Load(), nil
 	}
 	win.counted += added
-	return win.held.Add(added)
+	win.countedBytes += win.size - size0
+	win.mem.addWindows(win.size - size0)
+	return win.held.Add(added), nil
+}
+
+// merge merges o into output g.
+func (win *window[Out]) merge(g int32, o Out) error {
+	if win.enc == nil {
+		win.outs[g] = win.merger.Merge(win.outs[g], o)
+		return nil
+	}
+	old, err := win.decode(int(g))
+	if err != nil {
+		return err
+	}
+	win.store(g, win.merger.Merge(old, o))
+	return nil
+}
+
+func (win *window[Out]) decode(i int) (Out, error) {
+	s := win.spans[i]
+	out, err := win.enc.Decode(win.arena[s.chunk][s.off : s.off+s.n])
+	if err != nil {
+		var zero Out
+		return zero, fmt.Errorf("window: decode the output of %T's Encoder: %w", win.enc, err)
+	}
+	return out, nil
+}
+
+// store encodes o as output g (-1: a new output) in the arena: in place
+// when it fits the old encoding, else at the arena's end.
+func (win *window[Out]) store(g int32, o Out) {
+	win.scratch = win.enc.AppendEncoded(win.scratch[:0], o)
+	n := len(win.scratch)
+	if g >= 0 {
+		if s := &win.spans[g]; int(s.n) >= n {
+			copy(win.arena[s.chunk][s.off:], win.scratch)
+			win.dead += int64(s.n) - int64(n)
+			s.n = int32(n)
+			return
+		}
+		win.dead += int64(win.spans[g].n)
+	}
+	s := win.appendArena(win.scratch)
+	if g >= 0 {
+		win.spans[g] = s
+	} else {
+		win.spans = append(win.spans, s)
+	}
+}
+
+// appendArena copies b to the end of the arena, in a new chunk when the
+// last one is full, and counts new chunks in win.size.
+func (win *window[Out]) appendArena(b []byte) span {
+	last := len(win.arena) - 1
+	if last < 0 || cap(win.arena[last])-len(win.arena[last]) < len(b) {
+		c := max(arenaChunk, len(b))
+		win.arena = append(win.arena, make([]byte, 0, c))
+		win.size += int64(c)
+		last++
+	}
+	off := len(win.arena[last])
+	win.arena[last] = append(win.arena[last], b...)
+	return span{chunk: int32(last), off: int32(off), n: int32(len(b))}
+}
+
+// compact copies the live encodings into a new arena once replaced ones
+// take more than half of it.
+func (win *window[Out]) compact() {
+	total := int64(0)
+	for _, c := range win.arena {
+		total += int64(cap(c))
+	}
+	if win.dead < arenaChunk || 2*win.dead < total {
+		return
+	}
+	old := win.arena
+	win.arena, win.dead = nil, 0
+	win.size -= total
+	for i, s := range win.spans {
+		win.spans[i] = win.appendArena(old[s.chunk][s.off : s.off+s.n])
+	}
+}
+
+// partEnd returns the index after the last encoded output of the part
+// that starts at from and holds about maxBytes (at least one output), and
+// its encoded bytes.
+func (win *window[Out]) partEnd(from int, maxBytes int64) (to int, size int64) {
+	to = from
+	for to < len(win.spans) && (to == from || size+int64(win.spans[to].n) <= maxBytes) {
+		size += int64(win.spans[to].n)
+		to++
+	}
+	return to, size
+}
+
+// partBytes returns the encoded bytes of the part that starts at from.
+func (win *window[Out]) partBytes(from int, maxBytes int64) int64 {
+	_, size := win.partEnd(from, maxBytes)
+	return size
+}
+
+// chunk returns the outputs from index from on, as many as hold about
+// maxBytes (at least one), decoded when the window holds encodings, and the
+// index after the last one.
+func (win *window[Out]) chunk(from int, maxBytes int64) ([]Out, int, error) {
+	if win.enc == nil {
+		return win.outs[from:], len(win.outs), nil
+	}
+	to, _ := win.partEnd(from, maxBytes)
+	outs := make([]Out, 0, to-from)
+	for i := from; i < to; i++ {
+		o, err := win.decode(i)
+		if err != nil {
+			return nil, 0, err
+		}
+		outs = append(outs, o)
+	}
+	return outs, to, nil
 }
 
 // reset empties the window (after its write, or to drop it when the
@@ -182,33 +371,47 @@ func (win *window[Out]) reset() {
 	win.mu.Lock()
 	if !win.released {
 		win.held.Add(-win.counted)
+		win.mem.addWindows(-win.countedBytes)
 	}
-	win.counted = 0
+	win.counted, win.countedBytes = 0, 0
 	win.mu.Unlock()
 	clear(win.outs)
 	win.outs = win.outs[:0]
+	win.spans, win.arena, win.dead, win.size = win.spans[:0], nil, 0, 0
 	clear(win.byKey)
 	win.first, win.lastOf, win.links = win.first[:0], win.lastOf[:0], win.links[:0]
 	win.records, win.merged, win.last = 0, 0, nil
 }
 
-// release gives the window's keys back to the runner's budget for good
-// (WindowConfig.MaxTotalKeys, the gauge sluice_window_keys): the worker was
-// abandoned, blocked in a sink or stage that ignores its context, and may
-// never return to reset its window. Safe to call while the worker runs.
+// release gives the window's keys and bytes back to the runner's bounds for
+// good (WindowConfig.MaxTotalKeys, the gauge sluice_window_keys, the memory
+// budget): the worker was abandoned, blocked in a sink or stage that
+// ignores its context, and may never return to reset its window. Safe to
+// call while the worker runs.
 func (win *window[Out]) release() {
 	win.mu.Lock()
 	defer win.mu.Unlock()
 	if !win.released {
 		win.held.Add(-win.counted)
-		win.counted, win.released = 0, true
+		win.mem.addWindows(-win.countedBytes)
+		win.counted, win.countedBytes, win.released = 0, 0, true
 	}
 }
 
 // handleWindowed processes batch into the window and closes the window when
-// it is full, old, or the partition has caught up.
+// it is full, old, or the partition has caught up, or when the memory
+// budget is full (see [Budget]).
 func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 	r := w.r
+	// Offsets behind outputs are kept as 32-bit distances from the
+	// window's first offset: a batch beyond that range (a window of 4
+	// billion offsets, or a gap as large in a compacted log) goes into a
+	// new window.
+	if !w.win.empty() && batch[len(batch)-1].Offset-w.win.base > math.MaxUint32 {
+		if err := w.closeWindow(); err != nil {
+			return err
+		}
+	}
 	p, done, stopErr := w.process(batch)
 	// A worker asked to stop (errAbandoned without a cancel: revocation or
 	// shutdown, during a stage retry) keeps the records it did and closes
@@ -224,11 +427,21 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 	}
 	held := w.win.held.Load()
 	if done > 0 {
-		held = w.win.add(batch[:done], p)
+		var err error
+		if held, err = w.win.add(batch[:done], p); err != nil {
+			return stages.Fatal(err)
+		}
 	}
-	overBudget := r.cfg.Window.MaxTotalKeys > 0 && held >= int64(r.cfg.Window.MaxTotalKeys)
-	if stopErr != nil || w.win.keys() >= r.cfg.Window.MaxKeys || overBudget ||
-		time.Since(w.win.opened) >= r.cfg.Window.MaxAge || !w.moreSoon() {
+	// The batch's records are processed: what they hold now is in the window.
+	w.releaseRecords(recordsBytes(batch))
+	overTotal := r.cfg.Window.MaxTotalKeys > 0 && held >= int64(r.cfg.Window.MaxTotalKeys)
+	bounded := stopErr != nil || w.win.keys() >= r.cfg.Window.MaxKeys || overTotal ||
+		time.Since(w.win.opened) >= r.cfg.Window.MaxAge
+	if !bounded && r.budget.pressure() {
+		r.budgetCloses.Inc()
+		bounded = true
+	}
+	if bounded || !w.moreSoon() {
 		if err := w.closeWindow(); err != nil {
 			return err
 		}
@@ -252,11 +465,17 @@ func (w *worker[In, Out]) moreSoon() bool {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
+		changed := w.r.budget.wait()
+		if w.r.budget.pressure() {
+			w.r.budgetCloses.Inc()
+			return false // the budget is full: write the window now
+		}
 		select {
 		case <-w.wake:
 			if w.queued() > 0 {
 				return true
 			}
+		case <-changed:
 		case <-t.C:
 			return w.queued() > 0
 		case <-w.stopping:
@@ -268,7 +487,8 @@ func (w *worker[In, Out]) moreSoon() bool {
 }
 
 // backlogWait bounds how long a window waits for the next fetch of a
-// partition whose high watermark shows more records. It is a bound, not a
+// partition whose high watermark shows more records (less when the memory
+// budget fills up meanwhile: the window is written at once). It is a bound, not a
 // delay: under a backlog the next fetch is usually there at once. Offsets
 // that hold no record for the consumer (transaction markers, compacted
 // records) also stay below the high watermark; they cost at most this wait.
@@ -276,19 +496,31 @@ const backlogWait = time.Second
 
 // closeWindow writes the window's merged outputs, dead-letters the records
 // behind rejected outputs, and marks the window's last offset for commit.
-// The window's merges count in sluice_window_merged_total once its write
+// The outputs are written in parts of about windowWriteBytes (one Write
+// each; a window of few outputs is one Write), so that decoding them and
+// the sink's buffers stay bounded; a part that fails stops the close, and
+// the window is redelivered whole, the parts already written rewritten. The
+// window's merges count in sluice_window_merged_total once its write
 // succeeded (rejected outputs included: they were merged and handed to the
 // sink); a window whose write fails for good or is abandoned is dropped
 // uncounted, and the member that gets its records again counts their
-// merges when it writes them.
+// merges when it writes them. While it is written, the window's bytes count
+// as free for the budget's choice of windows to close (not for polling).
 func (w *worker[In, Out]) closeWindow() error {
 	r, win := w.r, w.win
 	if win.empty() {
 		return nil
 	}
 	if win.keys() > 0 {
-		if err := w.write(win.outs, w.deadLetterRejected); err != nil {
-			return err
+		closing := win.size
+		r.budget.addClosing(closing)
+		defer r.budget.addClosing(-closing)
+		for from := 0; from < win.keys(); {
+			to, err := w.writePart(from)
+			if err != nil {
+				return err
+			}
+			from = to
 		}
 		r.m.merged.Add(float64(win.merged))
 	}
@@ -309,10 +541,36 @@ func (w *worker[In, Out]) closeWindow() error {
 	return nil
 }
 
+// writePart writes the window's outputs from index from on, as many as
+// hold about Budget.windowPartBytes when they are encoded (all of them
+// otherwise), and returns the index after the last one written. The write
+// of an encoded part waits its turn in the budget (Budget.acquireWrite).
+func (w *worker[In, Out]) writePart(from int) (int, error) {
+	r, win := w.r, w.win
+	part := r.budget.windowPartBytes()
+	if win.enc != nil {
+		n := win.partBytes(from, part)
+		if err := r.budget.acquireWrite(w.ctx, n); err != nil {
+			return 0, errAbandoned
+		}
+		defer r.budget.releaseWrite(n)
+	}
+	outs, to, err := win.chunk(from, part)
+	if err != nil {
+		return 0, stages.Fatal(err)
+	}
+	err = w.write(outs, func(rej *stages.Rejections, attempt int) error {
+		return w.deadLetterRejected(rej, attempt, from, len(outs))
+	})
+	return to, err
+}
+
 // deadLetterRejected reads back the records behind the rejected outputs and
 // produces them to the DLQ, classified by sinkRejection (sink_rejected
-// unless the rejection's error is a dead letter with its own reason).
-func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt int) error {
+// unless the rejection's error is a dead letter with its own reason). The
+// rejection's indexes are into a Write of n outputs, the window's outputs
+// from base on.
+func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt, base, n int) error {
 	r, win := w.r, w.win
 	type reason struct {
 		rule string
@@ -321,10 +579,10 @@ func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt int
 	why := map[int64]reason{}
 	var offsets []int64
 	for _, it := range rej.Items {
-		if it.Index < 0 || it.Index >= win.keys() {
-			return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, win.keys())
+		if it.Index < 0 || it.Index >= n {
+			return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, n)
 		}
-		for _, off := range win.offsets(it.Index) {
+		for _, off := range win.offsets(base + it.Index) {
 			if _, ok := why[off]; !ok {
 				why[off] = reason{it.Rule, it.Err}
 				offsets = append(offsets, off)

@@ -29,6 +29,7 @@ type worker[In, Out any] struct {
 
 	mu     sync.Mutex
 	queue  []*kgo.Record
+	qbytes int64         // recordBytes of queue, guarded by mu
 	wake   chan struct{} // cap 1: records were pushed
 	paused uint8         // pause reasons, guarded by pmu
 	pmu    sync.Mutex
@@ -49,6 +50,7 @@ type worker[In, Out any] struct {
 	next int64
 
 	win *window[Out] // open coalescing window; nil when windows are off
+	rec recordHold   // memory budget: bytes of the records pushed and not yet processed
 
 	// State stores and timers (state.go, timer.go, fence.go).
 	st        *partitionState // the partition's stores; nil without stores and timers
@@ -70,7 +72,7 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 	}
 	w.sctx = stages.WithStopping(ctx, w.stopping)
 	if r.merger != nil {
-		w.win = newWindow(r.merger, &r.m.windowKeys)
+		w.win = newWindow(r.merger, &r.m.windowKeys, r.mem)
 	}
 	// State stores and timers: the stage's context carries the partition's
 	// stores and ownership; the restore is pending until the loop ran it.
@@ -101,8 +103,11 @@ func (w *worker[In, Out]) ownership() Ownership {
 // Runner.waitForCapacity).
 func (w *worker[In, Out]) push(recs []*kgo.Record, hwm int64) {
 	w.hwm.Store(hwm)
+	n := recordsBytes(recs)
+	w.holdRecords(n) // memory budget
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
+	w.qbytes += n
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -110,10 +115,11 @@ func (w *worker[In, Out]) push(recs []*kgo.Record, hwm int64) {
 	}
 }
 
-// full reports whether the queue is at MaxInFlight and the partition is not
-// already paused for backpressure.
-func (w *worker[In, Out]) full() bool {
-	if w.queued() < w.r.cfg.MaxInFlight {
+// full reports whether the queue is at MaxInFlight, or its records hold
+// share bytes (see Runner.partitionShare), and the partition is not already
+// paused for backpressure.
+func (w *worker[In, Out]) full(share int64) bool {
+	if w.queued() < w.r.cfg.MaxInFlight && w.queuedBytes() < share {
 		return false
 	}
 	w.pmu.Lock()
@@ -166,6 +172,7 @@ func (w *worker[In, Out]) abandon() {
 	if w.win != nil {
 		w.win.release()
 	}
+	w.rec.releaseAll(w.r.mem) // memory budget
 }
 
 // releaseFetchesLocked, with pmu held, resumes the partition's fetches if
@@ -235,14 +242,17 @@ func (w *worker[In, Out]) take() []*kgo.Record {
 		linger.Stop()
 	}
 	w.mu.Lock()
-	n, bytes := 0, 0
+	n, bytes, qb := 0, 0, int64(0)
 	for n < len(w.queue) && n < cfg.BatchMaxRecords {
 		bytes += len(w.queue[n].Value)
 		if n > 0 && bytes > cfg.BatchMaxBytes {
 			break
 		}
+		qb += recordBytes(w.queue[n])
 		n++
 	}
+	w.qbytes -= qb
+	leftBytes := w.qbytes
 	batch := make([]*kgo.Record, n)
 	copy(batch, w.queue[:n])
 	rest := copy(w.queue, w.queue[n:])
@@ -250,7 +260,7 @@ func (w *worker[In, Out]) take() []*kgo.Record {
 	w.queue = w.queue[:rest]
 	left := rest
 	w.mu.Unlock()
-	if left <= cfg.MaxInFlight/2 {
+	if left <= cfg.MaxInFlight/2 && leftBytes <= w.r.partShare.Load()/2 {
 		w.setPause(pauseBackpressure, false)
 	}
 	select {
@@ -273,6 +283,7 @@ func (w *worker[In, Out]) exit() {
 	if w.win != nil {
 		w.win.reset() // an abandoned window's keys no longer count
 	}
+	w.rec.releaseAll(w.r.mem) // memory budget: the queue left is redelivered to the next owner
 	if w.st != nil {
 		w.st.close()
 		if w.restoring.Load() {
@@ -308,11 +319,14 @@ func (w *worker[In, Out]) loop() {
 		}
 		handle := w.handle
 		if w.win != nil {
-			handle = w.handleWindowed
+			handle = w.handleWindowed // releases the batch's records itself, before it decides to close
 		}
 		err := error(nil)
 		if len(batch) > 0 {
 			err = handle(batch)
+			if w.win == nil {
+				w.releaseRecords(recordsBytes(batch)) // memory budget: the batch is done
+			}
 		}
 		if err == nil {
 			err = w.fireTimers() // timers due now, between batches (timer.go)
