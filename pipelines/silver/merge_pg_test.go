@@ -16,7 +16,9 @@ import (
 // the same whether each row is upserted in its own batch (the SQL of the
 // Update clause applied row by row), all rows go in one batch (merged in
 // memory by the sink), or the rows are first folded by the router's Merge
-// (the runtime's coalescing window) — every column but ingest_time.
+// (the runtime's coalescing window), on Go values or on their encodings
+// (a window that holds encoded rows, run.Encoder) — every column but
+// ingest_time.
 func TestMergeEqualsSequentialUpserts(t *testing.T) {
 	t.Parallel()
 	srv := testkit.NewPostgresServer(t)
@@ -76,7 +78,8 @@ func TestMergeEqualsSequentialUpserts(t *testing.T) {
 			ctxA, a := migrated(t, srv)
 			_, b := migrated(t, srv)
 			_, c := migrated(t, srv)
-			sinkA, sinkB, sinkC := newSink(t, a.Pool), newSink(t, b.Pool), newSink(t, c.Pool)
+			_, d := migrated(t, srv)
+			sinkA, sinkB, sinkC, sinkD := newSink(t, a.Pool), newSink(t, b.Pool), newSink(t, c.Pool), newSink(t, d.Pool)
 			for _, r := range gen(seed) {
 				if err := sinkA.Write(ctxA, []Row{r}); err != nil {
 					t.Fatal(err)
@@ -104,8 +107,32 @@ func TestMergeEqualsSequentialUpserts(t *testing.T) {
 			if err := sinkC.Write(ctxA, merged); err != nil {
 				t.Fatal(err)
 			}
+			encoded := map[string][]byte{}
+			merged = merged[:0]
+			for _, r := range gen(seed) {
+				k := rt.MergeKey(r)
+				old, ok := encoded[k]
+				if ok {
+					prev, err := rt.Decode(old)
+					if err != nil {
+						t.Fatal(err)
+					}
+					r = rt.Merge(prev, r)
+				}
+				encoded[k] = rt.AppendEncoded(old[:0], r)
+			}
+			for _, k := range order {
+				r, err := rt.Decode(encoded[k])
+				if err != nil {
+					t.Fatal(err)
+				}
+				merged = append(merged, r)
+			}
+			if err := sinkD.Write(ctxA, merged); err != nil {
+				t.Fatal(err)
+			}
 			seqTA, seqSA := withoutIngest(readTA(t, ctxA, a.Pool), clearTA), withoutIngest(readSA(t, ctxA, a.Pool), clearSA)
-			for name, db := range map[string]*testkit.Postgres{"one batch": b, "window then batch": c} {
+			for name, db := range map[string]*testkit.Postgres{"one batch": b, "window then batch": c, "encoded window then batch": d} {
 				gotTA, gotSA := withoutIngest(readTA(t, ctxA, db.Pool), clearTA), withoutIngest(readSA(t, ctxA, db.Pool), clearSA)
 				if !reflect.DeepEqual(gotTA, seqTA) {
 					t.Errorf("%s: ta_silver =\n%+v\nrow by row\n%+v", name, gotTA, seqTA)
