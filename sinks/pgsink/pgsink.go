@@ -1,6 +1,9 @@
 // Package pgsink is a PostgreSQL upsert sink built for throughput. One
-// Write merges the batch by natural key in memory, sorts the merged rows by
-// key and applies them in one transaction, in one of two ways:
+// Write sorts the batch by natural key, folds the items of a repeated key
+// into one row with [Table.Merge] (a batch of distinct keys, such as a
+// coalescing window's output that the runtime already merged, is not
+// merged again) and applies the rows in one transaction, in one of two
+// ways:
 //
 //   - upsert: the rows are COPYed into a temporary staging table and
 //     applied with a single INSERT … SELECT … ON CONFLICT … DO UPDATE (see
@@ -118,7 +121,8 @@ type Table[T any] struct {
 	KeyOf func(T) string
 	// Merge combines an earlier item (old) with a later one (next) of the
 	// same key exactly as the Update clause would; nil means the later item
-	// wins.
+	// wins. It is called only for the second and later items of a key in
+	// one Write, in batch order.
 	Merge func(old, next T) T
 	// Values returns a row's column values in Columns order (nil = NULL),
 	// as pgx encodes them for COPY; the values of the Key columns are also
@@ -392,30 +396,37 @@ func (s *Sink[T]) WriteCount(ctx context.Context, batch []T) (int64, error) {
 	return w.affected, rej
 }
 
-// merge folds the items of one key into one group and returns the groups
-// sorted by key (KeyOf, byte order): every writer then takes its row locks
-// and unique-index waits in the same order.
+// merge sorts the batch by key (KeyOf, byte order: every writer then takes
+// its row locks and unique-index waits in the same order) and folds the
+// items of one key into one group, in batch order. A batch whose keys are
+// distinct (a coalescing window's output, already merged by the runtime)
+// is not merged again: Merge is called only for a key's second and later
+// items.
 func (s *Sink[T]) merge(batch []T) []*group[T] {
-	groups := make([]*group[T], 0, len(batch))
-	byKey := make(map[string]*group[T], len(batch))
+	keys := make([]string, len(batch))
+	order := make([]int, len(batch))
 	for i, item := range batch {
-		k := s.table.KeyOf(item)
-		if g, ok := byKey[k]; ok {
+		keys[i], order[i] = s.table.KeyOf(item), i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	store := make([]group[T], 0, len(batch))
+	for j, i := range order {
+		if n := len(store); n > 0 && store[n-1].key == keys[i] {
+			g := &store[n-1]
 			if s.table.Merge != nil {
-				g.row = s.table.Merge(g.row, item)
+				g.row = s.table.Merge(g.row, batch[i])
 			} else {
-				g.row = item
+				g.row = batch[i]
 			}
-			g.items = append(g.items, i)
+			g.items = order[j-len(g.items) : j+1] // the key's items are consecutive in order
 			continue
 		}
-		g := &group[T]{key: k, row: item, items: []int{i}}
-		byKey[k] = g
-		groups = append(groups, g)
+		store = append(store, group[T]{key: keys[i], row: batch[i], items: order[j : j+1]})
 	}
-	slices.SortFunc(groups, func(a, b *group[T]) int { return strings.Compare(a.key, b.key) })
-	for _, g := range groups {
-		g.vals = s.table.Values(g.row)
+	groups := make([]*group[T], len(store))
+	for i := range store {
+		groups[i] = &store[i]
+		groups[i].vals = s.table.Values(groups[i].row)
 	}
 	return groups
 }
