@@ -65,11 +65,15 @@ const (
 // quiet stream is written batch by batch as before. The windows of all the
 // partitions a process holds are closed once they hold
 // DefaultWindowMaxTotalKeys keys together, so memory does not grow with the
-// number of partitions a process takes over (bench-silver: 311 000 keys
-// held in 6 windows, about 1 KiB of heap each, peak RSS 0.8 GiB). The bound
-// is set above that backlog on purpose: closing the same backlog at 250 000
-// keys turned 180 000 of its later rows into updates of rows just written
-// (PostgreSQL CPU 3 → 6–8 s, the run 6.3 → 9.2–9.9 s).
+// number of partitions a process takes over. The bound is set above
+// bench-silver's backlog (311 000 keys) on purpose: closing the same
+// backlog at 250 000 keys turned 180 000 of its later rows into updates of
+// rows just written (PostgreSQL CPU 3 → 6–8 s, the run 6.3 → 9.2–9.9 s).
+// Memory is bounded by the process's memory budget (run.Budget,
+// `sluice run --memory-budget`) whatever these bounds: the windows hold
+// rows encoded (the sink is a run.Encoder, about 450 bytes per key with
+// the map and offsets on bench-silver's corpus) and close early when the
+// budget is full.
 const (
 	DefaultWindowMaxKeys      = 100_000
 	DefaultWindowMaxAge       = 10 * time.Second

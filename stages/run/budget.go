@@ -16,12 +16,12 @@ import (
 // plus a per-record overhead) and the outputs held by coalescing windows
 // (see [WindowConfig]). It never refuses or drops data; it steers:
 //
-//   - a runner stops polling while the budget is full, or while records
-//     take an eighth of it (fetches pause: the Kafka client then holds at
-//     most its fetch buffers, which the runner sizes from the budget too),
-//     and polls again once workers processed records or windows were
-//     written; a partition whose queue holds more than its share of that
-//     eighth has its fetches paused like a queue at Config.MaxInFlight;
+//   - a runner stops polling while the budget is full (fetches pause: the
+//     Kafka client then holds at most its fetch buffers, which the runner
+//     sizes from the budget too), and polls again once workers processed
+//     records or windows were written; a partition whose queue holds more
+//     than its share of an eighth of the budget has its fetches paused like
+//     a queue at Config.MaxInFlight, and a batch holds at most a 64th of it;
 //   - a window is closed (written) early when the budget is full, counting
 //     the windows already being written as free, so that only as many
 //     windows close as are needed (sluice_window_budget_closes_total);
@@ -42,7 +42,7 @@ type Budget struct {
 	closing atomic.Int64 // bytes of windows being written (part of windows)
 
 	mu      sync.Mutex
-	state   uint32        // budgetFull | budgetRecordsFull | budgetPressure, as last notified
+	state   uint32        // budgetFull | budgetPressure, as last notified
 	changed chan struct{} // closed (and replaced) when state changes
 
 	wmu     sync.Mutex
@@ -52,9 +52,8 @@ type Budget struct {
 
 // Budget states.
 const (
-	budgetFull        = 1 << iota // records + windows ≥ limit: do not poll
-	budgetRecordsFull             // records ≥ limit/recordsShare: do not poll
-	budgetPressure                // records + windows − closing ≥ limit: close windows
+	budgetFull     = 1 << iota // records + windows ≥ limit: do not poll
+	budgetPressure             // records + windows − closing ≥ limit: close windows
 )
 
 // NewBudget returns a budget of limit bytes (at least MinBudget).
@@ -78,9 +77,6 @@ func (b *Budget) compute() uint32 {
 	var s uint32
 	if rec+win >= b.limit {
 		s |= budgetFull
-	}
-	if rec >= b.limit/recordsShare {
-		s |= budgetRecordsFull
 	}
 	if rec+win-closing >= b.limit {
 		s |= budgetPressure
@@ -111,18 +107,18 @@ func (b *Budget) wait() <-chan struct{} {
 	return b.changed
 }
 
-// pollable reports whether a runner may poll: the budget is not full and
-// records take less than their share of it.
-func (b *Budget) pollable() bool { return b.compute()&(budgetFull|budgetRecordsFull) == 0 }
+// pollable reports whether a runner may poll: the budget is not full.
+func (b *Budget) pollable() bool { return b.compute()&budgetFull == 0 }
 
 // pressure reports whether windows should close early: what is held,
 // without the windows being written, fills the budget.
 func (b *Budget) pressure() bool { return b.compute()&budgetPressure != 0 }
 
-// recordsShare: records (fetched, not yet processed) may take 1/recordsShare
-// of the budget before polling pauses; the rest is for windows. A few
-// batches per partition keep the workers busy; more only delays the
-// windows' memory.
+// recordsShare: the queues of a runner's partitions may hold
+// 1/recordsShare of the budget together (each its share of it, see
+// Runner.partitionShare) before a partition's fetches pause; the rest is
+// for windows. A few batches per partition keep the workers busy; more only
+// takes the windows' memory.
 const recordsShare = 8
 
 // acquireWrite waits until a window part of n encoded bytes may be decoded
@@ -164,8 +160,8 @@ func (b *Budget) releaseWrite(n int64) {
 func (b *Budget) writeAllowance() int64 { return 2 * b.windowPartBytes() }
 
 // windowPartBytes bounds the encoded outputs of one Write of a window (see
-// closeWindow): a sixty-fourth of the budget, within 1–16 MiB.
-func (b *Budget) windowPartBytes() int64 { return min(max(b.limit/64, 1<<20), 16<<20) }
+// closeWindow): a 32nd of the budget, within 1–16 MiB.
+func (b *Budget) windowPartBytes() int64 { return min(max(b.limit/32, 1<<20), 16<<20) }
 
 // MinBudget is the smallest budget: below it a window could not hold one
 // batch's outputs of the records a single fetch brings.
@@ -304,9 +300,9 @@ func (r *Runner[In, Out]) initBudget(reg prometheus.Registerer) error {
 	return nil
 }
 
-// waitForBudget holds the poll loop while the budget is full or records
-// take their share of it (see Budget): the workers drain their queues and
-// close windows meanwhile. Records already fetched are never dropped.
+// waitForBudget holds the poll loop while the budget is full (see Budget):
+// the workers drain their queues and close windows meanwhile. Records
+// already fetched are never dropped.
 func (r *Runner[In, Out]) waitForBudget(ctx context.Context) {
 	for {
 		changed := r.budget.wait()
@@ -331,6 +327,14 @@ func (r *Runner[In, Out]) partitionShare(n int) int64 {
 }
 
 const minPartitionShare = 4 << 20
+
+// batchBytes bounds the record values of one batch besides
+// Config.BatchMaxBytes: a 64th of the budget, at least 1 MiB. The stage's
+// outputs of a batch being processed are live besides its records and
+// are not counted in the budget; every partition may be processing one.
+func (r *Runner[In, Out]) batchBytes() int {
+	return int(max(r.budget.limit/64, 1<<20))
+}
 
 // recordHold is what a worker's records (queued, or in the batch being
 // processed) count in the runner's budget. Safe for concurrent use.

@@ -117,10 +117,11 @@ func hash(s string) uint64 {
 	return h.Sum64()
 }
 
-// produceBlobs produces n records of random, uncompressed values of size
-// bytes (so that the broker and the client hold them at full size) with
-// keys "k-%05d" of i%keys, and returns what each key's merged output must
-// be: the count of its records and the hash of the newest value.
+// produceBlobs produces n records of random, uncompressed values (so that
+// the broker and the client hold them at full size) of size/2 to size
+// bytes (so that a merged output's encoding changes length) with keys
+// "k-%05d" of i%keys, and returns what each key's merged output must be:
+// the count of its records and the hash of the newest value.
 func produceBlobs(t *testing.T, k *testkit.Kafka, topic string, n, keys, size int) map[string]blobState {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(n), uint64(keys)))
@@ -130,7 +131,7 @@ func produceBlobs(t *testing.T, k *testkit.Kafka, topic string, n, keys, size in
 	defer cancel()
 	recs := make([]*kgo.Record, 0, 1000)
 	for i := range n {
-		v := make([]byte, size)
+		v := make([]byte, size/2+rng.IntN(size/2+1))
 		for j := range v {
 			v[j] = byte('a' + rng.IntN(26))
 		}
@@ -187,7 +188,7 @@ func liveHeap(interval time.Duration) (stop func() uint64) {
 func TestBudgetBoundsHeapUnderBacklog(t *testing.T) {
 	const (
 		n, keys = 48_000, 40_000
-		size    = 2 << 10 // bytes per value: 94 MiB of records, 78 MiB in the newest value of each key
+		size    = 2 << 10 // at most, per value: 70 MiB of records, 59 MiB in the newest value of each key
 		budget  = 8 << 20
 	)
 	for _, tc := range []struct {
@@ -218,10 +219,10 @@ func TestBudgetBoundsHeapUnderBacklog(t *testing.T) {
 			}
 			grown := int64(peak) - int64(base)
 			t.Logf("live heap %d MiB before, peak %d MiB (+%d MiB) for %d MiB of records with a %d MiB budget; %d writes",
-				base>>20, peak>>20, grown>>20, n*size>>20, budget>>20, len(sink.writes))
+				base>>20, peak>>20, grown>>20, n*size*3/4>>20, budget>>20, len(sink.writes))
 			// The budget, one poll (MaxInFlight records) and one batch per
 			// partition of overshoot, the writes in progress and the
-			// client's fetch buffers: well below the 78 MiB unbounded
+			// client's fetch buffers: well below the 59 MiB unbounded
 			// windows hold at the end of the backlog. An in-process kfake
 			// broker's own fetch buffers count too.
 			limit := int64(3*budget + 4<<20)
@@ -252,7 +253,7 @@ func TestBudgetBoundsHeapUnderBacklog(t *testing.T) {
 }
 
 // A window that holds its outputs encoded is written in parts of bounded
-// size (a 64th of the budget, at least 1 MiB of encodings): each part is
+// size (a 32nd of the budget, 1–16 MiB of encodings): each part is
 // one Write, and a rejection's index, relative to its part, still
 // dead-letters every record of the refused key, in whichever part it is.
 // The other keys land with the merge of all their records.
@@ -262,7 +263,7 @@ func TestEncodedWindowWrittenInPartsMapsRejections(t *testing.T) {
 	cfg := baseConfig(t, k, 1)
 	cfg.BatchMaxRecords, cfg.MaxInFlight = 1000, 2000
 	cfg.Window = run.WindowConfig{MaxKeys: 1 << 20, MaxAge: time.Minute}
-	const n, keys, size = 9000, 3000, 1 << 10 // 3 MiB of encodings in one window: 3 parts or more
+	const n, keys, size = 9000, 3000, 2 << 10 // 4.5 MiB of encodings in one window: parts of 2 MiB
 	want := produceBlobs(t, k, cfg.Topics[0], n, keys, size)
 	const refused = "k-02999" // first seen last: in the last part of the window
 	sink := newBlobSink()

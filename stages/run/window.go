@@ -71,9 +71,9 @@ type Merger[T any] interface {
 // is written in more, smaller windows; each window still merges its
 // records in partition order and marks offsets only after its write. A
 // window whose sink implements [Encoder] holds its outputs encoded and is
-// written in parts (one Sink.Write each) of about a 64th of the budget
-// (at least 1 MiB of encodings); a part that fails stops the close like a
-// failed write, and the window is redelivered whole.
+// written in parts (one Sink.Write each) of about a 32nd of the budget
+// (1–16 MiB of encodings); a part that fails stops the close like a failed
+// write, and the window is redelivered whole.
 //
 // sluice_window_merged_total counts the outputs merged into an earlier
 // output of their key once their window's write succeeded (with the
@@ -311,13 +311,15 @@ func (win *window[Out]) appendArena(b []byte) span {
 }
 
 // compact copies the live encodings into a new arena once replaced ones
-// take more than half of it.
+// take a quarter of it (bench-silver's sa rows, whose text changes length
+// from one scrape to the next, left a fifth of the arena dead on average
+// with a threshold of a half).
 func (win *window[Out]) compact() {
 	total := int64(0)
 	for _, c := range win.arena {
 		total += int64(cap(c))
 	}
-	if win.dead < arenaChunk || 2*win.dead < total {
+	if win.dead < arenaChunk || 4*win.dead < total {
 		return
 	}
 	old := win.arena

@@ -241,11 +241,12 @@ func (w *worker[In, Out]) take() []*kgo.Record {
 		}
 		linger.Stop()
 	}
+	maxBytes := min(cfg.BatchMaxBytes, w.r.batchBytes()) // memory budget
 	w.mu.Lock()
 	n, bytes, qb := 0, 0, int64(0)
 	for n < len(w.queue) && n < cfg.BatchMaxRecords {
 		bytes += len(w.queue[n].Value)
-		if n > 0 && bytes > cfg.BatchMaxBytes {
+		if n > 0 && bytes > maxBytes {
 			break
 		}
 		qb += recordBytes(w.queue[n])

@@ -1,0 +1,104 @@
+package run
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// kv is the output of the arena test: a key and its newest value.
+type kv struct{ K, V string }
+
+// kvMerger keeps the newest value; it holds outputs encoded as
+// "key\x00value".
+type kvMerger struct{}
+
+func (kvMerger) MergeKey(o kv) string { return o.K }
+func (kvMerger) Merge(_, next kv) kv  { return next }
+func (kvMerger) AppendEncoded(d []byte, o kv) []byte {
+	return append(append(append(d, o.K...), 0), o.V...)
+}
+func (kvMerger) Decode(b []byte) (kv, error) {
+	k, v, ok := strings.Cut(string(b), "\x00")
+	if !ok {
+		return kv{}, errors.New("no separator")
+	}
+	return kv{k, v}, nil
+}
+
+// A window that holds encodings replaces an output whose new encoding is
+// longer at the end of its arena; the bytes left behind are copied out
+// (the arena compacted) once they take a quarter of it, so replaced
+// encodings do not grow the window's memory without bound, and every
+// output still decodes to its key's newest value.
+func TestWindowArenaCompacts(t *testing.T) {
+	t.Parallel()
+	var keys atomic.Int64
+	mem := &heldBytes{b: NewBudget(1 << 30)}
+	win := newWindow[kv](kvMerger{}, &keys, mem)
+	if win.enc == nil {
+		t.Fatal("the window does not hold encodings for an Encoder")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	want := map[string]string{}
+	const nkeys = 500
+	off := int64(0)
+	maxArena := int64(0)
+	for range 400 {
+		batch := make([]*kgo.Record, 50)
+		p := &pending[kv]{}
+		for i := range batch {
+			k := fmt.Sprintf("k%03d", rng.IntN(nkeys))
+			v := strings.Repeat("x", 100+rng.IntN(2000))
+			batch[i] = &kgo.Record{Offset: off}
+			off++
+			p.outs = append(p.outs, kv{k, v})
+			p.owners = append(p.owners, i)
+			want[k] = v
+		}
+		if _, err := win.add(batch, p); err != nil {
+			t.Fatal(err)
+		}
+		total := int64(0)
+		for _, c := range win.arena {
+			total += int64(cap(c))
+		}
+		maxArena = max(maxArena, total)
+		if win.dead >= arenaChunk && 4*win.dead >= total {
+			t.Fatalf("after a batch %d of %d arena bytes are dead: not compacted", win.dead, total)
+		}
+	}
+	live := int64(0)
+	for i := range win.spans {
+		live += int64(win.spans[i].n)
+	}
+	// Without compaction the arena would hold every encoding ever stored
+	// that did not fit its slot: about 20 000 × 1 KiB.
+	if maxArena > 3*live+2*arenaChunk {
+		t.Errorf("arena grew to %d bytes for %d live bytes", maxArena, live)
+	}
+	if win.keys() != len(want) {
+		t.Fatalf("%d keys in the window, want %d", win.keys(), len(want))
+	}
+	outs, to, err := win.chunk(0, 1<<40)
+	if err != nil || to != win.keys() {
+		t.Fatalf("chunk: %d outputs to %d, %v", len(outs), to, err)
+	}
+	for _, o := range outs {
+		if want[o.K] != o.V {
+			t.Fatalf("key %s: value of %d bytes, want the newest (%d bytes)", o.K, len(o.V), len(want[o.K]))
+		}
+	}
+	if got := mem.windows.Load(); got != win.size || got <= live {
+		t.Errorf("budget counts %d bytes for a window of %d (%d live encoded)", got, win.size, live)
+	}
+	win.reset()
+	if got := mem.windows.Load(); got != 0 {
+		t.Errorf("budget counts %d bytes after reset", got)
+	}
+}
