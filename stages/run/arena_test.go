@@ -85,17 +85,69 @@ func TestWindowArenaCompacts(t *testing.T) {
 	if win.keys() != len(want) {
 		t.Fatalf("%d keys in the window, want %d", win.keys(), len(want))
 	}
-	outs, to, err := win.chunk(0, 1<<40)
-	if err != nil || to != win.keys() {
-		t.Fatalf("chunk: %d outputs to %d, %v", len(outs), to, err)
-	}
-	for _, o := range outs {
+	for i := range win.keys() {
+		o, err := win.decode(i)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if want[o.K] != o.V {
 			t.Fatalf("key %s: value of %d bytes, want the newest (%d bytes)", o.K, len(o.V), len(want[o.K]))
 		}
 	}
 	if got := mem.windows.Load(); got != win.size || got <= live {
 		t.Errorf("budget counts %d bytes for a window of %d (%d live encoded)", got, win.size, live)
+	}
+	win.reset()
+	if got := mem.windows.Load(); got != 0 {
+		t.Errorf("budget counts %d bytes after reset", got)
+	}
+}
+
+// A window written in parts gives each arena chunk back (to the garbage
+// collector and the budget) once every output it holds is written, so the
+// budget frees up part by part instead of when the whole window is done;
+// the outputs not yet written still decode.
+func TestWindowWrittenPartsFreeArena(t *testing.T) {
+	t.Parallel()
+	var keys atomic.Int64
+	mem := &heldBytes{b: NewBudget(1 << 30)}
+	win := newWindow[kv](kvMerger{}, &keys, mem)
+	p := &pending[kv]{}
+	batch := make([]*kgo.Record, 3000)
+	for i := range batch {
+		batch[i] = &kgo.Record{Offset: int64(i)}
+		p.outs = append(p.outs, kv{fmt.Sprintf("k%04d", i), strings.Repeat("v", 500)})
+		p.owners = append(p.owners, i)
+	}
+	if _, err := win.add(batch, p); err != nil {
+		t.Fatal(err)
+	}
+	if len(win.arena) < 4 {
+		t.Fatalf("%d arena chunks: too few for the test", len(win.arena))
+	}
+	before := mem.windows.Load()
+	win.countParts()
+	half := win.keys() / 2
+	freed := win.written(0, half)
+	nils := 0
+	for _, c := range win.arena {
+		if c == nil {
+			nils++
+		}
+	}
+	if freed == 0 || nils == 0 || nils == len(win.arena) {
+		t.Fatalf("half the outputs written: %d of %d chunks freed (%d bytes)", nils, len(win.arena), freed)
+	}
+	if got := mem.windows.Load(); got != before-freed || got != win.size {
+		t.Errorf("budget counts %d bytes, want %d (window size %d)", got, before-freed, win.size)
+	}
+	for i := half; i < win.keys(); i++ {
+		if o, err := win.decode(i); err != nil || o.K != fmt.Sprintf("k%04d", i) {
+			t.Fatalf("output %d after the first half was written: %v, %v", i, o.K, err)
+		}
+	}
+	if win.written(half, win.keys()); mem.windows.Load() >= before-freed-int64(arenaChunk) {
+		t.Errorf("every output written: the budget still counts %d bytes", mem.windows.Load())
 	}
 	win.reset()
 	if got := mem.windows.Load(); got != 0 {

@@ -127,25 +127,27 @@ type Encoder[T any] interface {
 // held as values the bytes of the record each came from, plus a per-key
 // and per-record overhead.
 type window[Out any] struct {
-	outs    []Out            // merged outputs in order of first appearance: the write (enc == nil)
-	spans   []span           // where output i is encoded in arena (enc != nil)
-	arena   [][]byte         // encoded outputs, in chunks of arenaChunk bytes or one larger output
-	dead    int64            // arena bytes of encodings replaced by a merge
-	scratch []byte           // encoding buffer of add
-	byKey   map[string]int32 // index into outs or spans
-	first   []int32          // first[i]: head of output i's offset list in links
-	lastOf  []int32          // lastOf[i]: tail of that list
-	links   []offsetLink
-	opened  time.Time
-	base    int64         // offset of the window's first record (offsetLink.off counts from it)
-	records int           // records processed into the window
-	merged  int           // outputs merged into an earlier one (sluice_window_merged_total once written)
-	last    *kgo.Record   // last record processed (for the commit mark)
-	merger  Merger[Out]   // the runner's sink
-	enc     Encoder[Out]  // the sink, when it implements Encoder
-	held    *atomic.Int64 // keys held by all the runner's windows (WindowConfig.MaxTotalKeys)
-	mem     *heldBytes    // the runner's share of the memory budget
-	size    int64         // bytes the window holds, as counted in the budget
+	outs      []Out            // merged outputs in order of first appearance: the write (enc == nil)
+	spans     []span           // where output i is encoded in arena (enc != nil)
+	arena     [][]byte         // encoded outputs, in chunks of arenaChunk bytes or one larger output
+	dead      int64            // arena bytes of encodings replaced by a merge
+	scratch   []byte           // encoding buffer of add
+	byKey     map[string]int32 // index into outs or spans
+	first     []int32          // first[i]: head of output i's offset list in links
+	lastOf    []int32          // lastOf[i]: tail of that list
+	links     []offsetLink
+	opened    time.Time
+	base      int64         // offset of the window's first record (offsetLink.off counts from it)
+	records   int           // records processed into the window
+	merged    int           // outputs merged into an earlier one (sluice_window_merged_total once written)
+	last      *kgo.Record   // last record processed (for the commit mark)
+	merger    Merger[Out]   // the runner's sink
+	enc       Encoder[Out]  // the sink, when it implements Encoder
+	held      *atomic.Int64 // keys held by all the runner's windows (WindowConfig.MaxTotalKeys)
+	mem       *heldBytes    // the runner's share of the memory budget
+	size      int64         // bytes the window holds, as counted in the budget
+	closing   int64         // bytes counted as being written in Budget.closing (closeWindow)
+	unwritten []int32       // per arena chunk, its outputs not yet written (closeWindow)
 
 	// mu guards counted, countedBytes and released: release runs on the
 	// runner's goroutine while the worker may still be blocked in the
@@ -330,6 +332,42 @@ func (win *window[Out]) compact() {
 	}
 }
 
+// countParts counts, before the window is written, the outputs of each
+// arena chunk (see written).
+func (win *window[Out]) countParts() {
+	if win.enc == nil {
+		return
+	}
+	win.unwritten = slices.Grow(win.unwritten[:0], len(win.arena))[:len(win.arena)]
+	clear(win.unwritten)
+	for _, s := range win.spans {
+		win.unwritten[s.chunk]++
+	}
+}
+
+// written frees the arena chunks whose outputs are all written once the
+// outputs from..to are, gives their bytes back to the budget, and returns
+// them: a window written in parts releases its memory part by part, so
+// that the runner polls again before the whole window is written.
+func (win *window[Out]) written(from, to int) (freed int64) {
+	for i := from; i < to; i++ {
+		c := win.spans[i].chunk
+		if win.unwritten[c]--; win.unwritten[c] == 0 {
+			freed += int64(cap(win.arena[c]))
+			win.arena[c] = nil
+		}
+	}
+	win.size -= freed
+	win.closing -= freed
+	win.mu.Lock()
+	defer win.mu.Unlock()
+	if !win.released {
+		win.countedBytes -= freed
+		win.mem.addWindows(-freed)
+	}
+	return freed
+}
+
 // partEnd returns the index after the last encoded output of the part
 // that starts at from and holds about maxBytes (at least one output), and
 // its encoded bytes.
@@ -340,31 +378,6 @@ func (win *window[Out]) partEnd(from int, maxBytes int64) (to int, size int64) {
 		to++
 	}
 	return to, size
-}
-
-// partBytes returns the encoded bytes of the part that starts at from.
-func (win *window[Out]) partBytes(from int, maxBytes int64) int64 {
-	_, size := win.partEnd(from, maxBytes)
-	return size
-}
-
-// chunk returns the outputs from index from on, as many as hold about
-// maxBytes (at least one), decoded when the window holds encodings, and the
-// index after the last one.
-func (win *window[Out]) chunk(from int, maxBytes int64) ([]Out, int, error) {
-	if win.enc == nil {
-		return win.outs[from:], len(win.outs), nil
-	}
-	to, _ := win.partEnd(from, maxBytes)
-	outs := make([]Out, 0, to-from)
-	for i := from; i < to; i++ {
-		o, err := win.decode(i)
-		if err != nil {
-			return nil, 0, err
-		}
-		outs = append(outs, o)
-	}
-	return outs, to, nil
 }
 
 // reset empties the window (after its write, or to drop it when the
@@ -514,15 +527,11 @@ func (w *worker[In, Out]) closeWindow() error {
 		return nil
 	}
 	if win.keys() > 0 {
-		closing := win.size
-		r.budget.addClosing(closing)
-		defer r.budget.addClosing(-closing)
-		for from := 0; from < win.keys(); {
-			to, err := w.writePart(from)
-			if err != nil {
-				return err
-			}
-			from = to
+		win.closing = win.size
+		r.budget.addClosing(win.closing)
+		defer func() { r.budget.addClosing(-win.closing); win.closing = 0 }()
+		if err := w.writeParts(); err != nil {
+			return err
 		}
 		r.m.merged.Add(float64(win.merged))
 	}
@@ -543,28 +552,55 @@ func (w *worker[In, Out]) closeWindow() error {
 	return nil
 }
 
-// writePart writes the window's outputs from index from on, as many as
-// hold about Budget.windowPartBytes when they are encoded (all of them
-// otherwise), and returns the index after the last one written. The write
-// of an encoded part waits its turn in the budget (Budget.acquireWrite).
-func (w *worker[In, Out]) writePart(from int) (int, error) {
+// writeParts writes the window's outputs: with one Write when they are
+// values, else in parts of about Budget.windowPartBytes of encodings, one
+// after the other, each waiting its turn in the budget
+// (Budget.acquireWrite) and giving its arena chunks back once written
+// (window.written). It stops at the first part that fails.
+func (w *worker[In, Out]) writeParts() error {
 	r, win := w.r, w.win
-	part := r.budget.windowPartBytes()
-	if win.enc != nil {
-		n := win.partBytes(from, part)
-		if err := r.budget.acquireWrite(w.ctx, n); err != nil {
-			return 0, errAbandoned
+	if win.enc == nil {
+		return w.write(win.outs, func(rej *stages.Rejections, attempt int) error {
+			return w.deadLetterRejected(rej, attempt, 0, len(win.outs))
+		})
+	}
+	win.countParts()
+	size := r.budget.windowPartBytes()
+	for from := 0; from < win.keys(); {
+		to, n := win.partEnd(from, size)
+		if err := w.writePart(from, to, n); err != nil {
+			return err
 		}
-		defer r.budget.releaseWrite(n)
+		from = to
 	}
-	outs, to, err := win.chunk(from, part)
-	if err != nil {
-		return 0, stages.Fatal(err)
+	return nil
+}
+
+// writePart decodes and writes the window's encoded outputs from..to (n
+// bytes of encodings) with one Write, then frees the arena chunks that
+// held only written outputs.
+func (w *worker[In, Out]) writePart(from, to int, n int64) error {
+	r, win := w.r, w.win
+	if err := r.budget.acquireWrite(w.ctx, n); err != nil {
+		return errAbandoned
 	}
-	err = w.write(outs, func(rej *stages.Rejections, attempt int) error {
+	defer r.budget.releaseWrite(n)
+	outs := make([]Out, 0, to-from)
+	for i := from; i < to; i++ {
+		o, err := win.decode(i)
+		if err != nil {
+			return stages.Fatal(err)
+		}
+		outs = append(outs, o)
+	}
+	err := w.write(outs, func(rej *stages.Rejections, attempt int) error {
 		return w.deadLetterRejected(rej, attempt, from, len(outs))
 	})
-	return to, err
+	if err != nil {
+		return err
+	}
+	r.budget.addClosing(-win.written(from, to))
+	return nil
 }
 
 // deadLetterRejected reads back the records behind the rejected outputs and
