@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/stages/dlq"
 	"github.com/sluicehq/sluice/topics"
@@ -50,6 +51,32 @@ func (ff *dlqFilterFlags) register(cmd *cobra.Command) {
 // --reason=) selects the records without a rule (reason): the flag parser turns an
 // empty value into an empty list, which would otherwise select every
 // record, a surprise for a redrive.
+// scan checks what inspect and redrive share — the filter flags, then
+// their own flag (bad reports badErr), --topic and --timeout — and returns
+// the filter, the Kafka options and a context bounded by timeout (cancel
+// it). The first error found is returned alone.
+func (ff *dlqFilterFlags) scan(cmd *cobra.Command, g *globalConfig, topic string, timeout time.Duration, bad bool, badErr error) (dlq.Filter, []kgo.Opt, context.Context, context.CancelFunc, error) {
+	f, err := ff.filter(time.Now())
+	switch {
+	case err != nil:
+	case bad:
+		err = badErr
+	case topic == "":
+		err = errors.New("empty --topic")
+	default:
+		err = checkTimeout(timeout)
+	}
+	if err != nil {
+		return dlq.Filter{}, nil, nil, nil, err
+	}
+	opts, err := kafkaOpts(cmd.Context(), g)
+	if err != nil {
+		return dlq.Filter{}, nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	return f, opts, ctx, cancel, nil
+}
+
 func (ff *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
 	f := dlq.Filter{Reasons: ff.reasons, Rules: ff.rules, SourceTopic: ff.sourceTopic}
 	if ff.changed != nil && ff.changed("reason") && len(f.Reasons) == 0 {
@@ -94,24 +121,10 @@ text or base64 as its "value_encoding" says, a key or header that is not
 UTF-8 in base64). It joins no consumer group and commits nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := ff.filter(time.Now())
+			f, opts, ctx, cancel, err := ff.scan(cmd, g, topic, timeout, limit < 0, fmt.Errorf("invalid --limit %d (want ≥ 0)", limit))
 			if err != nil {
 				return err
 			}
-			if limit < 0 {
-				return fmt.Errorf("invalid --limit %d (want ≥ 0)", limit)
-			}
-			if topic == "" {
-				return errors.New("empty --topic")
-			}
-			if err := checkTimeout(timeout); err != nil {
-				return err
-			}
-			opts, err := kafkaOpts(cmd.Context(), g)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			out := cmd.OutOrStdout()
 			n := 0
@@ -365,24 +378,10 @@ started (from the start of that second: dlq.failed_at is written to the
 second).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			f, err := ff.filter(time.Now())
+			f, opts, ctx, cancel, err := ff.scan(cmd, g, topic, timeout, maxRedrives < 1, fmt.Errorf("invalid --max-redrives %d (want ≥ 1)", maxRedrives))
 			if err != nil {
 				return err
 			}
-			if maxRedrives < 1 {
-				return fmt.Errorf("invalid --max-redrives %d (want ≥ 1)", maxRedrives)
-			}
-			if topic == "" {
-				return errors.New("empty --topic")
-			}
-			if err := checkTimeout(timeout); err != nil {
-				return err
-			}
-			opts, err := kafkaOpts(cmd.Context(), g)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			out := cmd.OutOrStdout()
 			req := dlq.RedriveRequest{DLQTopic: topic, Filter: f, DryRun: dryRun, MaxRedrives: maxRedrives}

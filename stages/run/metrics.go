@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/promreg"
 	"github.com/sluicehq/sluice/stages"
 )
 
@@ -42,70 +43,35 @@ func newMetrics(reg prometheus.Registerer, pipeline string, topics []string) (*m
 	}
 	reg = prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pipeline}, reg)
 	lat := prometheus.ExponentialBuckets(0.00001, 4, 12) // 10µs … ~42s
+	f := promreg.Exclusive(reg)
 	m := &metrics{
-		in: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_records_in_total", Help: "Records consumed, per topic.",
-		}, []string{"topic"}),
-		out: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_records_out_total", Help: "Stage outputs handed to the sink.",
-		}),
-		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_dlq_records_total", Help: "Records dead-lettered, per reason and rule.",
-		}, []string{"reason", "rule"}),
-		dlqReasons: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_dlq_records_by_reason_total",
-			Help: "Records dead-lettered, per reason: sluice_dlq_records_total summed over rules, with every DLQ reason of the design exported at 0 from the start (alert on this one).",
-		}, []string{"reason"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_retries_total", Help: "Retries, per kind (stage, sink, dlq).",
-		}, []string{"kind"}),
-		waits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_runtime_waits_total", Help: "Stage waits (stages.Wait: a rate-limit denial, a Retry-After): the record's partition paused and the stage called again without spending an attempt.",
-		}),
-		waitSeconds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_runtime_wait_seconds_total", Help: "Seconds spent in stage waits (stages.Wait), cut short ones included.",
-		}),
-		stageDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_stage_duration_seconds", Help: "Stage latency per record.", Buckets: lat,
-		}),
-		sinkDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_sink_write_duration_seconds", Help: "Sink Write latency per batch.", Buckets: lat,
-		}),
-		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_batch_records", Help: "Records per batch.", Buckets: prometheus.ExponentialBuckets(1, 2, 14),
-		}),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_consumer_lag", Help: "Records between the last fetched offset and the high watermark, per partition.",
-		}, []string{"topic", "partition"}),
-		paused: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_paused_partitions", Help: "Partitions whose fetches are paused.",
-		}),
-		assigned: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_assigned_partitions", Help: "Partitions assigned to this member.",
-		}),
-		committed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_records_done_total", Help: "Records whose effects are durable and whose offsets are marked for commit.",
-		}, []string{"topic"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_runtime_errors_total", Help: "Runtime errors, per kind (fetch, commit, fatal, abandoned, restore: a failed state store restore read, retried).",
-		}, []string{"kind"}),
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_offsets_skipped_total", Help: "Offsets deleted from the log (retention, DeleteRecords) before the group consumed them, per topic: their records never reached the pipeline.",
-		}, []string{"topic"}),
-		batchDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sluice_batch_phase_duration_seconds", Help: "Batch time per phase (process, write, dlq).", Buckets: lat,
-		}, []string{"phase"}),
-		merged: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_window_merged_total", Help: "Outputs merged into an earlier output of the same key in a coalescing window, counted when the window is written (writes saved); a window dropped unwritten (abandoned, partition lost, failed write at stop) counts nothing.",
-		}),
+		in:          f.CounterVec("sluice_records_in_total", "Records consumed, per topic.", "topic"),
+		out:         f.Counter("sluice_records_out_total", "Stage outputs handed to the sink."),
+		dlq:         f.CounterVec("sluice_dlq_records_total", "Records dead-lettered, per reason and rule.", "reason", "rule"),
+		dlqReasons:  f.CounterVec("sluice_dlq_records_by_reason_total", "Records dead-lettered, per reason: sluice_dlq_records_total summed over rules, with every DLQ reason of the design exported at 0 from the start (alert on this one).", "reason"),
+		retries:     f.CounterVec("sluice_retries_total", "Retries, per kind (stage, sink, dlq).", "kind"),
+		waits:       f.Counter("sluice_runtime_waits_total", "Stage waits (stages.Wait: a rate-limit denial, a Retry-After): the record's partition paused and the stage called again without spending an attempt."),
+		waitSeconds: f.Counter("sluice_runtime_wait_seconds_total", "Seconds spent in stage waits (stages.Wait), cut short ones included."),
+		stageDur:    f.Histogram("sluice_stage_duration_seconds", "Stage latency per record.", lat),
+		sinkDur:     f.Histogram("sluice_sink_write_duration_seconds", "Sink Write latency per batch.", lat),
+		batchSize:   f.Histogram("sluice_batch_records", "Records per batch.", prometheus.ExponentialBuckets(1, 2, 14)),
+		lag:         f.GaugeVec("sluice_consumer_lag", "Records between the last fetched offset and the high watermark, per partition.", "topic", "partition"),
+		paused:      f.Gauge("sluice_paused_partitions", "Partitions whose fetches are paused."),
+		assigned:    f.Gauge("sluice_assigned_partitions", "Partitions assigned to this member."),
+		committed:   f.CounterVec("sluice_records_done_total", "Records whose effects are durable and whose offsets are marked for commit.", "topic"),
+		errors:      f.CounterVec("sluice_runtime_errors_total", "Runtime errors, per kind (fetch, commit, fatal, abandoned, restore: a failed state store restore read, retried).", "kind"),
+		skipped:     f.CounterVec("sluice_offsets_skipped_total", "Offsets deleted from the log (retention, DeleteRecords) before the group consumed them, per topic: their records never reached the pipeline.", "topic"),
+		batchDur:    f.HistogramVec("sluice_batch_phase_duration_seconds", "Batch time per phase (process, write, dlq).", lat, "phase"),
+		merged:      f.Counter("sluice_window_merged_total", "Outputs merged into an earlier output of the same key in a coalescing window, counted when the window is written (writes saved); a window dropped unwritten (abandoned, partition lost, failed write at stop) counts nothing."),
 	}
 	windowKeys := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_window_keys", Help: "Keys held by the open coalescing windows of all assigned partitions (memory under a backlog).",
 	}, func() float64 { return float64(m.windowKeys.Load()) })
-	for _, c := range []prometheus.Collector{m.in, m.out, m.dlq, m.dlqReasons, m.retries, m.waits, m.waitSeconds, m.stageDur, m.sinkDur, m.batchSize, m.lag, m.paused, m.assigned, m.committed, m.errors, m.skipped, m.batchDur, m.merged, windowKeys} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := f.Err(); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(windowKeys); err != nil {
+		return nil, err
 	}
 	// Export the fixed kinds at 0 from the start: a series that appears only
 	// with its first event, at 1, is invisible to increase() and rate().
