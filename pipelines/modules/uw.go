@@ -8,9 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/stages"
 )
 
 // DefaultUWBaseURL is the Unusual Whales API (UW_BASE_URL).
@@ -106,7 +107,7 @@ func (u *UW) Fetch(ctx context.Context, ticker, module string) (Snapshot, error)
 		return Snapshot{}, fmt.Errorf("uw %s %s: read answer: %w", module, ticker, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return Snapshot{}, &UpstreamError{Status: resp.StatusCode, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), u.now()),
+		return Snapshot{}, &UpstreamError{Status: resp.StatusCode, RetryAfter: stages.ParseRetryAfter(resp.Header.Get("Retry-After"), u.now()),
 			Message: clip(u.redact(strings.TrimSpace(string(body))))}
 	}
 	switch {
@@ -120,19 +121,3 @@ func (u *UW) Fetch(ctx context.Context, ticker, module string) (Snapshot, error)
 
 // redact removes the API key from a text the upstream sent back.
 func (u *UW) redact(s string) string { return strings.ReplaceAll(s, u.key, "xxxxx") }
-
-// retryAfter parses a Retry-After value: delay seconds or an HTTP date
-// (relative to now), at most a day. 0 when absent, unparsable or past.
-func retryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return time.Duration(min(max(s, 0), int64(24*time.Hour/time.Second))) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0)
-	}
-	return 0
-}

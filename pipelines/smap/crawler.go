@@ -317,7 +317,7 @@ func (c *HTTPCrawler) Crawl(ctx context.Context, _ ProjectCreated, target Target
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		err := fmt.Errorf("http crawler: GET %s: status %s", u.Redacted(), resp.Status)
 		if statusTransient(resp.StatusCode) {
-			return stages.RetryAfter(retryAfter(resp.Header.Get("Retry-After"), time.Now()), err)
+			return stages.RetryAfter(stages.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), err)
 		}
 		return err
 	}
@@ -380,25 +380,6 @@ func transportTransient(err error) bool {
 	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op != "remote error" // a TLS alert from the server
-}
-
-// retryAfter parses a Retry-After header (delay seconds or an HTTP date)
-// into a wait from now; 0 when absent, invalid or in the past.
-func retryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if s <= 0 {
-			return 0
-		}
-		return time.Duration(min(s, int64(24*time.Hour/time.Second))) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
 }
 
 // hostGate serialises the requests to one host: sem is held while a

@@ -291,25 +291,6 @@ func TestHTTPCrawlerClassifiesFailures(t *testing.T) {
 	}
 }
 
-func TestRetryAfterHeader(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	for v, want := range map[string]time.Duration{
-		"":                              0,
-		"30":                            30 * time.Second,
-		" 2 ":                           2 * time.Second,
-		"-3":                            0,
-		"soon":                          0,
-		"999999999999":                  24 * time.Hour,
-		"Sat, 01 Mar 2025 12:01:00 GMT": time.Minute,
-		"Sat, 01 Mar 2025 11:00:00 GMT": 0,
-	} {
-		if got := retryAfter(v, now); got != want {
-			t.Errorf("retryAfter(%q) = %v, want %v", v, got, want)
-		}
-	}
-}
-
 // End to end: a target that fails transiently twice (after two items) and
 // then succeeds is collected whole — every item stored, announced and
 // counted once — and the project completes with errors=0; a target that
