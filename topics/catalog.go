@@ -35,9 +35,17 @@ const (
 	CoachReflect = "coach.reflect"
 	DigestReady  = "digest.ready"
 	TradesDLQ    = "trades.dlq"
+	// TradesImportState holds trades-import's import states (compacted,
+	// co-partitioned with TradesImport; keyed by import_id, written to its
+	// user's partition).
+	TradesImportState = "trades.import.state"
+	// TradesDigestState holds trades-digest's window store (compacted,
+	// co-partitioned with TradesBias; keys W|user|start and T|user|trade_id).
+	TradesDigestState = "trades.digest.state"
 
 	ModulesRefresh = "modules.refresh"
 	ModulesState   = "modules.state"
+	ModulesDLQ     = "modules.dlq"
 )
 
 // Cleanup policies (the Kafka cleanup.policy values sluice uses).
@@ -157,6 +165,12 @@ func state(name, key string, partitions int32, doc string) Spec {
 func Catalog() []Spec {
 	jobs := state(IngestJobs, "job key SYMBOL:YYYY-MM-DD", 3, "ticks job state (last record per job key)")
 	jobs.CoPartitionedWith = IngestTasks
+	importState := state(TradesImportState, "import_id, in its user's partition", 3, "trades-import state per import (last record per import_id)")
+	importState.CoPartitionedWith = TradesImport
+	digestState := state(TradesDigestState, "W|user|start and T|user|trade_id, in the user's partition", 3, "trades-digest window store: windows and trade contributions")
+	digestState.CoPartitionedWith = TradesBias
+	modState := state(ModulesState, "TICKER:module", 3, "module state (greatest (epoch, version) per ticker and module, seed 003)")
+	modState.CoPartitionedWith = ModulesRefresh
 	return []Spec{
 		data(BronzeRecords, "ta.bar: symbol; sa.article: url_canonical", 6, "bronze records awaiting validation (seed 000)"),
 		dlq(BronzeDLQ, "original key", "bronze records that failed validation or the sink"),
@@ -178,9 +192,12 @@ func Catalog() []Spec {
 		data(CoachReflect, "user id", 3, "coach reflection requests (seed 004)"),
 		data(DigestReady, "user id", 3, "digests ready to send (seed 004)"),
 		dlq(TradesDLQ, "user id", "trades pipeline DLQ"),
+		importState,
+		digestState,
 
 		data(ModulesRefresh, "TICKER:module", 3, "module refresh requests (seed 003)"),
-		state(ModulesState, "TICKER:module", 3, "module state (last record per ticker and module, seed 003)"),
+		modState,
+		dlq(ModulesDLQ, "TICKER:module", "modules pipeline DLQ"),
 	}
 }
 

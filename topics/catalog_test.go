@@ -18,7 +18,8 @@ func TestCatalogCoversDesign(t *testing.T) {
 		"smap.job.completed": "delete", "smap.analytics.errors": "delete",
 		"trades.import": "delete", "trades.events": "delete", "trades.bias": "delete", "coach.reflect": "delete",
 		"digest.ready": "delete", "trades.dlq": "delete",
-		"modules.refresh": "delete", "modules.state": "compact",
+		"trades.import.state": "compact", "trades.digest.state": "compact",
+		"modules.refresh": "delete", "modules.state": "compact", "modules.dlq": "delete",
 	}
 	cat := topics.Catalog()
 	if len(cat) != len(want) {
