@@ -13,13 +13,19 @@
 //	c. the database's ceiling: the final rows applied from pre-loaded
 //	   UNLOGGED staging tables with one INSERT … SELECT … ON CONFLICT per
 //	   table (variant_c.go);
+//	p. c′, the full ingest ceiling: the COPY of the final rows into
+//	   temporary staging tables timed as well (variant_cfull.go);
+//	m. a again inside a memory cgroup of the deployment's limit with its
+//	   GOMEMLIMIT (memcg.go; needs root, reported as not run otherwise);
 //
-// checks that a, b and c leave identical ta_silver/sa_silver contents and
-// that a and b dead-letter the same records, and writes a Markdown report.
+// The default is acpm (about a minute for 1 M records); b takes minutes and
+// is opt-in (--variants abcpm). It checks that every variant leaves
+// identical ta_silver/sa_silver contents and that a, m and b dead-letter the
+// same records, and writes a Markdown report.
 //
 // Usage:
 //
-//	silverbench run [--n 1000000] [--out bench/results-silver.md] [--profile] [--variants abc] …
+//	silverbench run [--n 1000000] [--out bench/results-silver.md] [--profile] [--variants acpm] …
 //
 // The other subcommands are the children it starts — `pipeline` (variant
 // a), `seed` (variant b), `consume` (the Kafka fetch floor) — and `sink`, a
@@ -108,7 +114,7 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.partitions, "partitions", 6, "partitions of the bronze topic")
 	fs.StringVar(&cfg.workDir, "workdir", "bench/.work", "directory for the pipeline log and profiles")
 	fs.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
-	fs.StringVar(&cfg.variants, "variants", "abc", "variants to run: a, b, c, m = a in a memory cgroup (--memory-limit-mib, needs root), and B = the seed port without its advisory lock (informational, not run by default)")
+	fs.StringVar(&cfg.variants, "variants", "acpm", "variants to run: a, c, p = c′ (the full ingest ceiling: COPY + upsert timed), m = a in a memory cgroup (--memory-limit-mib, needs root; reported as not run without it), b = the seed's SKIP LOCKED design (opt-in: minutes), and B = the seed port without its advisory lock (informational)")
 	fs.Int64Var(&cfg.memLimitMiB, "memory-limit-mib", 512, "variant m: the memory cgroup's limit and GOMEMLIMIT, MiB (deploy/k8s/silver.yaml's limits.memory)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the topics, group and schemas")
 	fs.BoolVar(&cfg.profile, "profile", false, "write CPU and allocation profiles of the pipeline process to WORKDIR/pipeline.cpu.pprof and WORKDIR/pipeline.allocs.pprof")
@@ -189,6 +195,7 @@ type results struct {
 	b         *resultB
 	bUnlocked *resultB // informational: the seed port without its advisory lock
 	c         *resultC
+	p2        *resultP             // c′: the full ingest ceiling (variant p)
 	floor     time.Duration        // fetch-only consumer of the bronze topic
 	sums      map[string]tableSums // variant → checksums
 	dlqB      map[string]int
@@ -240,7 +247,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		for _, v := range []string{"a", "m", "b", "bu", "c"} {
+		for _, v := range []string{"a", "m", "b", "bu", "c", "p"} {
 			_, _ = admin.Exec(cctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schemaOf(v)}.Sanitize()+" CASCADE")
 		}
 		if ts.bronze != "" {
@@ -369,6 +376,28 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		logf2("c: %s (ta %s, sa %s) → %.0f records/s over the %d input records", r.c.total().Round(time.Millisecond),
 			r.c.ta.Round(time.Millisecond), r.c.sa.Round(time.Millisecond), rate(cfg.n, r.c.total()), cfg.n)
 		if r.sums["c"], err = checksums(ctx, admin, schemaOf("c")); err != nil {
+			return err
+		}
+	}
+	if has("p") {
+		urlP, err := freshSchema(ctx, admin, cfg.databaseURL, schemaOf("p"))
+		if err != nil {
+			return err
+		}
+		conn, err := pgx.Connect(ctx, urlP)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		checkpoint(ctx, admin)
+		quiesce()
+		logf2("c′: COPY of %d ta + %d sa final rows into temporary staging tables, then the two upserts (all timed)", len(r.p.finalTA), len(r.p.finalSA))
+		if r.p2, err = runVariantP(ctx, conn, r.p); err != nil {
+			return err
+		}
+		logf2("c′: %s (COPY %s, upserts %s) → %.0f records/s over the %d input records", r.p2.total().Round(time.Millisecond),
+			(r.p2.copyTA + r.p2.copySA).Round(time.Millisecond), r.p2.upsert.total().Round(time.Millisecond), rate(cfg.n, r.p2.total()), cfg.n)
+		if r.sums["p"], err = checksums(ctx, admin, schemaOf("p")); err != nil {
 			return err
 		}
 	}
