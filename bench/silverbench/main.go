@@ -71,6 +71,8 @@ func main() {
 		err = runSeed(os.Args[2:])
 	case "sink":
 		err = runSinkDiag(os.Args[2:])
+	case "chaos":
+		err = runChaos(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown subcommand %q (want run or pipeline)", os.Args[1])
 	}
