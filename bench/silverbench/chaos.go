@@ -41,7 +41,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluicehq/sluice/internal/kconf"
 	"github.com/sluicehq/sluice/stages"
 )
 
@@ -88,23 +87,7 @@ func runChaos(args []string) error {
 	cfg.invalid = 0.10
 	cfg.partitions = 6
 	cfg.scenarios = strings.Split(*scen, ",")
-	kc := kconf.FromEnv()
-	if len(kc.Brokers) == 0 {
-		return errors.New("KAFKA_BROKERS is not set")
-	}
-	cfg.brokers = kc.Brokers
-	kopts, err := kc.Opts()
-	if err != nil {
-		return err
-	}
-	cfg.kopts = kopts
-	if cfg.databaseURL = os.Getenv("DATABASE_URL"); cfg.databaseURL == "" {
-		return errors.New("DATABASE_URL is not set")
-	}
-	if err := os.MkdirAll(cfg.workDir, 0o755); err != nil {
-		return err
-	}
-	if cfg.workDir, err = filepath.Abs(cfg.workDir); err != nil {
+	if err := cfg.fromEnv(); err != nil {
 		return err
 	}
 	ctx := context.Background()
@@ -149,16 +132,10 @@ func startChaosChild(cfg *chaosConfig, ts topicSet, dbURL, group, name, instance
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	pf, err := cfg.childFlags(ts, dbURL, group)
 	if err != nil {
 		return nil, err
 	}
-	pf := cfg.pipeline
-	pf.brokers = strings.Join(cfg.brokers, ",")
-	pf.databaseURL = dbURL
-	pf.group = group
-	pf.topic, pf.dlqTopic, pf.flagsTopic = ts.bronze, ts.dlq, ts.flags
-	pf.opsAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	pf.instanceID = instanceID
 	logf, err := os.OpenFile(filepath.Join(cfg.workDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

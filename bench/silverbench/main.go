@@ -131,6 +131,20 @@ func runBench(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := cfg.fromEnv(); err != nil {
+		return err
+	}
+	cfg.id = fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)
+	cfg.prefix = "bench-" + cfg.id + "."
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return bench(ctx, cfg)
+}
+
+// fromEnv sets the brokers, Kafka options and database URL from the
+// environment (KAFKA_BROKERS and the KAFKA_* security settings,
+// DATABASE_URL) and makes the work directory absolute, creating it.
+func (cfg *config) fromEnv() error {
 	kc := kconf.FromEnv()
 	if len(kc.Brokers) == 0 {
 		return fmt.Errorf("KAFKA_BROKERS is not set (start the stack: make stack-up, then . ~/.sluice-stack/env)")
@@ -144,17 +158,27 @@ func runBench(args []string) error {
 	if cfg.databaseURL = os.Getenv("DATABASE_URL"); cfg.databaseURL == "" {
 		return fmt.Errorf("DATABASE_URL is not set")
 	}
-	cfg.id = fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)
-	cfg.prefix = "bench-" + cfg.id + "."
 	if err := os.MkdirAll(cfg.workDir, 0o755); err != nil {
 		return err
 	}
-	if cfg.workDir, err = filepath.Abs(cfg.workDir); err != nil {
-		return err
+	cfg.workDir, err = filepath.Abs(cfg.workDir)
+	return err
+}
+
+// childFlags returns the flags of a pipeline child process on ts, dbURL and
+// group, with an ops address on a free port.
+func (cfg *config) childFlags(ts topicSet, dbURL, group string) (pipelineFlags, error) {
+	port, err := freePort()
+	if err != nil {
+		return pipelineFlags{}, err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return bench(ctx, cfg)
+	pf := cfg.pipeline
+	pf.brokers = strings.Join(cfg.brokers, ",")
+	pf.databaseURL = dbURL
+	pf.group = group
+	pf.topic, pf.dlqTopic, pf.flagsTopic = ts.bronze, ts.dlq, ts.flags
+	pf.opsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	return pf, nil
 }
 
 // schemaURL returns the database URL with search_path set to schema.
