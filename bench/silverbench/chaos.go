@@ -19,8 +19,10 @@ package main
 // kill-static (the same with static membership, as sluice run
 // --instance-id: the restarted member gets its partitions back at once
 // instead of after the 45 s session timeout),
-// broker (Kafka stopped for 5 s and started again), postgres (PostgreSQL
-// stopped for 5 s and started again). broker and postgres restart the
+// broker (Kafka — every node — stopped for 5 s and started again), leader
+// (on a 3-node cluster: kill -9 of the broker leading partition 0 of the
+// bronze topic, started again 5 s later), postgres (PostgreSQL stopped for
+// 5 s and started again). broker and postgres restart the
 // services of the stack in SLUICE_STACK_DIR with deploy/stack/down.sh and
 // up.sh: run them against a private stack (the script does), never one that
 // others use.
@@ -33,6 +35,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -59,7 +62,7 @@ type chaosResult struct {
 	dlqRecords, dlqUniq int
 	dlqWant             int
 	doneAtFault         float64       // fraction of the records done when the fault began
-	lagAfterFault       int64         // the group's lag when the fault ended (0: it hit nothing)
+	lagAtFault          int64         // the group's lag when the fault began (0: it hit nothing)
 	recovery            time.Duration // fault over → group lag 0
 	total               time.Duration
 	err                 error
@@ -68,7 +71,7 @@ type chaosResult struct {
 func (r chaosResult) lost() int       { return max(0, r.dlqWant-r.dlqUniq) }
 func (r chaosResult) duplicated() int { return r.dlqRecords - r.dlqUniq }
 func (r chaosResult) pass() bool {
-	return r.err == nil && r.lagAfterFault > 0 && r.rowsEqual && r.rows == r.wantRows && r.lost() == 0 && r.duplicated() == 0
+	return r.err == nil && r.lagAtFault > 0 && r.rowsEqual && r.rows == r.wantRows && r.lost() == 0 && r.duplicated() == 0
 }
 
 func runChaos(args []string) error {
@@ -78,7 +81,7 @@ func runChaos(args []string) error {
 	fs.Int64Var(&cfg.seed, "seed", 20251121, "corpus seed")
 	fs.StringVar(&cfg.workDir, "workdir", "bench/.work/chaos", "directory for the pipelines' logs")
 	fs.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
-	scen := fs.String("scenarios", "kill,kill-static,broker,postgres", "scenarios to run (kill, kill-static, broker, postgres)")
+	scen := fs.String("scenarios", "kill,kill-static,broker,leader,postgres", "scenarios to run (kill, kill-static, broker, leader, postgres)")
 	fs.StringVar(&cfg.stackSrc, "stack", "deploy/stack", "the stack scripts (up.sh, down.sh) that restart services for broker and postgres")
 	fs.DurationVar(&cfg.timeout, "timeout", 5*time.Minute, "limit per scenario")
 	if err := fs.Parse(args); err != nil {
@@ -270,6 +273,12 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// A fault after the work was committed tests nothing.
+	if res.lagAtFault, err = groupLag(ctx, adm, group, ts.bronze); err != nil || res.lagAtFault == 0 {
+		res.err = fmt.Errorf("the group had committed everything (lag %d, %v) when the fault began: it would hit nothing (use more records)", res.lagAtFault, err)
+		return res
+	}
+	restartNode := false
 	switch scenario {
 	case "kill", "kill-static":
 		logf2("%s: kill -9 of member 1", scenario)
@@ -281,6 +290,16 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 			return res
 		}
 		children = append(children, c)
+	case "leader":
+		node, err := killLeader(ctx, adm, ts.bronze)
+		if err != nil {
+			res.err = err
+			return res
+		}
+		// The fault is the kill: the cluster goes on with two nodes; the
+		// node is started again once the run has recovered.
+		logf2("%s: kill -9 of broker %d, the leader of %s/0", scenario, node, ts.bronze)
+		restartNode = true
 	case "broker", "postgres":
 		svc := map[string]string{"broker": "kafka", "postgres": "postgres"}[scenario]
 		logf2("%s: stopping %s for 5 s", scenario, svc)
@@ -306,16 +325,6 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 		return res
 	}
 	faultOver := time.Now()
-	// A fault that ended after the work was committed tested nothing.
-	for i := 0; i < 50; i++ {
-		if res.lagAfterFault, err = groupLag(ctx, adm, group, ts.bronze); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if res.lagAfterFault == 0 {
-		res.err = errors.New("the group had committed everything when the fault ended: it hit nothing (use more records)")
-	}
 	for {
 		lag, err := groupLag(ctx, adm, group, ts.bronze)
 		if err == nil && lag == 0 {
@@ -328,6 +337,13 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 		time.Sleep(100 * time.Millisecond)
 	}
 	res.recovery, res.total = time.Since(faultOver), time.Since(start)
+	if restartNode {
+		logf2("%s: starting the killed broker again", scenario)
+		if err := cfg.stack("up.sh", "kafka"); err != nil {
+			res.err = err
+			return res
+		}
+	}
 	for _, c := range children {
 		c.stop(syscall.SIGTERM)
 	}
@@ -352,6 +368,33 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 	_, _ = adm.DeleteGroups(ctx, group)
 	_, _ = adm.DeleteTopics(ctx, ts.bronze, ts.dlq, ts.flags)
 	return res
+}
+
+// killLeader kills (SIGKILL) the broker leading partition 0 of topic, a
+// node of the stack in SLUICE_STACK_DIR started with SLUICE_KAFKA_NODES=3,
+// and returns its id.
+func killLeader(ctx context.Context, adm *kadm.Client, topic string) (int32, error) {
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	if len(md.Brokers) < 3 {
+		return 0, fmt.Errorf("leader: %d broker(s); the scenario needs the 3-node stack (SLUICE_KAFKA_NODES=3)", len(md.Brokers))
+	}
+	leader := md.Topics[topic].Partitions[0].Leader
+	pidfile := filepath.Join(os.Getenv("SLUICE_STACK_DIR"), "kafka", fmt.Sprintf("node%d", leader), "kafka.pid")
+	b, err := os.ReadFile(pidfile)
+	if err != nil {
+		return 0, fmt.Errorf("leader: broker %d: %w", leader, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("leader: %s: %w", pidfile, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return 0, fmt.Errorf("leader: kill broker %d (pid %d): %w", leader, pid, err)
+	}
+	return leader, nil
 }
 
 // loadReference fills the reference schema with the rows the corpus
@@ -425,19 +468,19 @@ func chaosReport(cfg *chaosConfig, rs []chaosResult) string {
 	w := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
 	w("# silver under faults (`make chaos`)")
 	w("")
-	w("Run %s on %s; load average %s; %d records (%.0f %% invalid), topics of 6 partitions.", time.Now().UTC().Format(time.RFC3339), cfg.brokers, loadAvg(), cfg.n, cfg.invalid*100)
+	w("Run %s on %s (%d broker(s); topics at the brokers' default replication factor: 3 with min.insync.replicas 2 on 3 nodes); load average %s; %d records (%.0f %% invalid), bronze topic of 6 partitions.", time.Now().UTC().Format(time.RFC3339), cfg.brokers, len(cfg.brokers), loadAvg(), cfg.n, cfg.invalid*100)
 	w("")
-	w("| scenario | sent | done at the fault | lag after it | rows (want) | rows equal | DLQ records | lost | duplicated | recovery s | total s | |")
+	w("| scenario | sent | done at the fault | lag then | rows (want) | rows equal | DLQ records | lost | duplicated | recovery s | total s | |")
 	w("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, r := range rs {
 		verdict := passMiss(r.pass())
 		if r.err != nil {
 			verdict += " (" + r.err.Error() + ")"
 		}
-		w("| %s | %d | %.0f %% | %d | %d (%d) | %t | %d (want %d) | %d | %d | %.1f | %.1f | %s |", r.scenario, r.sent, 100*r.doneAtFault, r.lagAfterFault, r.rows, r.wantRows,
+		w("| %s | %d | %.0f %% | %d | %d (%d) | %t | %d (want %d) | %d | %d | %.1f | %.1f | %s |", r.scenario, r.sent, 100*r.doneAtFault, r.lagAtFault, r.rows, r.wantRows,
 			r.rowsEqual, r.dlqRecords, r.dlqWant, r.lost(), r.duplicated(), r.recovery.Seconds(), r.total.Seconds(), verdict)
 	}
 	w("")
-	w("lost = dead letters expected − distinct source records dead-lettered; duplicated = dead letters − distinct (read_committed). Rows are compared column by column with the rows the corpus implies. recovery = from the end of the fault (member restarted, service up) until the group's lag is 0; a scenario whose fault ended with nothing left to commit (lag 0) tested nothing and fails.")
+	w("lost = dead letters expected − distinct source records dead-lettered; duplicated = dead letters − distinct (read_committed). Rows are compared column by column with the rows the corpus implies. lag then = records the group had not committed when the fault began (a fault with nothing left to commit tests nothing and fails). recovery = from the end of the fault (member restarted, service up; for leader, the kill: the cluster goes on with two nodes, and the node is started again afterwards) until the group's lag is 0.")
 	return b.String()
 }
