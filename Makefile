@@ -7,11 +7,17 @@ STACK_ENV = $(shell bash deploy/stack/env.sh 2>/dev/null)
 
 all: build
 
+# -buildvcs=auto records the git commit for `sluice version` (it overrides a
+# GOFLAGS=-buildvcs=false); -v names each package as it compiles, so a first
+# build (minutes on a small machine) is never silent.
 build: ## build bin/sluice
-	$(GO) build -o bin/sluice ./cmd/sluice
+	@echo "building bin/sluice (modules download as needed; packages are listed as they compile; a first build takes minutes, later ones seconds)"
+	$(GO) build -buildvcs=auto -v -o bin/sluice ./cmd/sluice
+	@./bin/sluice version
 
-demo: ## run every pipeline end to end on embedded defaults (ARGS=--keep to stay up for kcat)
-	$(GO) run ./cmd/sluice demo $(ARGS)
+demo: build ## run every pipeline end to end on embedded defaults (ARGS=--keep to stay up for kcat and the console)
+	@echo "starting the demo: ./bin/sluice demo $(ARGS)"
+	./bin/sluice demo $(ARGS)
 
 test: ## run every test; services come from the environment, local binaries, containers or fakes
 	bash deploy/scripts/gotest.sh
