@@ -32,7 +32,6 @@ func TestParseTime(t *testing.T) {
 	}
 }
 
-
 // An empty but given reason or rule list selects the records without one;
 // errors name the field with the caller's prefix.
 func TestFilterArgs(t *testing.T) {
