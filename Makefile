@@ -3,7 +3,8 @@
 GO ?= go
 STACK_ENV = $(shell bash deploy/stack/env.sh 2>/dev/null)
 
-.PHONY: all build demo test test-race bench bench-runtime bench-silver lint stack-up stack-down ci clean
+# console-assets: see deploy/scripts/console-assets.sh
+.PHONY: console-assets all build demo test test-race bench bench-runtime bench-silver lint stack-up stack-down ci clean
 
 all: build
 
@@ -18,6 +19,9 @@ build: ## build bin/sluice
 demo: build ## run every pipeline end to end on embedded defaults (ARGS=--keep to stay up for kcat and the console)
 	@echo "starting the demo: ./bin/sluice demo $(ARGS)"
 	./bin/sluice demo $(ARGS)
+
+console-assets: ## refresh the console's vendored htmx and uPlot (with licences) from npm
+	bash deploy/scripts/console-assets.sh
 
 test: ## run every test; services come from the environment, local binaries, containers or fakes
 	bash deploy/scripts/gotest.sh

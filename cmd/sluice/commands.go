@@ -16,6 +16,7 @@ func subcommands(g *globalConfig) []*cobra.Command {
 		newSmapCmd(g),
 		newIngestCmd(g),
 		newVersionCmd(g),
+		newConsoleCmd(g),
 	}
 }
 

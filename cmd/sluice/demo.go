@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/internal/console"
 	"github.com/sluicehq/sluice/internal/groupctl"
 	"github.com/sluicehq/sluice/internal/localsvc"
 	"github.com/sluicehq/sluice/internal/opshttp"
@@ -39,7 +40,9 @@ type demoOptions struct {
 	smapItems int
 	kafkaAddr string
 	opsAddr   string
-	timeout   time.Duration
+	// consoleAddr is where --keep serves the console ("" disables it).
+	consoleAddr string
+	timeout     time.Duration
 }
 
 func newDemoCmd(g *globalConfig) *cobra.Command {
@@ -52,7 +55,9 @@ cluster on 127.0.0.1:9092 (so kcat -b localhost:9092 works), miniredis, a local
 object-store directory and a local PostgreSQL from the installed binaries —
 ensures the topics, migrates the database, runs each pipeline's demo scenario
 with a progress bar and prints a summary. --keep leaves everything running
-until Ctrl-C for exploring with kcat.`,
+until Ctrl-C for exploring with kcat and the web console (sluice console, on
+--console-addr), and prints the exports that point sluice commands in
+another shell at the demo's services.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("log-level") && os.Getenv("LOG_LEVEL") == "" {
@@ -66,6 +71,7 @@ until Ctrl-C for exploring with kcat.`,
 	cmd.Flags().IntVar(&o.smapItems, "smap-items", 300, "smap: synthetic items in the demo project")
 	cmd.Flags().StringVar(&o.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "listen address of the embedded Kafka (when KAFKA_BROKERS is unset)")
 	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", "127.0.0.1:9464", "ops HTTP address (/metrics, /readyz, pipeline APIs); empty disables it")
+	cmd.Flags().StringVar(&o.consoleAddr, "console-addr", console.DefaultAddr, "with --keep: the web console's address (sluice console); empty disables it")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a scenario after this long")
 	return cmd
 }
@@ -299,11 +305,31 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 			hints += fmt.Sprintf("  curl -s http://%s/metrics | grep sluice_\n", dialAddr(ops))
 		}
 		hints += d.envBlock()
+		consoleDone := make(chan struct{})
+		consoleCtx, stopConsole := context.WithCancel(ctx)
+		if o.consoleAddr == "" {
+			close(consoleDone)
+		} else if c, ln, err := listenConsole(consoleConfig(env, specs), o.consoleAddr); err != nil {
+			// The demo is useful without it (another console may hold the port).
+			hints += fmt.Sprintf("\nconsole not started: %v\n", err)
+			close(consoleDone)
+		} else {
+			hints += "\n" + consoleLine(ln.Addr(), consoleToken() != "") + "\n"
+			go func() {
+				defer close(consoleDone)
+				defer c.Close()
+				if err := c.Serve(consoleCtx, ln); err != nil {
+					fmt.Fprintf(out, "console stopped: %v\n", err)
+				}
+			}()
+		}
 		fmt.Fprint(out, hints)
 		select {
 		case <-ctx.Done():
 		case <-pipeCtx.Done():
 		}
+		stopConsole()
+		<-consoleDone
 	}
 	perr := pipelinesFailed()
 	if err := stopAll(); err != nil {
