@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/groupctl"
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/pipelines/ticks"
 	"github.com/sluicehq/sluice/stages"
 )
@@ -436,5 +437,47 @@ func TestStaticAssetsEmbedded(t *testing.T) {
 	_, page := get(t, srv.URL+"/")
 	if strings.Contains(page, "http://") || strings.Contains(page, "https://") {
 		t.Errorf("the page refers to another origin:\n%s", page)
+	}
+}
+
+// smap projects come from their progress hashes in Redis (state DB 1).
+func TestJobsPageSmapProjects(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	rd := testkit.NewRedis(t, testkit.FakeOK(), testkit.WithRedisDB(1))
+	prefix := rd.Prefix + "smap:proj:"
+	tr, err := smap.NewTracker(rd.Client, smap.Config{KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testkit.Context(t)
+	if _, err := tr.Start(ctx, "proj-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Discover(ctx, "proj-1", "a", "b", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Seal(ctx, "proj-1", 3); err != nil {
+		t.Fatal(err)
+	}
+	for item, failed := range map[string]bool{"a": false, "b": true} {
+		if _, err := tr.Count(ctx, "proj-1", item, failed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := New(Config{Kafka: f.k.Opts(t), Pipelines: []pipelines.Spec{f.spec}, JobsTopic: f.jobs, FlagsTopic: f.flags, Redis: rd.Client, SmapKeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(srv.Close)
+	_, body := get(t, srv.URL+"/jobs")
+	want := `<tr class="project" data-project="proj-1"><td>proj-1</td><td class="status">PROCESSING_WAIT</td>`
+	if !strings.Contains(body, want) || !strings.Contains(body, `<td class="processed">2 / 3</td><td class="errors">1</td>`) {
+		t.Fatalf("jobs page lacks proj-1 at 2/3 with 1 error:\n%s", body)
+	}
+	if strings.Count(body, `class="project"`) != 1 {
+		t.Fatalf("the :items and :found sets were listed as projects:\n%s", body)
 	}
 }
