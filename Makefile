@@ -4,7 +4,7 @@ GO ?= go
 STACK_ENV = $(shell bash deploy/stack/env.sh 2>/dev/null)
 
 # console-assets: see deploy/scripts/console-assets.sh
-.PHONY: console-assets all build demo test test-race bench bench-runtime bench-silver lint stack-up stack-down ci clean
+.PHONY: console-assets console-screenshots all build demo test test-race bench bench-runtime bench-silver lint stack-up stack-down ci clean
 
 all: build
 
@@ -19,6 +19,9 @@ build: ## build bin/sluice
 demo: build ## run every pipeline end to end on embedded defaults (ARGS=--keep to stay up for kcat and the console)
 	@echo "starting the demo: ./bin/sluice demo $(ARGS)"
 	./bin/sluice demo $(ARGS)
+
+console-screenshots: ## re-take docs/img/console-*.png with the console's browser test (needs chromium)
+	SLUICE_SCREENSHOT_DIR=$(CURDIR)/docs/img $(GO) test ./internal/console/ -run TestConsoleInBrowser -count=1 -v
 
 console-assets: ## refresh the console's vendored htmx and uPlot (with licences) from npm
 	bash deploy/scripts/console-assets.sh
