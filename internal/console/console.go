@@ -10,7 +10,9 @@
 //     (Config.Token, SLUICE_CONSOLE_TOKEN) and the page's CSRF token; with
 //     no operator token the console is read-only and refuses every write
 //     with 403.
-//   - Listen refuses a non-loopback address when no token is set.
+//   - Listen refuses a non-loopback address when no token is set, and a
+//     console without a token answers only requests whose Host is localhost
+//     or an IP address (a DNS-rebinding guard).
 //   - Record keys, values and headers are rendered as escaped text;
 //     service URLs and credentials are never rendered.
 package console
@@ -30,6 +32,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -234,6 +237,13 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /jobs", c.jobs)
 	mux.HandleFunc("GET /api/lag", c.lagJSON)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.cfg.Token == "" && !loopbackHost(r.Host) {
+			// A read-only console listens on loopback (CheckAddr): a
+			// request naming another host reached it through DNS
+			// rebinding, from a page that must not read the dead letters.
+			http.Error(w, "console: unexpected Host "+strconv.Quote(r.Host)+": a console without "+TokenEnv+" answers only localhost and loopback addresses", http.StatusForbidden)
+			return
+		}
 		h := w.Header()
 		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
 		h.Set("X-Content-Type-Options", "nosniff")
@@ -263,6 +273,17 @@ func (c *Console) authorizeWrite(r *http.Request) (int, string) {
 		return http.StatusForbidden, "The operator token is missing or wrong."
 	}
 	return 0, ""
+}
+
+// loopbackHost reports whether the Host header hostport names this
+// machine: localhost or an IP literal (a rebinding attack needs a name).
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return host == "localhost" || net.ParseIP(host) != nil
 }
 
 func equal(a, b string) bool {

@@ -481,3 +481,35 @@ func TestJobsPageSmapProjects(t *testing.T) {
 		t.Fatalf("the :items and :found sets were listed as projects:\n%s", body)
 	}
 }
+
+// A read-only console answers only Host headers naming this machine: a
+// page elsewhere that rebinds its name to 127.0.0.1 reads nothing.
+func TestHostGuard(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	_, ro := f.serve(t, "")
+	_, rw := f.serve(t, "op-token")
+	for _, tc := range []struct {
+		srv  *httptest.Server
+		host string
+		want int
+	}{
+		{ro, "evil.example:8080", http.StatusForbidden},
+		{ro, "localhost:8080", http.StatusOK},
+		{ro, "127.0.0.1:8080", http.StatusOK},
+		{ro, "[::1]:8080", http.StatusOK},
+		{rw, "console.internal:8080", http.StatusOK},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, tc.srv.URL+"/dlq?topic="+url.QueryEscape(f.dlqTopic), nil)
+		req.Host = tc.host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || (tc.want == http.StatusForbidden && strings.Contains(string(b), "FPT")) {
+			t.Errorf("Host %s: %d, want %d\n%.300s", tc.host, resp.StatusCode, tc.want, b)
+		}
+	}
+}
