@@ -513,3 +513,16 @@ func TestHostGuard(t *testing.T) {
 		}
 	}
 }
+
+// A declared DLQ topic that is not on the cluster reads as such, not as a
+// failure.
+func TestDeadLettersTopicMissing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.spec.Consumers = append(f.spec.Consumers, pipelines.Consumer{Group: f.group + "_2", Input: f.src, DLQ: testkit.Name(t, "absent")})
+	_, srv := f.serve(t, "")
+	status, body := get(t, srv.URL+"/dlq?topic="+url.QueryEscape(f.spec.Consumers[1].DLQ))
+	if status != http.StatusOK || !strings.Contains(body, `id="missing"`) || strings.Contains(body, `id="counts"`) {
+		t.Fatalf("missing topic: %d\n%s", status, body)
+	}
+}

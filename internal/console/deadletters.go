@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/sluicehq/sluice/stages/dlq"
 )
@@ -37,6 +40,9 @@ type dlqData struct {
 	Records  []dlq.Record
 	Limit    int
 	More     bool
+	// Missing: the topic is not on the cluster (the catalog was not
+	// created, or under a prefix).
+	Missing bool
 }
 
 // dlqTopics are the DLQ topics of the declared pipelines, sorted.
@@ -141,6 +147,16 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 	defer cancel()
 	d := dlqData{Topics: c.dlqTopics(), Topic: topic, Args: args, Query: filterQuery(topic, args), Limit: limit}
+	td, err := c.adm.ListTopics(ctx, topic)
+	if err != nil {
+		c.fail(w, http.StatusBadGateway, "describing "+topic+" failed: "+err.Error())
+		return
+	}
+	if d, ok := td[topic]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+		d := dlqData{Topics: c.dlqTopics(), Topic: topic, Args: args, Query: filterQuery(topic, args), Limit: limit, Missing: true}
+		c.render(w, http.StatusOK, "dlq", "Dead letters", d)
+		return
+	}
 	counts := map[[2]string]int{}
 	// One read counts every record and keeps the first matching ones.
 	err = dlq.Inspect(ctx, c.cfg.Kafka, topic, dlq.Filter{}, 0, func(rec dlq.Record) error {
