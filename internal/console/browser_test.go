@@ -142,6 +142,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	gl, _ := rep.Group(f.group)
 	group := "#group-" + f.group
 	do(t, b, "overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS(group+" .uplot")))
+	libs, err := chromedp.Run(b, chromedp.Evaluate[string](`typeof htmx + " " + typeof uPlot`))
+	if err != nil || libs != "object function" {
+		t.Errorf("embedded libraries in the page: %q, %v; want htmx and uPlot loaded", libs, err)
+	}
 	totalLag := text(t, b, group+" .total-lag")
 	if totalLag != strconv.FormatInt(gl.Total, 10) {
 		t.Errorf("overview total lag %q, the broker says %d", totalLag, gl.Total)
