@@ -3,15 +3,28 @@
 GO ?= go
 STACK_ENV = $(shell bash deploy/stack/env.sh 2>/dev/null)
 
-.PHONY: all build demo test test-race bench bench-runtime bench-silver chaos lint stack-up stack-down ci clean
+# console-assets: see deploy/scripts/console-assets.sh
+.PHONY: console-assets console-screenshots all build demo test test-race bench bench-runtime bench-silver chaos lint stack-up stack-down ci clean
 
 all: build
 
+# -buildvcs=auto records the git commit for `sluice version` (it overrides a
+# GOFLAGS=-buildvcs=false); -v names each package as it compiles, so a first
+# build (minutes on a small machine) is never silent.
 build: ## build bin/sluice
-	$(GO) build -o bin/sluice ./cmd/sluice
+	@echo "building bin/sluice (modules download as needed; packages are listed as they compile; a first build takes minutes, later ones seconds)"
+	$(GO) build -buildvcs=auto -v -o bin/sluice ./cmd/sluice
+	@./bin/sluice version
 
-demo: ## run every pipeline end to end on embedded defaults (ARGS=--keep to stay up for kcat)
-	$(GO) run ./cmd/sluice demo $(ARGS)
+demo: build ## run every pipeline end to end on embedded defaults (ARGS=--keep to stay up for kcat and the console)
+	@echo "starting the demo: ./bin/sluice demo $(ARGS)"
+	./bin/sluice demo $(ARGS)
+
+console-screenshots: ## re-take docs/img/console-*.png with the console's browser test (needs chromium)
+	SLUICE_SCREENSHOT_DIR=$(CURDIR)/docs/img $(GO) test ./internal/console/ -run TestConsoleInBrowser -count=1 -v
+
+console-assets: ## refresh the console's vendored htmx and uPlot (with licences) from npm
+	bash deploy/scripts/console-assets.sh
 
 test: ## run every test; services come from the environment, local binaries, containers or fakes
 	bash deploy/scripts/gotest.sh

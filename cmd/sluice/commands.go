@@ -15,6 +15,8 @@ func subcommands(g *globalConfig) []*cobra.Command {
 		newDLQCmd(g),
 		newSmapCmd(g),
 		newIngestCmd(g),
+		newVersionCmd(g),
+		newConsoleCmd(g),
 	}
 }
 

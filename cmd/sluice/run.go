@@ -17,12 +17,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluicehq/sluice/internal/console"
 	"github.com/sluicehq/sluice/internal/opshttp"
 	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/ticks"
 	"github.com/sluicehq/sluice/stages/run"
+	"github.com/sluicehq/sluice/topics"
 )
 
 // runSpecs returns the declarations of every pipeline with o's settings.
@@ -35,6 +37,8 @@ func runSpecs(o *runOptions) []pipelines.Spec {
 }
 
 type runOptions struct {
+	// consoleAddr, when set, serves the web console alongside (sluice console).
+	consoleAddr           string
 	opsAddr               string
 	apiHosts              []string
 	insecureOpenAPI       bool
@@ -110,6 +114,11 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 			if err := o.checkListen(); err != nil {
 				return err
 			}
+			if o.consoleAddr != "" {
+				if err := console.CheckAddr(o.consoleAddr, consoleToken()); err != nil {
+					return err
+				}
+			}
 			if err := checkInstanceID(o.instanceID); err != nil {
 				return err
 			}
@@ -143,6 +152,7 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 	cmd.Flags().Var(&o.memoryBudget, "memory-budget", fmt.Sprintf(
 		"memory for the records the pipelines hold (fetched, not yet processed) and their coalescing windows, shared by every pipeline of the process, e.g. 256MiB; when full, fetches pause and windows are written early (default: 35 %% of GOMEMLIMIT or of the cgroup's memory limit, whichever is lower, else %dMiB) (env MEMORY_BUDGET)", run.DefaultBudget>>20))
 	o.envFlag(cmd, "MEMORY_BUDGET", "memory-budget")
+	cmd.Flags().StringVar(&o.consoleAddr, "console", "", "also serve the web console (sluice console) on this address, e.g. 127.0.0.1:8080")
 	return cmd
 }
 
@@ -220,7 +230,27 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 		return err
 	}
 	defer set.Close()
-	return serve(ctx, env, o.listen(), set.Services, nil)
+	if o.consoleAddr == "" {
+		return serve(ctx, env, o.listen(), set.Services, nil)
+	}
+	named := make([]pipelines.Spec, len(specs))
+	for i, s := range specs {
+		named[i] = o.naming().Apply(s)
+	}
+	cfg := consoleConfig(env, named)
+	cfg.JobsTopic, cfg.FlagsTopic = o.naming().Topic(topics.IngestJobs), o.naming().Topic(topics.ControlFlags)
+	c, ln, err := listenConsole(cfg, o.consoleAddr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	env.Logger.Info("console", "url", "http://"+dialAddr(ln.Addr())+"/")
+	cctx, stopConsole := context.WithCancel(ctx)
+	consoleErr := make(chan error, 1)
+	go func() { consoleErr <- c.Serve(cctx, ln) }()
+	err = serve(ctx, env, o.listen(), set.Services, nil)
+	stopConsole()
+	return errors.Join(err, <-consoleErr)
 }
 
 // needsOf is what the pipelines of specs connect to together.
