@@ -315,8 +315,12 @@ func (r *refresher) fail(ctx context.Context, states *run.Partition[State], m st
 	default:
 		dl = err
 	}
+	cause := err // the state records what failed, not how it is handled
+	if c.Err != nil {
+		cause = c.Err
+	}
 	cur, _ := states.Get(key)
-	if perr := states.Put(key, cur.Failed(err, states.NextToken(), r.cfg.Now())); perr != nil {
+	if perr := states.Put(key, cur.Failed(cause, states.NextToken(), r.cfg.Now())); perr != nil {
 		return fmt.Errorf("modules: state %s: %w", key, perr)
 	}
 	r.m.requests.WithLabelValues(m.Value.moduleName(), outcomeError).Inc()

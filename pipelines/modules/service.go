@@ -77,7 +77,7 @@ func newRefreshService(env pipelines.Env, cfg Config, m *metrics, r *pipelines.R
 	if err != nil {
 		return nil, err
 	}
-	rf := &refresher{cfg: cfg, db: env.DB, states: states, m: m, log: env.Logger.With("pipeline", Name, "service", cfg.RefreshGroup)}
+	rf := &refresher{cfg: cfg, db: env.DB, states: states, m: m, log: env.Logger.With("pipeline", RefreshGroup)}
 	rf.fetchF = rf.fetchUpstream
 	if !cfg.RateLimit.Disabled {
 		if env.Redis == nil {

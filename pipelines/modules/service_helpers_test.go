@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/schemas"
 	"github.com/sluicehq/sluice/stages/ratelimit"
 	"github.com/sluicehq/sluice/stages/run"
 )
@@ -64,6 +65,8 @@ type svcFixture struct {
 	k       *testkit.Kafka
 	ctx     context.Context
 	pool    *pgxpool.Pool
+	pgURL   string // may hold a password: never log it
+	redis   *testkit.Redis
 	reg     *prometheus.Registry
 	src     *countingSource
 	cfg     Config
@@ -75,8 +78,13 @@ func newSvcFixture(t *testing.T, opts []testkit.Option, mod func(*Config)) *svcF
 	t.Helper()
 	f := &svcFixture{reg: prometheus.NewRegistry()}
 	f.k = testkit.NewKafka(t, opts...)
-	f.ctx, f.pool = migrated(t)
+	pg := testkit.NewPostgres(t)
+	f.ctx, f.pool, f.pgURL = testkit.Context(t), pg.Pool, pg.URL
+	if _, err := schemas.Migrate(f.ctx, pg.URL); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
 	redis := testkit.NewRedis(t, testkit.FakeOK())
+	f.redis = redis
 	f.src = newCountingSource(NewSynthetic(SyntheticConfig{}))
 	compact := map[string]*string{"cleanup.policy": ptr("compact")}
 	f.cfg = Config{
