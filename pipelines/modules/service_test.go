@@ -3,8 +3,10 @@ package modules
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -378,4 +380,72 @@ func TestRefreshTakeoverAfterRevoke(t *testing.T) {
 		t.Errorf("final state %+v", st)
 	}
 	b.stop()
+}
+
+// flakyAnalyzer fails its first call, then analyses like the default.
+type flakyAnalyzer struct {
+	Analyzer
+	calls atomic.Int32
+}
+
+func (a *flakyAnalyzer) Analyze(ctx context.Context, ticker string, payload json.RawMessage) (json.RawMessage, error) {
+	if a.calls.Add(1) == 1 {
+		return nil, errors.New("model unavailable")
+	}
+	return a.Analyzer.Analyze(ctx, ticker, payload)
+}
+
+// A failed analysis leaves the data ready with analysis.error set and
+// dead-letters the request (exception, modules.analyzer.<module>); the
+// next request analyses the stored snapshot again without an upstream
+// call (analysis_only). A forced refresh of the same content reuses the
+// stored analysis of its input hash (cache_hit).
+func TestRefreshAnalysisFailureAndReuse(t *testing.T) {
+	t.Parallel()
+	flaky := &flakyAnalyzer{Analyzer: DefaultAnalyzers()[ModuleDarkPool]}
+	f := newSvcFixture(t, []testkit.Option{testkit.FakeOK()}, func(c *Config) {
+		c.Analyzers = DefaultAnalyzers()
+		c.Analyzers[ModuleDarkPool] = flaky
+	})
+	key := "AN:dark_pool"
+	f.start(t)
+	f.produce(t, &kgo.Record{Key: []byte(key), Value: request("AN", ModuleDarkPool)})
+	var dlq []*kgo.Record
+	testkit.WaitFor(t, 60*time.Second, "the analyzer's dead letter", func() bool {
+		dlq = f.dlq(t)
+		return len(dlq) == 1
+	})
+	if r := dlq[0]; header(r, "dlq.reason") != "exception" || header(r, "dlq.rule") != RuleAnalyzerPrefix+ModuleDarkPool {
+		t.Errorf("dead letter reason %q rule %q", header(r, "dlq.reason"), header(r, "dlq.rule"))
+	}
+	testkit.WaitFor(t, 30*time.Second, "ready state with the analysis error", func() bool {
+		st := f.states(t)[key]
+		return st.Status == StatusReady && st.Analysis != nil && st.Analysis.Error != ""
+	})
+
+	f.produce(t, &kgo.Record{Key: []byte(key), Value: request("AN", ModuleDarkPool)})
+	testkit.WaitFor(t, 30*time.Second, "analysis only", func() bool {
+		return f.metric(t, "requests_total", "outcome", "analysis_only") == 1
+	})
+	st := f.states(t)[key]
+	if !AnalysisCurrent(st, time.Now()) || st.Analysis.AnalysisVersion != 1 {
+		t.Errorf("state after analysis only: %+v (analysis %+v)", st, st.Analysis)
+	}
+
+	forced, _ := json.Marshal(map[string]any{"ticker": "AN", "module": ModuleDarkPool, "force": true})
+	f.produce(t, &kgo.Record{Key: []byte(key), Value: forced})
+	testkit.WaitFor(t, 30*time.Second, "forced fetch", func() bool {
+		return f.metric(t, "requests_total", "outcome", "fetched") == 2
+	})
+	if c := f.src.Calls(key); c != 2 {
+		t.Errorf("upstream calls = %d, want 2 (the failed analysis and the forced refresh)", c)
+	}
+	for result, want := range map[string]float64{"error": 1, "computed": 1, "cache_hit": 1} {
+		if got := f.metric(t, "analyses_total", "module", ModuleDarkPool, "result", result); got != want {
+			t.Errorf("analyses_total{%s} = %v, want %v", result, got, want)
+		}
+	}
+	if n := f.count(t, `SELECT count(*) FROM unit_analyses WHERE ticker = 'AN'`); n != 1 {
+		t.Errorf("%d analyses stored, want 1", n)
+	}
 }
