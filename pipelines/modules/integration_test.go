@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -43,6 +44,9 @@ type memberSpec struct {
 	RefreshGroup, MirrorGroup          string
 	MemberID                           string
 	Latency                            time.Duration
+	// HangAfter > 0: every upstream call after the first HangAfter hangs
+	// until its context ends.
+	HangAfter int
 }
 
 func (f *svcFixture) memberSpec(id string, latency time.Duration) memberSpec {
@@ -80,10 +84,19 @@ func childMember(raw string) int {
 		DB:    pool, Redis: rdb, Registerer: prometheus.NewRegistry(),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
+	src := newCountingSource(NewSynthetic(SyntheticConfig{Latency: s.Latency}))
+	var calls atomic.Int64
+	src.hook = func(ctx context.Context, _ string, _ int) (Snapshot, error, bool) {
+		if s.HangAfter > 0 && calls.Add(1) > int64(s.HangAfter) {
+			<-ctx.Done()
+			return Snapshot{}, ctx.Err(), true
+		}
+		return Snapshot{}, nil, false
+	}
 	svcs, err := Services(env, Config{
 		RefreshTopic: s.RefreshTopic, StateTopic: s.StateTopic, DLQTopic: s.DLQTopic,
 		RefreshGroup: s.RefreshGroup, MirrorGroup: s.MirrorGroup, MemberID: s.MemberID,
-		Source:    NewSynthetic(SyntheticConfig{Latency: s.Latency}),
+		Source:    src,
 		RateLimit: RateLimitConfig{Windows: []ratelimit.Window{{Size: time.Second, Limit: 1000}}, KeyPrefix: s.RedisPrefix},
 		Runtime:   run.Config{BatchLinger: 5 * time.Millisecond, CommitInterval: 100 * time.Millisecond},
 	})
@@ -168,7 +181,9 @@ func TestRealStackMemberKilled(t *testing.T) {
 	// Both members join before the requests arrive, so the killed one holds
 	// only its share of the partitions.
 	f.start(t)
-	child := testkit.StartChild(t, memberEnv, f.memberSpec("killed", latency))
+	spec := f.memberSpec("killed", latency)
+	spec.HangAfter = 1 // killed in the middle of its second refresh
+	child := testkit.StartChild(t, memberEnv, spec)
 	adm := f.k.Admin(t)
 	testkit.WaitFor(t, 60*time.Second, "two members in the refresh group", func() bool {
 		gs, err := adm.DescribeGroups(f.ctx, f.cfg.RefreshGroup)
@@ -178,25 +193,29 @@ func TestRealStackMemberKilled(t *testing.T) {
 		g, ok := gs[f.cfg.RefreshGroup]
 		return ok && g.State == "Stable" && len(g.Members) == 2
 	})
-	leasedBy := func(owner string) map[int32]bool {
-		parts := map[int32]bool{}
+	// leasedBy returns the partitions where owner took a lease, and the
+	// keys it leased.
+	leasedBy := func(owner string) (map[int32]bool, map[string]bool) {
+		parts, keys := map[int32]bool{}, map[string]bool{}
 		for _, r := range f.k.ReadTopic(t, f.cfg.StateTopic) {
 			s, err := DecodeState(r.Key, r.Value)
 			if err == nil && s.Lease != nil && s.Lease.Owner == owner {
-				parts[r.Partition] = true
+				parts[r.Partition], keys[s.Key()] = true, true
 			}
 		}
-		return parts
+		return parts, keys
 	}
 	f.produce(t, recs...)
-	testkit.WaitFor(t, 60*time.Second, "the child's first leases", func() bool { return len(leasedBy("killed")) > 0 })
-	time.Sleep(300 * time.Millisecond)
+	testkit.WaitFor(t, 60*time.Second, "the child's second lease", func() bool {
+		_, keys := leasedBy("killed")
+		return len(keys) >= 2
+	})
 	child.Kill(t)
 
 	for i := range keys {
 		f.waitRow(t, fmt.Sprintf("K%02d", i), ModuleOptionsFlow, "every key ready", func(r row) bool { return r.status == "ready" })
 	}
-	killedParts := leasedBy("killed")
+	killedParts, _ := leasedBy("killed")
 	inKilled, leases := 0, 0
 	for _, r := range recs {
 		p := int32(kgo.StickyKeyPartitioner(nil).ForTopic(f.cfg.RefreshTopic).Partition(r, 3))
@@ -211,6 +230,9 @@ func TestRealStackMemberKilled(t *testing.T) {
 	}
 	if leases > keys+inKilled {
 		t.Errorf("%d upstream call attempts (leases) for %d keys, %d of them in the killed member's partitions %v", leases, keys, inKilled, killedParts)
+	}
+	if got := f.metric(t, "takeovers_total"); got < 1 {
+		t.Errorf("takeovers_total = %v, want the killed member's unfinished refresh taken over", got)
 	}
 	t.Logf("%d leases for %d keys (%d in the killed member's partitions %v)", leases, keys, inKilled, killedParts)
 }
