@@ -67,6 +67,9 @@ type Config struct {
 	Runtime run.Config
 	// Now is the clock (default time.Now), for tests.
 	Now func() time.Time
+	// wrapDB, when set, wraps the refresh's database (tests inject
+	// failures with it).
+	wrapDB func(DB) DB
 }
 
 // RateLimitConfig configures the limiter of upstream calls.

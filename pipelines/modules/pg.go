@@ -125,17 +125,36 @@ RETURNING analysis_version`,
 	return version, nil
 }
 
+// PostgresRetryWait is the wait before a refresh tries PostgreSQL again
+// after a failure that is not a refusal of its values.
+const PostgresRetryWait = 2 * time.Second
+
 // pgErr classifies a PostgreSQL failure of the refresh: a refusal of the
 // values is sink_rejected with rule pg.<sqlstate>; anything else
-// (connections, deadlocks, timeouts) is retried.
+// (connections, deadlocks, timeouts, a missing table) waits
+// PostgresRetryWait and is tried again without spending an attempt, as
+// the runtime's sinks retry until the database is back: a database outage
+// does not dead-letter requests.
 func pgErr(what string, err error) error {
 	err = fmt.Errorf("modules: %s: %w", what, err)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pgsink.IsPermanent(err) {
 		return stages.DeadLetter(stages.ReasonSinkRejected, "pg."+pe.Code, err)
 	}
-	return stages.Retry(err)
+	return stages.Wait(PostgresRetryWait, err)
 }
+
+// pendingWrite is the cause of a wait after a fetched refresh could not be
+// written: the next attempt of the request (stages.Msg.PrevErr) writes
+// this snapshot instead of calling the upstream again.
+type pendingWrite struct {
+	key, hash string
+	snap      Snapshot
+	err       error
+}
+
+func (p *pendingWrite) Error() string { return p.err.Error() }
+func (p *pendingWrite) Unwrap() error { return p.err }
 
 func utc(t time.Time) *time.Time {
 	t = t.UTC()

@@ -64,7 +64,7 @@ func newStateStore(topic string, m *metrics) (*run.Store[State], error) {
 
 // catalog returns the module catalog, read again once it is older than
 // CatalogRefresh. A failed read keeps the previous catalog (and is tried
-// again after another CatalogRefresh); without one, it is a retry.
+// again after another CatalogRefresh); without one, the request waits.
 func (r *refresher) catalog(ctx context.Context) (Catalog, error) {
 	r.catMu.Lock()
 	defer r.catMu.Unlock()
@@ -79,7 +79,7 @@ func (r *refresher) catalog(ctx context.Context) (Catalog, error) {
 			r.catAt = now
 			return r.cat, nil
 		}
-		return nil, stages.Retry(fmt.Errorf("modules: catalog: %w", err))
+		return nil, stages.Wait(PostgresRetryWait, fmt.Errorf("modules: catalog: %w", err))
 	}
 	r.cat, r.catAt = cat, now
 	return cat, nil
@@ -181,6 +181,11 @@ func (r *refresher) fetch(ctx context.Context, states *run.Partition[State], m s
 	if err := states.PutNow(key, leased); err != nil {
 		return fmt.Errorf("modules: lease %s: %w", key, err)
 	}
+	var pending *pendingWrite
+	if errors.As(m.PrevErr, &pending) && pending.key == key {
+		// The previous attempt fetched this but could not write it.
+		return r.complete(ctx, states, m, v, an, pending.snap, pending.hash, true)
+	}
 	outs, err := r.fetchF(ctx, stages.Msg[fetchReq]{Key: key, Value: fetchReq{ticker: req.Ticker, module: req.Module}})
 	if err != nil {
 		return r.fail(ctx, states, m, key, err)
@@ -224,7 +229,7 @@ func (r *refresher) complete(ctx context.Context, states *run.Partition[State], 
 	now := r.cfg.Now().UTC()
 	a, err := cachedAnalysis(ctx, r.db, req.Ticker, req.Module, hash, now)
 	if err != nil {
-		return r.failPG(ctx, states, m, key, err, fetched)
+		return r.failPG(ctx, states, m, key, err, fetched, snap, hash)
 	}
 	w := sinkWrite{ticker: req.Ticker, module: req.Module, inputHash: hash, dataDate: snap.DataDate, fetchedAt: now}
 	if fetched {
@@ -248,7 +253,7 @@ func (r *refresher) complete(ctx context.Context, states *run.Partition[State], 
 	if w.payload != nil || w.result != nil {
 		version, err := w.write(ctx, r.db)
 		if err != nil {
-			return r.failPG(ctx, states, m, key, err, fetched)
+			return r.failPG(ctx, states, m, key, err, fetched, snap, hash)
 		}
 		if w.result != nil {
 			a.AnalysisVersion = version
@@ -279,14 +284,22 @@ func (r *refresher) complete(ctx context.Context, states *run.Partition[State], 
 	return nil
 }
 
-// failPG handles a PostgreSQL failure: a fetched refresh fails like an
-// upstream failure (state error on a dead letter or the last attempt); an
-// analysis-only one leaves the state alone.
-func (r *refresher) failPG(ctx context.Context, states *run.Partition[State], m stages.Msg[RefreshRecord], key string, err error, fetched bool) error {
-	if fetched {
-		return r.fail(ctx, states, m, key, err)
+// failPG handles a PostgreSQL failure (see pgErr): a wait keeps a fetched
+// snapshot for the next attempt (pendingWrite); a refusal of a fetched
+// refresh fails like an upstream failure (state error), one of an
+// analysis only leaves the state alone.
+func (r *refresher) failPG(ctx context.Context, states *run.Partition[State], m stages.Msg[RefreshRecord], key string, err error,
+	fetched bool, snap Snapshot, hash string) error {
+	if serr := r.owns(ctx); serr != nil {
+		return serr
 	}
-	if c := stages.Classify(err); c.Kind == stages.KindDeadLetter {
+	c := stages.Classify(err)
+	switch {
+	case c.Kind == stages.KindWait && fetched:
+		return stages.Wait(c.After, &pendingWrite{key: key, hash: hash, snap: snap, err: c.Err})
+	case fetched:
+		return r.fail(ctx, states, m, key, err)
+	case c.Kind == stages.KindDeadLetter:
 		r.m.requests.WithLabelValues(m.Value.moduleName(), outcomeError).Inc()
 	}
 	return err

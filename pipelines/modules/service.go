@@ -77,7 +77,11 @@ func newRefreshService(env pipelines.Env, cfg Config, m *metrics, r *pipelines.R
 	if err != nil {
 		return nil, err
 	}
-	rf := &refresher{cfg: cfg, db: env.DB, states: states, m: m, log: env.Logger.With("pipeline", RefreshGroup)}
+	var db DB = env.DB
+	if cfg.wrapDB != nil {
+		db = cfg.wrapDB(db)
+	}
+	rf := &refresher{cfg: cfg, db: db, states: states, m: m, log: env.Logger.With("pipeline", RefreshGroup)}
 	rf.fetchF = rf.fetchUpstream
 	if !cfg.RateLimit.Disabled {
 		if env.Redis == nil {

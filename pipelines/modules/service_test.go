@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -447,5 +449,46 @@ func TestRefreshAnalysisFailureAndReuse(t *testing.T) {
 	}
 	if n := f.count(t, `SELECT count(*) FROM unit_analyses WHERE ticker = 'AN'`); n != 1 {
 		t.Errorf("%d analyses stored, want 1", n)
+	}
+}
+
+// failingBegin fails the first n transactions with a serialization
+// failure (transient).
+type failingBegin struct {
+	DB
+	left atomic.Int32
+}
+
+func (d *failingBegin) Begin(ctx context.Context) (pgx.Tx, error) {
+	if d.left.Add(-1) >= 0 {
+		return nil, &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
+	}
+	return d.DB.Begin(ctx)
+}
+
+// A PostgreSQL failure after the fetch waits without spending an attempt
+// (one attempt allowed) and writes the fetched snapshot on the next one,
+// without calling the upstream again.
+func TestRefreshPostgresOutageKeepsTheFetch(t *testing.T) {
+	t.Parallel()
+	f := newSvcFixture(t, []testkit.Option{testkit.FakeOK()}, func(c *Config) {
+		c.Retry.MaxAttempts = 1
+		c.wrapDB = func(db DB) DB {
+			fb := &failingBegin{DB: db}
+			fb.left.Store(2)
+			return fb
+		}
+	})
+	f.produce(t, &kgo.Record{Key: []byte("PG:price_action"), Value: request("PG", ModulePriceAction)})
+	f.start(t)
+	f.waitRow(t, "PG", ModulePriceAction, "row ready", func(r row) bool { return r.status == "ready" })
+	if c := f.src.Calls("PG:price_action"); c != 1 {
+		t.Errorf("upstream calls = %d, want 1", c)
+	}
+	if dlq := f.dlq(t); len(dlq) != 0 {
+		t.Errorf("%d dead letters", len(dlq))
+	}
+	if n := f.count(t, `SELECT count(*) FROM module_snapshots WHERE ticker = 'PG'`); n != 1 {
+		t.Errorf("%d snapshots", n)
 	}
 }
