@@ -179,7 +179,7 @@ func (r *refresher) fetch(ctx context.Context, states *run.Partition[State], m s
 	}
 	leased := base.Refreshing(r.cfg.MemberID, states.NextToken(), r.cfg.Now())
 	if err := states.PutNow(key, leased); err != nil {
-		return fmt.Errorf("modules: lease %s: %w", key, err)
+		return stateErr("lease", key, err)
 	}
 	var pending *pendingWrite
 	if errors.As(m.PrevErr, &pending) && pending.key == key {
@@ -271,7 +271,7 @@ func (r *refresher) complete(ctx context.Context, states *run.Partition[State], 
 		next.Analysis = a
 	}
 	if err := states.Put(key, next); err != nil {
-		return fmt.Errorf("modules: state %s: %w", key, err)
+		return stateErr("state", key, err)
 	}
 	outcome := DecisionFetch
 	if !fetched {
@@ -334,11 +334,21 @@ func (r *refresher) fail(ctx context.Context, states *run.Partition[State], m st
 	}
 	cur, _ := states.Get(key)
 	if perr := states.Put(key, cur.Failed(cause, states.NextToken(), r.cfg.Now())); perr != nil {
-		return fmt.Errorf("modules: state %s: %w", key, perr)
+		return stateErr("state", key, perr)
 	}
 	r.m.requests.WithLabelValues(m.Value.moduleName(), outcomeError).Inc()
 	r.log.Warn("refresh failed", "key", key, "attempts", m.Attempt, "err", err)
 	return dl
+}
+
+// stateErr wraps a failed state write; one refused because the partition
+// was revoked or stopped gives the record up for the next owner
+// (stages.ErrStopped).
+func stateErr(what, key string, err error) error {
+	if errors.Is(err, run.ErrPartitionClosed) {
+		return fmt.Errorf("modules: %s %s: %w: %w", what, key, stages.ErrStopped, err)
+	}
+	return fmt.Errorf("modules: %s %s: %w", what, key, err)
 }
 
 // fetchUpstream is the inner stage of the limiter: one upstream call with
