@@ -492,3 +492,73 @@ func TestRefreshPostgresOutageKeepsTheFetch(t *testing.T) {
 		t.Errorf("%d snapshots", n)
 	}
 }
+
+// A 401 is fatal: the refresh service stops with the upstream's error,
+// nothing is dead-lettered and the request stays uncommitted for a run
+// with valid credentials.
+func TestRefreshUnauthorizedIsFatal(t *testing.T) {
+	t.Parallel()
+	faults, err := ParseFaults("NOAUTH=unauthorized")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newSvcFixture(t, []testkit.Option{testkit.FakeOK()}, func(c *Config) {
+		c.Source = newCountingSource(NewSynthetic(SyntheticConfig{Faults: faults}))
+	})
+	f.produce(t, &kgo.Record{Key: []byte("NOAUTH:options_flow"), Value: request("NOAUTH", ModuleOptionsFlow)})
+	svcs, err := Services(f.env, f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopMirror := testkit.RunInBackground(t, svcs[1].Name(), svcs[1].Run)
+	errc := make(chan error, 1)
+	go func() { errc <- svcs[0].Run(testkit.Context(t)) }()
+	select {
+	case err := <-errc:
+		if err == nil || !strings.Contains(err.Error(), "401") {
+			t.Errorf("refresh Run = %v, want the 401", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the refresh service did not stop on a 401")
+	}
+	if err := stopMirror(); err != nil {
+		t.Errorf("mirror: %v", err)
+	}
+	if dlq := f.dlq(t); len(dlq) != 0 {
+		t.Errorf("%d dead letters", len(dlq))
+	}
+}
+
+// A modules.state record that is not a state is dead-lettered by the
+// mirror (decode_error) and skipped by the refresh's restore; a tombstone
+// changes no row.
+func TestMirrorBadStateRecords(t *testing.T) {
+	t.Parallel()
+	f := newSvcFixture(t, []testkit.Option{testkit.FakeOK()}, nil)
+	good := f.stateRecord(t, State{Ticker: "OK", Module: ModuleDarkPool, Status: StatusMissing}.
+		Ready(testCatalog()[ModuleDarkPool], "h", "", nil, run.Token{Epoch: 1, Version: 1}, time.Now()), true)
+	bad := &kgo.Record{Topic: f.cfg.StateTopic, Key: []byte("BAD:dark_pool"), Value: []byte(`{"ticker":"BAD"}`), Partition: 0}
+	tomb := &kgo.Record{Topic: f.cfg.StateTopic, Key: good.Key, Partition: good.Partition}
+	// A state after the tombstone in its partition: once its row is there,
+	// the tombstone was read.
+	sentinel := f.stateRecord(t, State{Ticker: "SENT", Module: ModuleDarkPool, Status: StatusMissing}.
+		Ready(testCatalog()[ModuleDarkPool], "h", "", nil, run.Token{Epoch: 1, Version: 2}, time.Now()), true)
+	sentinel.Partition = good.Partition
+	f.produceStates(t, good, bad, tomb, sentinel)
+	f.start(t)
+	var dlq []*kgo.Record
+	testkit.WaitFor(t, 60*time.Second, "the mirror's dead letter", func() bool {
+		dlq = f.dlq(t)
+		return len(dlq) == 1
+	})
+	if r := dlq[0]; string(r.Key) != "BAD:dark_pool" || header(r, "dlq.reason") != "decode_error" || header(r, "dlq.stage") != MirrorGroup+"/decode" {
+		t.Errorf("dead letter %s: reason %q stage %q", r.Key, header(r, "dlq.reason"), header(r, "dlq.stage"))
+	}
+	f.waitRow(t, "SENT", ModuleDarkPool, "the sentinel's row", func(r row) bool { return r.status == "ready" })
+	if r, ok := f.row(t, "OK", ModuleDarkPool); !ok || r.status != "ready" {
+		t.Errorf("OK row = %+v, %v: the tombstone must leave it", r, ok)
+	}
+	if got := testkit.Metric(t, f.reg, "sluice_state_restore_skipped_total", "store", "modules-state"); got != 1 {
+		t.Errorf("restore skipped %v records, want 1", got)
+	}
+}
