@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/console"
 	"github.com/sluicehq/sluice/internal/opshttp"
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/modules"
 	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/ticks"
@@ -32,7 +33,8 @@ func runSpecs(o *runOptions) []pipelines.Spec {
 	return registry.All(registry.Settings{
 		Silver: silver.Config{BacklogThreshold: o.backlogThreshold,
 			Runtime: run.Config{Window: run.WindowConfig{MaxKeys: o.silverWindowKeys, MaxTotalKeys: o.silverWindowTotalKeys}}},
-		Ticks: ticks.Config{Supervisor: ticks.SupervisorConfig{Enabled: true}},
+		Ticks:   ticks.Config{Supervisor: ticks.SupervisorConfig{Enabled: true}},
+		Modules: modules.Config{Getenv: os.Getenv},
 	})
 }
 

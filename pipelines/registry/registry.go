@@ -6,6 +6,7 @@ package registry
 
 import (
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/modules"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/pipelines/ticks"
@@ -18,6 +19,8 @@ type Settings struct {
 	Silver silver.Config
 	Ticks  ticks.Config
 	Smap   smap.Config
+	// Modules reads MODULES_* and UW_* when its Getenv is set.
+	Modules modules.Config
 }
 
 // All returns the declaration of every pipeline, in a fixed order (the
@@ -27,5 +30,6 @@ func All(s Settings) []pipelines.Spec {
 		silver.Declare(s.Silver),
 		ticks.Declare(s.Ticks),
 		smap.Declare(s.Smap),
+		modules.Declare(s.Modules),
 	}
 }
