@@ -87,3 +87,10 @@ func (c ImportConfig) adapters() map[string]BrokerAdapter {
 	}
 	return out
 }
+
+// ImportServices builds trades-import alone (see importServices) with cfg,
+// whose empty group and topic names take the declared ones. The Kafka
+// clients it builds are closed once its service has returned from Run.
+func ImportServices(env pipelines.Env, cfg ImportConfig) ([]pipelines.Service, error) {
+	return pipelines.ConstructServices(env, cfg, importServices)
+}
