@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ type importFixture struct {
 	cfg  trades.ImportConfig
 	reg  *prometheus.Registry
 	prod *kgo.Client
+	logs *testkit.Buffer // every log line of the service, DEBUG included
 }
 
 // newImportFixture provisions Kafka (kfake, or the real cluster with
@@ -33,7 +33,12 @@ type importFixture struct {
 // config (adapters, retry policy …).
 func newImportFixture(t *testing.T, real bool, mod func(*trades.ImportConfig)) *importFixture {
 	t.Helper()
-	f := &importFixture{reg: prometheus.NewRegistry()}
+	f := &importFixture{reg: prometheus.NewRegistry(), logs: &testkit.Buffer{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("service log:\n%s", f.logs)
+		}
+	})
 	if real {
 		f.k = testkit.NewKafka(t)
 	} else {
@@ -66,12 +71,6 @@ func newImportFixture(t *testing.T, real bool, mod func(*trades.ImportConfig)) *
 
 func ptr[T any](v T) *T { return &v }
 
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
 
 // start runs the service and waits until it is ready; stop stops it.
 func (f *importFixture) start(t *testing.T) (stop func()) {
@@ -80,7 +79,7 @@ func (f *importFixture) start(t *testing.T) (stop func()) {
 		Kafka:      append(f.k.Opts(t), kgo.FetchMaxWait(100*time.Millisecond)),
 		DB:         f.pg.Pool,
 		Registerer: f.reg,
-		Logger:     slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:     slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	svcs, err := trades.ImportServices(env, f.cfg)
 	if err != nil {
