@@ -104,7 +104,7 @@ func importDecl() consumerDecl {
 		consumer: pipelines.Consumer{
 			Group:   ImportName,
 			Input:   topics.TradesImport,
-			Decoder: "DecodeCommand: an import, push or page command",
+			Decoder: "none: the stage decodes the command (DecodeCommand: import, push or page), so that its failures carry dlq.stage trades-import",
 			Stage:   ImportName + ": start a run, or fetch one page from the broker, validate its trades and upsert them into trades (one Postgres transaction)",
 			Sink:    "trade.upserted, import.progress and import.completed/failed on trades.events; the next page on trades.import (the import state is the runtime's state store, changelog trades.import.state)",
 			DLQ:     topics.TradesDLQ,

@@ -265,4 +265,3 @@ func TestFetchRetriesThenFails(t *testing.T) {
 		t.Fatalf("imports failed %v", got)
 	}
 }
-

@@ -42,14 +42,26 @@ type importer struct {
 
 type importStates = *run.Partition[ImportState]
 
+// rawValue is the service's decoder: the record's value as it is.
+// Commands are decoded by the stage (DecodeCommand), so that a record that
+// does not decode is dead-lettered with dlq.stage trades-import like every
+// other failure of the service (the runtime would name its decoder's
+// failures trades-import/decode).
+func rawValue(_, value []byte) ([]byte, error) { return value, nil }
+
 // stage is the service's stage function: one import, push or page command.
-func (im *importer) stage(ctx context.Context, m stages.Msg[Command]) ([]*kgo.Record, error) {
+func (im *importer) stage(ctx context.Context, raw stages.Msg[[]byte]) ([]*kgo.Record, error) {
+	c, err := DecodeCommand(nil, raw.Value)
+	if err != nil {
+		return nil, err
+	}
+	m := stages.Msg[Command]{Key: raw.Key, Value: c, Headers: raw.Headers, Source: raw.Source,
+		Attempt: raw.Attempt, MaxAttempts: raw.MaxAttempts, PrevErr: raw.PrevErr}
 	states, err := im.states.Of(ctx)
 	if err != nil {
 		return nil, err
 	}
 	now := im.cfg.Now().UTC()
-	c := m.Value
 	switch c.Kind {
 	case KindImport:
 		return im.onImport(ctx, states, m, *c.Import, now)

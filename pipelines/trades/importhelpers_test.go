@@ -71,7 +71,6 @@ func newImportFixture(t *testing.T, real bool, mod func(*trades.ImportConfig)) *
 
 func ptr[T any](v T) *T { return &v }
 
-
 // start runs the service and waits until it is ready; stop stops it.
 func (f *importFixture) start(t *testing.T) (stop func()) {
 	t.Helper()

@@ -49,7 +49,7 @@ func importServices(env pipelines.Env, cfg ImportConfig, r *pipelines.Resources)
 		return nil, fmt.Errorf("trades-import: producer: %w", err)
 	}
 	r.Add(prod.Close)
-	runner, err := run.New(cfg.Runtime, DecodeCommand, im.stage, kafkasink.Records(prod),
+	runner, err := run.New(cfg.Runtime, rawValue, im.stage, kafkasink.Records(prod),
 		run.WithKafkaOpts(env.GroupKafka(cfg.Group)...),
 		run.WithRegisterer(env.Registerer),
 		run.WithLogger(log),
