@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/sluicehq/sluice/pipelines/trades"
 )
 
@@ -204,10 +206,18 @@ func badInputsScenario(t *testing.T, f *importFixture, key *trades.TokenSealer) 
 		{"k-trade", `{"kind":"push","user_id":"k-trade","broker":"synthetic","push_id":"one","trades":[{"id":"t","symbol":"BTC-USD","side":"BUY","qty":-1,"price":1,"ts":"2025-01-02T10:00:00Z"}]}`, "sanity_fail", trades.RuleQty},
 	}
 	f.connect(t, key, "k-auth", trades.BrokerCoinbase, "tok-k-auth", true)
+	before := len(f.k.ReadTopic(t, f.cfg.DLQTopic))
+	keys := map[string]bool{}
 	for _, c := range cases {
+		keys[c.key] = true
 		f.send(t, c.key, []byte(c.value))
 	}
-	dl := f.waitDLQ(t, len(cases))
+	var dl []*kgo.Record
+	for _, r := range f.waitDLQ(t, before+len(cases)) {
+		if keys[string(r.Key)] {
+			dl = append(dl, r)
+		}
+	}
 	got := map[string]string{}
 	for _, r := range dl {
 		if header(r, "dlq.stage") != trades.ImportName {
