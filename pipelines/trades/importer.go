@@ -296,19 +296,19 @@ func (im *importer) fetchFailed(ctx context.Context, states importStates, m stag
 			}
 		} else if now.Sub(*st.WaitSince) >= im.cfg.MaxPageWait {
 			st.ChainOffset = m.Source.Offset
-			return im.fail(states, st, stages.ReasonRetriesExhausted, RuleBrokerFetch,
+			return im.fail(states, st, true, stages.ReasonRetriesExhausted, RuleBrokerFetch,
 				fmt.Errorf("page %d waited %s or more on HTTP 429: %w", st.Page+1, im.cfg.MaxPageWait, err), now)
 		}
 		return nil, err
 	case stages.KindDeadLetter:
 		st.ChainOffset = m.Source.Offset
-		return im.fail(states, st, c.Reason, c.Rule, err, now)
+		return im.fail(states, st, true, c.Reason, c.Rule, err, now)
 	case stages.KindFatal:
 		return nil, err
 	}
 	if m.LastAttempt() {
 		st.ChainOffset = m.Source.Offset
-		return im.fail(states, st, stages.ReasonRetriesExhausted, RuleBrokerFetch,
+		return im.fail(states, st, true, stages.ReasonRetriesExhausted, RuleBrokerFetch,
 			fmt.Errorf("after %d attempts: %w", m.Attempt, err), now)
 	}
 	im.m.pages.WithLabelValues(st.Broker, pageRetried).Inc()
@@ -323,20 +323,23 @@ func (im *importer) failOrReturn(states importStates, st ImportState, err error,
 	if c.Kind != stages.KindDeadLetter {
 		return nil, err
 	}
-	return im.fail(states, st, c.Reason, c.Rule, err, now)
+	return im.fail(states, st, false, c.Reason, c.Rule, err, now)
 }
 
 // fail ends the run st as FAILED: the state, import.failed {import_id,
 // run_id, reason, rule}, and the record dead-lettered with reason and rule.
-// Pages stored earlier stay.
-func (im *importer) fail(states importStates, st ImportState, reason stages.Reason, rule string, err error, now time.Time) ([]*kgo.Record, error) {
+// Pages stored earlier stay. onPage says whether a page failed (counted in
+// sluice_trades_import_pages_total) rather than the start of the run.
+func (im *importer) fail(states importStates, st ImportState, onPage bool, reason stages.Reason, rule string, err error, now time.Time) ([]*kgo.Record, error) {
 	st.Status, st.Reason, st.Rule, st.Error = StatusFailed, string(reason), rule, err.Error()
 	st.WaitSince, st.UpdatedAt = nil, now
 	if perr := im.put(states, st); perr != nil {
 		return nil, perr
 	}
 	im.m.imports.WithLabelValues("failed").Inc()
-	im.m.pages.WithLabelValues(st.Broker, pageFailed).Inc()
+	if onPage {
+		im.m.pages.WithLabelValues(st.Broker, pageFailed).Inc()
+	}
 	im.log.Warn("import failed", "import_id", st.ImportID, "run_id", st.RunID, "page", st.Page+1, "reason", reason, "rule", rule, "err", err)
 	rec, rerr := im.failedEvent(st)
 	if rerr != nil {
@@ -447,7 +450,7 @@ func (im *importer) upsertFailed(ctx context.Context, states importStates, st Im
 		return nil, fmt.Errorf("%w: %w", stages.ErrStopped, err)
 	case pgsink.IsPermanent(err):
 		st.ChainOffset = offset
-		return im.fail(states, st, stages.ReasonSinkRejected, "pg."+pgsink.SQLState(err), err, now)
+		return im.fail(states, st, true, stages.ReasonSinkRejected, "pg."+pgsink.SQLState(err), err, now)
 	case pgsink.IsTransient(err):
 		im.log.Warn("trades upsert failed, waiting", "import_id", st.ImportID, "wait", im.cfg.DBRetryWait, "err", err)
 		return nil, stages.Wait(im.cfg.DBRetryWait, err)
