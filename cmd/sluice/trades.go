@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -140,32 +138,9 @@ func tradesImportKafka(ctx context.Context, g *globalConfig, o *tradesOptions, r
 }
 
 func tradesImportHTTP(ctx context.Context, base string, req trades.ImportRequest) (trades.ImportResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return trades.ImportResult{}, err
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/api/v1/trades/imports", bytes.NewReader(body))
-	if err != nil {
-		return trades.ImportResult{}, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	if tok := apiToken(); tok != "" {
-		hreq.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(hreq)
-	if err != nil {
-		return trades.ImportResult{}, err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusAccepted {
-		return trades.ImportResult{}, fmt.Errorf("trades import: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
-	}
 	var res trades.ImportResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		return res, fmt.Errorf("trades import: response: %w", err)
-	}
-	return res, nil
+	err := postAPI(ctx, "trades import", base, "/api/v1/trades/imports", req, &res)
+	return res, err
 }
 
 func newTradesStatusCmd(g *globalConfig, o *tradesOptions) *cobra.Command {

@@ -1,18 +1,18 @@
 package trades
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/opshttp"
 )
 
 // ImportRequest is the body of POST /api/v1/trades/imports. Since is a date
@@ -172,50 +172,36 @@ func (c *Imports) Routes() map[string]http.Handler {
 	}
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 func (c *Imports) handleImport(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "read body: " + err.Error()})
-		return
-	}
 	var req ImportRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body must be JSON {user_id, since?, broker?, force?, options?}: " + err.Error()})
+	if !opshttp.DecodeBody(w, r, &req, "{user_id, since?, broker?, force?, options?}") {
 		return
 	}
 	res, err := c.Import(r.Context(), req)
 	var ie *InputError
 	switch {
 	case errors.As(err, &ie):
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": ie.Error()})
+		opshttp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": ie.Error()})
 	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		opshttp.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 	default:
-		writeJSON(w, http.StatusAccepted, res)
+		opshttp.WriteJSON(w, http.StatusAccepted, res)
 	}
 }
 
 func (c *Imports) handleStatus(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("import_id")
 	if err := CheckImportID(id); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		opshttp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
 	st, err := c.Status(r.Context(), id)
 	switch {
 	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		opshttp.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 	case st == nil:
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no import " + id})
+		opshttp.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "no import " + id})
 	default:
-		writeJSON(w, http.StatusOK, st)
+		opshttp.WriteJSON(w, http.StatusOK, st)
 	}
 }
