@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // postAPI posts req as JSON to path of the ops server at base (with
@@ -40,4 +42,23 @@ func postAPI(ctx context.Context, what, base, path string, req, res any) error {
 		return fmt.Errorf("%s: response: %w", what, err)
 	}
 	return nil
+}
+
+// withKafkaClient connects to Kafka with g's settings and calls fn with a
+// client (closed when fn returns), the connection options and a context
+// bounded to 30 s.
+func withKafkaClient[T any](ctx context.Context, g *globalConfig, fn func(ctx context.Context, cl *kgo.Client, kopts []kgo.Opt) (T, error)) (T, error) {
+	var zero T
+	kopts, err := kafkaOpts(ctx, g)
+	if err != nil {
+		return zero, err
+	}
+	cl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return zero, err
+	}
+	defer cl.Close()
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return fn(tctx, cl, kopts)
 }

@@ -95,18 +95,9 @@ func triggerKafka(ctx context.Context, g *globalConfig, o *ingestOptions, req ti
 	if err := errors.Join(ticks.ValidateSymbol(req.Symbol), ticks.ValidateDate(req.Date), ticks.ValidateAccount(req.AccountID)); err != nil {
 		return ticks.TriggerResult{}, err
 	}
-	kopts, err := kafkaOpts(ctx, g)
-	if err != nil {
-		return ticks.TriggerResult{}, err
-	}
-	cl, err := kgo.NewClient(kopts...)
-	if err != nil {
-		return ticks.TriggerResult{}, err
-	}
-	defer cl.Close()
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	return ticks.NewCoordinator(cl, kopts, o.config()).Trigger(tctx, req)
+	return withKafkaClient(ctx, g, func(ctx context.Context, cl *kgo.Client, kopts []kgo.Opt) (ticks.TriggerResult, error) {
+		return ticks.NewCoordinator(cl, kopts, o.config()).Trigger(ctx, req)
+	})
 }
 
 func triggerHTTP(ctx context.Context, base string, req ticks.TriggerRequest) (ticks.TriggerResult, error) {

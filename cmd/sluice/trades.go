@@ -123,18 +123,9 @@ Authorization: Bearer $SLUICE_API_TOKEN when it is set.`,
 }
 
 func tradesImportKafka(ctx context.Context, g *globalConfig, o *tradesOptions, req trades.ImportRequest) (trades.ImportResult, error) {
-	kopts, err := kafkaOpts(ctx, g)
-	if err != nil {
-		return trades.ImportResult{}, err
-	}
-	cl, err := kgo.NewClient(kopts...)
-	if err != nil {
-		return trades.ImportResult{}, err
-	}
-	defer cl.Close()
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	return trades.NewImports(cl, kopts, o.config()).Import(tctx, req)
+	return withKafkaClient(ctx, g, func(ctx context.Context, cl *kgo.Client, kopts []kgo.Opt) (trades.ImportResult, error) {
+		return trades.NewImports(cl, kopts, o.config()).Import(ctx, req)
+	})
 }
 
 func tradesImportHTTP(ctx context.Context, base string, req trades.ImportRequest) (trades.ImportResult, error) {

@@ -35,3 +35,17 @@ func DecodeBody(w http.ResponseWriter, r *http.Request, dst any, shape string) b
 	}
 	return true
 }
+
+// WriteAccepted answers a command request: 202 with res when err is nil,
+// else {"error": …} with 400 when invalid (the caller's input was refused)
+// or 503 (the command could not be sent).
+func WriteAccepted(w http.ResponseWriter, res any, err error, invalid bool) {
+	switch {
+	case err != nil && invalid:
+		WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+	case err != nil:
+		WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+	default:
+		WriteJSON(w, http.StatusAccepted, res)
+	}
+}

@@ -159,14 +159,7 @@ func (c *Coordinator) handleTrigger(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := c.Trigger(r.Context(), req)
 	var ie *InputError
-	switch {
-	case errors.As(err, &ie):
-		opshttp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": ie.Error()})
-	case err != nil:
-		opshttp.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
-	default:
-		opshttp.WriteJSON(w, http.StatusAccepted, res)
-	}
+	opshttp.WriteAccepted(w, res, err, errors.As(err, &ie))
 }
 
 func (c *Coordinator) handleJobs(w http.ResponseWriter, r *http.Request) {

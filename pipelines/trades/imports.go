@@ -179,14 +179,7 @@ func (c *Imports) handleImport(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := c.Import(r.Context(), req)
 	var ie *InputError
-	switch {
-	case errors.As(err, &ie):
-		opshttp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": ie.Error()})
-	case err != nil:
-		opshttp.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
-	default:
-		opshttp.WriteJSON(w, http.StatusAccepted, res)
-	}
+	opshttp.WriteAccepted(w, res, err, errors.As(err, &ie))
 }
 
 func (c *Imports) handleStatus(w http.ResponseWriter, r *http.Request) {
