@@ -3,6 +3,7 @@ package trades_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice/pipelines/trades"
@@ -95,5 +96,58 @@ func TestCoinbaseImportThroughService(t *testing.T) {
 	}
 	if logs := f.logs.String(); strings.Contains(logs, "tok-good-6c1f") || strings.Contains(logs, "tok-revoked-99aa") {
 		t.Fatal("a broker token appears in the service's log")
+	}
+}
+
+// revokingAdapter deactivates the user's connection during its first
+// fetch, then serves like inner.
+type revokingAdapter struct {
+	inner trades.BrokerAdapter
+	f     *importFixture
+	t     *testing.T
+	once  sync.Once
+}
+
+func (a *revokingAdapter) FetchTrades(ctx context.Context, req trades.FetchRequest) (trades.Page, error) {
+	a.once.Do(func() {
+		if _, err := a.f.pg.Pool.Exec(ctx, `UPDATE broker_connections SET active = false WHERE user_id = $1`, req.UserID); err != nil {
+			a.t.Error(err)
+		}
+	})
+	return a.inner.FetchTrades(ctx, req)
+}
+
+// A connection deactivated during a run fails the run at its next page,
+// at once (no retries): import.failed {sanity_fail,
+// trades.broker_connection}; the pages stored before stay.
+func TestConnectionLostMidRun(t *testing.T) {
+	t.Parallel()
+	key, err := trades.ParseTokenKey(testTokenKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv := newFakeCoinbase(t, "tok-mid", 25)
+	cb := trades.NewCoinbase(srv.URL, srv.Client())
+	cb.Limit = 10
+	adapter := &revokingAdapter{inner: cb, t: t}
+	f := newImportFixture(t, false, func(c *trades.ImportConfig) {
+		c.TokenKey = key
+		c.Adapters = map[string]trades.BrokerAdapter{trades.BrokerCoinbase: adapter}
+	})
+	adapter.f = f
+	f.connect(t, key, "mid", trades.BrokerCoinbase, "tok-mid", true)
+	f.start(t)
+	cmd := importCmd("mid", since, trades.BrokerCoinbase, false, nil)
+	f.send(t, "mid", cmd)
+	evs := f.waitEvents(t, trades.TypeImportFailed, 1)
+	failed := ofType[trades.ImportFailed](t, evs, trades.TypeImportFailed)
+	if failed[0].Rule != trades.RuleBrokerConnection || failed[0].Reason != "sanity_fail" {
+		t.Fatalf("import.failed %+v", failed[0])
+	}
+	if st := f.state(t, cmd.ImportID()); st.Status != trades.StatusFailed || st.Page != 1 || st.Stored != 10 {
+		t.Fatalf("state %+v, want FAILED after page 1", st)
+	}
+	if got := f.metric(t, "sluice_trades_import_pages_total", "broker", "coinbase", "result", "retried"); got != 0 {
+		t.Fatalf("%v retries, want none", got)
 	}
 }

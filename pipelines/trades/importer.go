@@ -2,6 +2,7 @@ package trades
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -283,7 +284,10 @@ func (im *importer) fetchFailed(ctx context.Context, states importStates, m stag
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: %w", stages.ErrStopped, err)
 	}
-	err = ClassifyFetchError(err, time.Duration(st.ResetMS)*time.Millisecond, im.cfg.RateLimitSafety)
+	var own *stages.Error
+	if !errors.As(err, &own) { // the service's own verdicts (connection, token key) stand
+		err = ClassifyFetchError(err, time.Duration(st.ResetMS)*time.Millisecond, im.cfg.RateLimitSafety)
+	}
 	c := stages.Classify(err)
 	switch c.Kind {
 	case stages.KindWait:
