@@ -169,3 +169,20 @@ func containsAny(s string, subs ...string) bool {
 	}
 	return false
 }
+
+// A network failure is a retry whose error names the endpoint's path but
+// not its query (Binance's signature).
+func TestBrokerNetworkErrorHidesQuery(t *testing.T) {
+	t.Parallel()
+	_, srv := newFakeBinance(t, "key-1", "secret-1", nil)
+	url := srv.URL
+	srv.Close()
+	bn := trades.NewBinance(url, nil, nil)
+	_, err := bn.FetchTrades(context.Background(), trades.FetchRequest{UserID: "u1", AccessToken: "key-1:secret-1", Since: time.Now()})
+	if err == nil || containsAny(err.Error(), "signature", "timestamp=") || !strings.Contains(err.Error(), "/api/v3/myTrades") {
+		t.Fatalf("error %v", err)
+	}
+	if c := stages.Classify(trades.ClassifyFetchError(err, 0, 0)); c.Kind != stages.KindRetry || c.Rule != trades.RuleBrokerFetch {
+		t.Fatalf("classified %+v", c)
+	}
+}

@@ -18,8 +18,8 @@ import (
 // DefaultBinanceURL is Binance's spot API base URL.
 const DefaultBinanceURL = "https://api.binance.com"
 
-// DefaultBinanceSymbols are the symbols a binance import reads by default.
-var defaultBinanceSymbols = []string{"BTCUSDT", "ETHUSDT"}
+// defaultBinanceSymbols are the symbols a binance import reads by default.
+func defaultBinanceSymbols() []string { return []string{"BTCUSDT", "ETHUSDT"} }
 
 // binanceWeightLimit is the request weight Binance allows a minute.
 const binanceWeightLimit = 6000
@@ -57,7 +57,7 @@ func NewBinance(base string, symbols []string, hc *http.Client) *Binance {
 		base = DefaultBinanceURL
 	}
 	if len(symbols) == 0 {
-		symbols = defaultBinanceSymbols
+		symbols = defaultBinanceSymbols()
 	}
 	return &Binance{base: strings.TrimSuffix(base, "/"), symbols: append([]string(nil), symbols...), hc: hc, Limit: 1000, now: time.Now}
 }

@@ -3,9 +3,11 @@ package trades
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/sluicehq/sluice/stages"
@@ -24,6 +26,12 @@ func brokerGet(ctx context.Context, hc *http.Client, req *http.Request, dst any)
 	}
 	resp, err := hc.Do(req.WithContext(ctx))
 	if err != nil {
+		// A *url.Error quotes the whole URL, query (signature) included:
+		// only its cause is kept.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, err)
 	}
 	defer resp.Body.Close()
