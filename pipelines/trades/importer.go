@@ -195,8 +195,11 @@ func (im *importer) onPush(ctx context.Context, states importStates, m stages.Ms
 		}
 	}
 	st := im.newRun(ImportState{ImportID: id, UserID: c.UserID, Kind: KindPush, Broker: c.Broker}, m.Source.Offset, now)
-	im.m.imports.WithLabelValues("started").Inc()
-	return im.storePage(ctx, states, st, 1, Page{Trades: raws}, m.Source.Offset, now)
+	out, err := im.storePage(ctx, states, st, 1, Page{Trades: raws}, m.Source.Offset, now)
+	if err == nil || stages.Classify(err).Kind == stages.KindDeadLetter {
+		im.m.imports.WithLabelValues("started").Inc() // once: a wait calls the stage again
+	}
+	return out, err
 }
 
 // onPage runs one page of a RUNNING run: fenced by run_id and page =

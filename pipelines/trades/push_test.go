@@ -167,6 +167,14 @@ func TestPushCorpus(t *testing.T) {
 	f := newImportFixture(t, false, nil)
 	f.start(t)
 	pushScenario(t, f)
+	for outcome, want := range map[string]float64{"started": 2, "completed": 2, "deduped": 1, "failed": 0} {
+		if got := f.metric(t, "sluice_trades_imports_total", "outcome", outcome); got != want {
+			t.Errorf("imports_total{%s} = %v, want %v", outcome, got, want)
+		}
+	}
+	if got := f.metric(t, "sluice_trades_trades_total", "broker", "coinbase", "result", "rejected"); got != 16 {
+		t.Errorf("trades_total{rejected} = %v, want 16 (8 a push, the dead-lettered carriers not counted again)", got)
+	}
 }
 
 // badInputs sends one record per failure of trades-import and checks that
