@@ -2,10 +2,13 @@ package trades_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/pipelines/trades"
 )
 
@@ -149,5 +152,61 @@ func TestConnectionLostMidRun(t *testing.T) {
 	}
 	if got := f.metric(t, "sluice_trades_import_pages_total", "broker", "coinbase", "result", "retried"); got != 0 {
 		t.Fatalf("%v retries, want none", got)
+	}
+}
+
+// always429 answers every fetch with a 429 and a short Retry-After.
+type always429 struct{}
+
+func (always429) FetchTrades(context.Context, trades.FetchRequest) (trades.Page, error) {
+	return trades.Page{}, &trades.BrokerError{Status: 429, RetryAfter: 20 * time.Millisecond}
+}
+
+// 429 waits are bounded per page (MaxPageWait): past the bound the run
+// fails as retries_exhausted with rule trades.broker_fetch, though no
+// attempt was spent.
+func TestRateLimitWaitBounded(t *testing.T) {
+	t.Parallel()
+	f := newImportFixture(t, false, func(c *trades.ImportConfig) {
+		c.Adapters = map[string]trades.BrokerAdapter{trades.BrokerSynthetic: always429{}}
+		c.MaxPageWait = 200 * time.Millisecond
+		c.RateLimitSafety = time.Millisecond
+	})
+	f.start(t)
+	cmd := importCmd("slow", since, trades.BrokerSynthetic, false, nil)
+	f.send(t, "slow", cmd)
+	evs := f.waitEvents(t, trades.TypeImportFailed, 1)
+	failed := ofType[trades.ImportFailed](t, evs, trades.TypeImportFailed)
+	if failed[0].Reason != "retries_exhausted" || failed[0].Rule != trades.RuleBrokerFetch {
+		t.Fatalf("import.failed %+v", failed[0])
+	}
+	dl := f.waitDLQ(t, 1)
+	if header(dl[0], "dlq.attempts") != "1" || header(dl[0], "dlq.rule") != trades.RuleBrokerFetch {
+		t.Fatalf("dead letter headers %v", dl[0].Headers)
+	}
+	if got := f.metric(t, "sluice_trades_vendor_429_total", "source", "broker"); got < 2 {
+		t.Fatalf("vendor_429_total %v, want several", got)
+	}
+}
+
+// Without BROKER_TOKEN_KEY a coinbase import stops the service (fatal)
+// instead of dead-lettering the command, which stays uncommitted.
+func TestCoinbaseImportWithoutTokenKeyIsFatal(t *testing.T) {
+	t.Parallel()
+	f := newImportFixture(t, false, nil)
+	env := pipelines.Env{Kafka: f.k.Opts(t), DB: f.pg.Pool, Registerer: f.reg, Logger: slog.New(slog.NewTextHandler(f.logs, nil))}
+	svcs, err := trades.ImportServices(env, f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, "nokey", importCmd("nokey", since, trades.BrokerCoinbase, false, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = svcs[0].Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "BROKER_TOKEN_KEY") || ctx.Err() != nil {
+		t.Fatalf("Run returned %v, want a fatal error naming BROKER_TOKEN_KEY", err)
+	}
+	if n := len(f.k.ReadTopic(t, f.cfg.DLQTopic)); n != 0 {
+		t.Fatalf("%d dead letters, want none", n)
 	}
 }
