@@ -17,6 +17,7 @@ func subcommands(g *globalConfig) []*cobra.Command {
 		newIngestCmd(g),
 		newVersionCmd(g),
 		newConsoleCmd(g),
+		newTradesCmd(g),
 	}
 }
 

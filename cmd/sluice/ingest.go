@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -97,44 +95,15 @@ func triggerKafka(ctx context.Context, g *globalConfig, o *ingestOptions, req ti
 	if err := errors.Join(ticks.ValidateSymbol(req.Symbol), ticks.ValidateDate(req.Date), ticks.ValidateAccount(req.AccountID)); err != nil {
 		return ticks.TriggerResult{}, err
 	}
-	kopts, err := kafkaOpts(ctx, g)
-	if err != nil {
-		return ticks.TriggerResult{}, err
-	}
-	cl, err := kgo.NewClient(kopts...)
-	if err != nil {
-		return ticks.TriggerResult{}, err
-	}
-	defer cl.Close()
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	return ticks.NewCoordinator(cl, kopts, o.config()).Trigger(tctx, req)
+	return withKafkaClient(ctx, g, func(ctx context.Context, cl *kgo.Client, kopts []kgo.Opt) (ticks.TriggerResult, error) {
+		return ticks.NewCoordinator(cl, kopts, o.config()).Trigger(ctx, req)
+	})
 }
 
 func triggerHTTP(ctx context.Context, base string, req ticks.TriggerRequest) (ticks.TriggerResult, error) {
-	body, _ := json.Marshal(req)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/api/v1/ingest/trigger", bytes.NewReader(body))
-	if err != nil {
-		return ticks.TriggerResult{}, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	if tok := apiToken(); tok != "" {
-		hreq.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(hreq)
-	if err != nil {
-		return ticks.TriggerResult{}, err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusAccepted {
-		return ticks.TriggerResult{}, fmt.Errorf("trigger: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
-	}
 	var res ticks.TriggerResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		return res, fmt.Errorf("trigger: response: %w", err)
-	}
-	return res, nil
+	err := postAPI(ctx, "trigger", base, "/api/v1/ingest/trigger", req, &res)
+	return res, err
 }
 
 func newIngestStatusCmd(g *globalConfig, o *ingestOptions) *cobra.Command {

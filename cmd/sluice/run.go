@@ -24,16 +24,20 @@ import (
 	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/ticks"
+	"github.com/sluicehq/sluice/pipelines/trades"
 	"github.com/sluicehq/sluice/stages/run"
 	"github.com/sluicehq/sluice/topics"
 )
 
 // runSpecs returns the declarations of every pipeline with o's settings.
 func runSpecs(o *runOptions) []pipelines.Spec {
+	tradesCfg, tradesErr := tradesSettings()
+	o.tradesErr = tradesErr
 	return registry.All(registry.Settings{
 		Silver: silver.Config{BacklogThreshold: o.backlogThreshold,
 			Runtime: run.Config{Window: run.WindowConfig{MaxKeys: o.silverWindowKeys, MaxTotalKeys: o.silverWindowTotalKeys}}},
 		Ticks:   ticks.Config{Supervisor: ticks.SupervisorConfig{Enabled: true}},
+		Trades:  tradesCfg,
 		Modules: modules.Config{Getenv: os.Getenv},
 	})
 }
@@ -53,6 +57,7 @@ type runOptions struct {
 	silverWindowTotalKeys int
 	memoryBudget          byteSize // 0: derived (run.BudgetFor)
 	envErr                error    // an environment variable that is not a valid flag value
+	tradesErr             error    // the trades pipeline's environment (tradesSettings), reported when it runs
 }
 
 // envFlag sets flag from the environment variable env when it is set; an
@@ -112,6 +117,9 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.envErr != nil {
 				return o.envErr
+			}
+			if slices.Contains(args, trades.Name) && o.tradesErr != nil {
+				return o.tradesErr
 			}
 			if err := o.checkListen(); err != nil {
 				return err

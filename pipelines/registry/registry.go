@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/pipelines/ticks"
+	"github.com/sluicehq/sluice/pipelines/trades"
 )
 
 // Settings are the pipeline settings a command chooses (flags, the demo's
@@ -19,6 +20,7 @@ type Settings struct {
 	Silver silver.Config
 	Ticks  ticks.Config
 	Smap   smap.Config
+	Trades trades.Config
 	// Modules reads MODULES_* and UW_* when its Getenv is set.
 	Modules modules.Config
 }
@@ -30,6 +32,7 @@ func All(s Settings) []pipelines.Spec {
 		silver.Declare(s.Silver),
 		ticks.Declare(s.Ticks),
 		smap.Declare(s.Smap),
+		trades.Declare(s.Trades),
 		modules.Declare(s.Modules),
 	}
 }

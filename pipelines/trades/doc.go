@@ -24,21 +24,27 @@
 //     window's contributions (Aggregate).
 //   - AES-GCM sealing of broker tokens under BROKER_TOKEN_KEY (tokens.go).
 //   - The BrokerAdapter interface with the classification of fetch errors
-//     (broker.go) and the deterministic synthetic broker with its fault
-//     options (synthetic.go); the coinbase and binance adapters are not
-//     written.
+//     (broker.go), the deterministic synthetic broker with its fault
+//     options (synthetic.go) and the coinbase and binance HTTP adapters
+//     (coinbase.go, binance.go: the subset of each API they use is in
+//     their doc comments).
+//   - The trades-import service (importer.go, service.go): the import
+//     state in the runtime's state store (ImportState, changelog
+//     trades.import.state), runs chained page by page, trades upserted in
+//     one transaction per page, events on trades.events, failures in
+//     trades.dlq; its metrics (sluice_trades_*); the imports API and
+//     client (Imports: POST /api/v1/trades/imports, GET
+//     /api/v1/trades/imports/{import_id}); the declaration (Declare, the
+//     pipeline "trades" of sluice run). docs/pipelines/trades.md describes
+//     it.
 //   - The HMAC-signed AI coach client (coach.go).
 //   - The tables, in schemas/migrations (trades, broker_connections,
 //     bias_tags, digests, market_bars).
 //
 // # What is not built yet
 //
-// No consumer group, runner, sink or topic is wired: the services
-// trades-import, trades-score and trades-digest, their state stores
-// (trades.import.state, trades.digest.state), timers and dead-lettering
-// need runtime features that are not in stages/run yet. There is no
-// declaration in the pipeline registry, no topic in the catalog, no CLI
-// command, no API route, no metric, no JSON Schema for these records, no
-// record format for the import state, no Postgres or object-store sink,
-// no market data and no sim.
+// The services trades-score and trades-digest (their consumers are added
+// to Declare's list, consumers()), the state store trades.digest.state,
+// JSON Schemas for these records, the object-store sink of digests, market
+// data and sim.
 package trades
