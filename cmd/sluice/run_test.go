@@ -93,6 +93,7 @@ func createTopics(t *testing.T, k *testkit.Kafka, partitions int32, prefix strin
 		if _, err := adm.CreateTopic(testkit.Context(t), partitions, -1, nil, prefix+name); err != nil {
 			t.Fatal(err)
 		}
+		k.WaitTopic(t, prefix+name, partitions)
 		t.Cleanup(func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
