@@ -28,6 +28,12 @@
 //     options (synthetic.go); the coinbase and binance adapters are not
 //     written.
 //   - The HMAC-signed AI coach client (coach.go).
+//   - The sim (sim.go, marketdata.go, sim_http.go): hold vs actual P/L of
+//     one trade over 1–90 days from the 1 h closes of market_bars or of the
+//     deterministic synthetic vendor behind the marketdata rate limiter,
+//     cached in Redis, with its API route (Sim.Routes) and metrics
+//     sluice_trades_sim_requests_total and
+//     sluice_trades_vendor_429_total (NewVendor429Counter, shared).
 //   - The tables, in schemas/migrations (trades, broker_connections,
 //     bias_tags, digests, market_bars).
 //
@@ -39,6 +45,5 @@
 // need runtime features that are not in stages/run yet. There is no
 // declaration in the pipeline registry, no topic in the catalog, no CLI
 // command, no API route, no metric, no JSON Schema for these records, no
-// record format for the import state, no Postgres or object-store sink,
-// no market data and no sim.
+// record format for the import state, no Postgres or object-store sink.
 package trades
