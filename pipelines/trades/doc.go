@@ -44,6 +44,8 @@
 // (trades.import.state, trades.digest.state), timers and dead-lettering
 // need runtime features that are not in stages/run yet. There is no
 // declaration in the pipeline registry, no topic in the catalog, no CLI
-// command, no API route, no metric, no JSON Schema for these records, no
-// record format for the import state, no Postgres or object-store sink.
+// command or API route but the sim's (the sim's route is not mounted on an
+// ops server yet), no metric but the sim's, no JSON Schema for these
+// records, no record format for the import state, no Postgres or
+// object-store sink.
 package trades
