@@ -1,0 +1,77 @@
+// Command tradesbench is the Go side of make bench-trades: it produces the
+// deterministic trade.scored corpus, checks a digest implementation's
+// output against trades.Aggregate, waits for an output topic to fill, and
+// sums changelog sizes.
+//
+//	tradesbench produce --topic T            # corpus → T (6 partitions, key user_id)
+//	tradesbench wait    --topic O --count N  # until O holds N records; prints the unix ms
+//	tradesbench check   --topic O            # O's digests vs trades.Aggregate of the corpus
+//	tradesbench logsize --prefix P           # bytes of the topics P*-changelog on disk
+//
+// The corpus flags (--users, --per-user, --weeks, --start, --seed) must be
+// equal for produce and check. Brokers come from KAFKA_BROKERS.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: tradesbench produce|wait|check|logsize [flags]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1], os.Args[2:]); err != nil {
+		fmt.Fprintln(os.Stderr, "tradesbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cmd string, args []string) error {
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+	brokers := fs.String("brokers", os.Getenv("KAFKA_BROKERS"), "Kafka seed brokers, comma separated")
+	topic := fs.String("topic", "", "topic to produce to, wait on or check")
+	var spec corpusSpec
+	fs.IntVar(&spec.Users, "users", 2000, "users in the corpus")
+	fs.IntVar(&spec.PerUser, "per-user", 600, "trades per user")
+	fs.IntVar(&spec.Weeks, "weeks", 8, "closed ISO weeks the trades spread over")
+	start := fs.String("start", "2025-01-06", "first week's Monday")
+	fs.Uint64Var(&spec.Seed, "seed", 16, "corpus seed")
+	partitions := fs.Int("partitions", 6, "produce: partitions of the corpus topic")
+	count := fs.Int("count", 0, "wait: records to wait for (default users × weeks)")
+	timeout := fs.Duration("timeout", 30*time.Minute, "wait/check: give up after")
+	prefix := fs.String("prefix", "", "logsize: topic name prefix (the Kafka Streams application.id)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if spec.Start, err = time.Parse(time.DateOnly, *start); err != nil || spec.Start.Weekday() != time.Monday {
+		return fmt.Errorf("--start %q is not a Monday YYYY-MM-DD", *start)
+	}
+	seeds := strings.Split(*brokers, ",")
+	if *brokers == "" {
+		return fmt.Errorf("no brokers: set KAFKA_BROKERS or --brokers")
+	}
+	if *count == 0 {
+		*count = spec.Users * spec.Weeks
+	}
+	switch cmd {
+	case "produce":
+		return produce(ctx, seeds, *topic, int32(*partitions), spec)
+	case "wait":
+		return waitFor(ctx, seeds, *topic, int64(*count), *timeout)
+	case "check":
+		return check(ctx, seeds, *topic, spec, *timeout)
+	case "logsize":
+		return logSize(ctx, seeds, *prefix)
+	}
+	return fmt.Errorf("unknown command %q", cmd)
+}
