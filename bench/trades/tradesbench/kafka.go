@@ -36,7 +36,7 @@ func produce(ctx context.Context, seeds []string, topic string, partitions int32
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	if _, err := adm.CreateTopic(ctx, partitions, 1, nil, topic); err != nil {
+	if _, err := adm.CreateTopic(ctx, partitions, 1, keepForever(), topic); err != nil {
 		return fmt.Errorf("create %s: %w", topic, err)
 	}
 	weeks := spec.weeks()
@@ -96,6 +96,26 @@ func produce(ctx context.Context, seeds []string, topic string, partitions int32
 		return fmt.Errorf("produce: %w", firstErr)
 	}
 	fmt.Printf(`{"topic":%q,"records":%d,"watermarks":%d,"seconds":%.1f}`+"\n", topic, total, partitions, time.Since(t0).Seconds())
+	return nil
+}
+
+// keepForever turns off time-based retention: the corpus's timestamps are
+// weeks old, older than a broker's default retention.
+func keepForever() map[string]*string {
+	return map[string]*string{"retention.ms": kadm.StringPtr("-1")}
+}
+
+// create creates topic with partitions partitions (replication 1), kept
+// forever.
+func create(ctx context.Context, seeds []string, topic string, partitions int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, 1, keepForever(), topic); err != nil {
+		return fmt.Errorf("create %s: %w", topic, err)
+	}
 	return nil
 }
 
