@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/pipelines/trades"
-	"github.com/sluicehq/sluice/stages/ratelimit"
 )
 
 // newTradesSimCmd is `sluice trades sim USER TRADE_ID [--horizon-days 7]
@@ -88,16 +88,8 @@ func (g *globalConfig) openSim(ctx context.Context) (*trades.Sim, func(), error)
 		return nil, closeAll, err
 	}
 	closers = append(closers, func() { _ = rc.Close() })
-	reg := prometheus.NewRegistry() // a one-shot command exports nothing
-	lim, err := ratelimit.New(ctx, rc, ratelimit.Config{Source: trades.SourceMarketData}, reg)
-	if err != nil {
-		return nil, closeAll, fmt.Errorf("marketdata rate limiter: %w", err)
-	}
-	sim, err := trades.NewSim(trades.SimConfig{
-		Trades: trades.PGTrades{DB: pool}, Stored: trades.PGMarketBars{DB: pool},
-		Vendor: trades.LimitedVendor{Limiter: lim, Vendor: trades.SyntheticMarketData{}},
-		Cache:  rc, Registerer: reg,
-	})
+	// A one-shot command exports no metrics: a private registry.
+	sim, err := trades.NewSimFromEnv(ctx, pipelines.Env{DB: pool, Redis: rc, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		return nil, closeAll, err
 	}
