@@ -13,7 +13,9 @@
 # (DescribeLogDirs), peak RSS (VmHWM), and the restore time after kill -9
 # with the local state wiped (start → RUNNING again, the changelog replayed).
 # Needs KAFKA_BROKERS (the stack's env file is sourced when unset), Go, Java
-# 17 and Maven. Topics are left behind under the run's prefix.
+# 17 and Maven. The run's topics (prefix bench-trades-<time>) and the peer's
+# local state are deleted at the end unless TRADES_KEEP=1; the logs stay in
+# the run's temporary directory.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -144,5 +146,10 @@ if [[ -n $OUT ]]; then
 		echo "| of which the changelog replay (first restore start → last restore end) | $replay_ms ms, $restored window-store records | pending |"
 	} >>"$OUT"
 	log "results appended to $OUT"
+fi
+if [[ ${TRADES_KEEP:-0} != 1 ]]; then
+	"$BIN" delete --prefix "$RUN" >/dev/null
+	rm -rf "$state"
+	log "deleted the topics $RUN* and the peer's state (TRADES_KEEP=1 keeps them)"
 fi
 [[ $check_ok == yes ]]

@@ -271,3 +271,39 @@ func logSize(ctx context.Context, seeds []string, prefix string) error {
 	fmt.Println(string(out))
 	return nil
 }
+
+// deleteTopics deletes every topic whose name starts with prefix (a run's
+// topics: corpus, output, changelogs) and prints their names.
+func deleteTopics(ctx context.Context, seeds []string, prefix string) error {
+	if len(prefix) < 8 {
+		return fmt.Errorf("--prefix %q is too short to name one run's topics", prefix)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	all, err := adm.ListTopics(ctx)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, t := range all.Names() {
+		if strings.HasPrefix(t, prefix) {
+			names = append(names, t)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	resps, err := adm.DeleteTopics(ctx, names...)
+	if err != nil {
+		return err
+	}
+	if err := resps.Error(); err != nil {
+		return err
+	}
+	fmt.Println(strings.Join(names, "\n"))
+	return nil
+}

@@ -8,6 +8,7 @@
 //	tradesbench wait    --topic O --count N  # until O holds N records; prints the unix ms
 //	tradesbench check   --topic O            # O's digests vs trades.Aggregate of the corpus
 //	tradesbench logsize --prefix P           # bytes of the topics P*-changelog on disk
+//	tradesbench delete  --prefix P           # delete the topics named P*
 //
 // The corpus flags (--users, --per-user, --weeks, --start, --seed) must be
 // equal for produce and check. Brokers come from KAFKA_BROKERS.
@@ -27,7 +28,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: tradesbench create|produce|wait|check|logsize [flags]")
+		fmt.Fprintln(os.Stderr, "usage: tradesbench create|produce|wait|check|logsize|delete [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -55,7 +56,7 @@ func run(ctx context.Context, cmd string, args []string) error {
 	partitions := fs.Int("partitions", 6, "produce: partitions of the corpus topic")
 	count := fs.Int("count", 0, "wait: records to wait for (default users × weeks)")
 	timeout := fs.Duration("timeout", 30*time.Minute, "wait/check: give up after")
-	prefix := fs.String("prefix", "", "logsize: topic name prefix (the Kafka Streams application.id)")
+	prefix := fs.String("prefix", "", "logsize, delete: topic name prefix (a run's, or its Kafka Streams application.id)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,6 +86,8 @@ func run(ctx context.Context, cmd string, args []string) error {
 		return check(ctx, seeds, *topic, spec, *timeout)
 	case "logsize":
 		return logSize(ctx, seeds, *prefix)
+	case "delete":
+		return deleteTopics(ctx, seeds, *prefix)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }
