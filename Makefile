@@ -4,7 +4,7 @@ GO ?= go
 STACK_ENV = $(shell bash deploy/stack/env.sh 2>/dev/null)
 
 # console-assets: see deploy/scripts/console-assets.sh
-.PHONY: console-assets console-screenshots all build demo test test-race bench bench-runtime bench-silver chaos lint stack-up stack-down ci clean
+.PHONY: console-assets console-screenshots all build demo test test-race bench bench-runtime bench-silver bench-trades chaos lint stack-up stack-down ci clean
 
 all: build
 
@@ -42,6 +42,9 @@ bench-silver: ## silver pipeline vs the seed's SKIP LOCKED design vs the databas
 
 chaos: ## silver under faults (kill -9 of a member, broker and PostgreSQL restarts) on a private stack; 0 lost, 0 duplicated
 	bash deploy/scripts/chaos.sh
+
+bench-trades: ## trades digest: the Kafka Streams 4.4.0 peer on 1.2 M trade.scored records (real Kafka, Java 17, Maven); sluice's trades-digest side is PENDING
+	bash bench/trades/run.sh
 
 lint: ## gofmt + go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

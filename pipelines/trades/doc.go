@@ -38,6 +38,12 @@
 //     pipeline "trades" of sluice run). docs/pipelines/trades.md describes
 //     it.
 //   - The HMAC-signed AI coach client (coach.go).
+//   - The sim (sim.go, marketdata.go, sim_http.go): hold vs actual P/L of
+//     one trade over 1–90 days from the 1 h closes of market_bars or of the
+//     deterministic synthetic vendor behind the marketdata rate limiter,
+//     cached in Redis, with its API route (Sim.Routes) and metrics
+//     sluice_trades_sim_requests_total and
+//     sluice_trades_vendor_429_total (NewVendor429Counter, shared).
 //   - The tables, in schemas/migrations (trades, broker_connections,
 //     bias_tags, digests, market_bars).
 //
