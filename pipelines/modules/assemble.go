@@ -107,13 +107,13 @@ func (e *InputError) Error() string { return e.Rule + ": " + e.Err.Error() }
 func (e *InputError) Unwrap() error { return e.Err }
 
 // inputError turns a rule failure (a dead letter of the rules) into an
-// *InputError carrying its rule.
+// *InputError carrying its rule and the failure's own error.
 func inputError(err error) error {
-	rule := ""
-	if c := stages.Classify(err); c != nil {
-		rule = c.Rule
+	var de *stages.Error
+	if errors.As(err, &de) && de.Err != nil {
+		return &InputError{Rule: de.Rule, Err: de.Err}
 	}
-	return &InputError{Rule: rule, Err: err}
+	return &InputError{Err: err}
 }
 
 // AssembleRequest asks for the modules of a ticker (nil or empty: every
