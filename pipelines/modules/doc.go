@@ -46,15 +46,28 @@
 //     (state_epoch, state_version).
 //   - The tables, views and get_or_create_job, in schemas/migrations
 //     (00007_modules.sql).
+//   - Assemble and the API (assemble.go, api.go, synth.go): Assembler
+//     reads ticker_modules_status, gets or creates the analysis job of the
+//     modules missing, stale, expired or absent (get_or_create_job with
+//     IdempotencyKey) and, only when it created the job, produces one
+//     refresh request per such module (reason assemble); it serves each
+//     module's snapshot and analysis when fresh or within max_stale, lists
+//     the others as missing, and adds a Synthesizer's text (Template, the
+//     deterministic one) unless it misses the budget
+//     (DefaultAssembleBudget), never waiting for a refresh. Routes mounts
+//     POST /api/v1/modules/refresh (alias POST /ingest/{module}),
+//     GET /api/v1/modules/status, POST /api/v1/modules/analysis (alias
+//     POST /ai/ticker-activity-analysis) and GET /api/v1/modules/jobs/{id};
+//     bad input is 400 with its rule id. The CLI is `sluice modules`.
 //
 // # What is not built yet
 //
-// No consumer group, runner or topic is wired: there are no
-// modules-refresh and modules-mirror services (the refresh stage with its
-// lease written by PutNow, the rate limiter, the analyzers and the
-// Postgres transaction writing module_snapshots and unit_analyses), no
-// declaration in the pipeline registry, no topic in the catalog, no CLI
-// command, no API route or assemble, no Synthesizer, no metric, no JSON
-// Schema for these records, and nothing reads MODULES_* or UW_* from the
-// environment yet. The UW adapter reports no data date.
+// No consumer group or runner is wired: there are no modules-refresh and
+// modules-mirror services (the refresh stage with its lease written by
+// PutNow, the rate limiter, the analyzers and the Postgres transaction
+// writing module_snapshots and unit_analyses), no declaration in the
+// pipeline registry (so the API routes are not mounted on the ops server
+// yet), no LLM synthesizer, no JSON Schema for these records, and of the
+// environment only MODULES_ASSEMBLE_BUDGET is read (by the CLI). The UW
+// adapter reports no data date.
 package modules
