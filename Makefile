@@ -3,7 +3,7 @@
 GO ?= go
 STACK_ENV = $(shell bash deploy/stack/env.sh 2>/dev/null)
 
-.PHONY: all build demo test test-race bench bench-runtime bench-silver lint stack-up stack-down ci clean
+.PHONY: all build demo test test-race bench bench-runtime bench-silver bench-modules lint stack-up stack-down ci clean
 
 all: build
 
@@ -26,6 +26,9 @@ bench-runtime: ## runtime per-record overhead vs a bare kgo poll loop (kfake, in
 
 bench-silver: ## silver pipeline vs the seed's SKIP LOCKED design vs the database ceiling (real Kafka + Postgres)
 	bash bench/silver.sh
+
+bench-modules: ## modules: the seed's refresh locks vs sluice's modules-refresh, one workload and upstream (real Postgres; Kafka for sluice)
+	bash bench/modules.sh
 
 lint: ## gofmt + go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
