@@ -312,6 +312,12 @@ synthesis, the modules and what is missing. A synthesis not finished within
 --budget is dropped (degraded). --json prints the whole answer.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("budget") {
+				var err error
+				if budget, err = modules.ParseAssembleBudget(os.Getenv); err != nil {
+					return err
+				}
+			}
 			if budget <= 0 {
 				return fmt.Errorf("invalid --budget %v (want > 0)", budget)
 			}
@@ -354,18 +360,9 @@ synthesis, the modules and what is missing. A synthesis not finished within
 	}
 	cmd.Flags().StringVar(&mods, "modules", "", "comma-separated modules (default: every enabled one)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().DurationVar(&budget, "budget", envDuration("MODULES_ASSEMBLE_BUDGET", modules.DefaultAssembleBudget),
-		"time budget of the answer (env MODULES_ASSEMBLE_BUDGET)")
+	cmd.Flags().DurationVar(&budget, "budget", modules.DefaultAssembleBudget,
+		"time budget of the answer (default: env MODULES_ASSEMBLE_BUDGET, else 5s)")
 	return cmd
-}
-
-// envDuration returns the duration in the environment variable key, or
-// def when it is unset or not a duration.
-func envDuration(key string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(key)); err == nil {
-		return d
-	}
-	return def
 }
 
 func newModulesJobsCmd(g *globalConfig) *cobra.Command {

@@ -10,24 +10,22 @@ import (
 
 // apiMetrics are the assembler's metrics.
 type apiMetrics struct {
-	// assemble counts answered assembles by result (ok|degraded).
-	assemble *prometheus.CounterVec
-	// jobs counts get_or_create_job calls by created (true|false).
-	jobs *prometheus.CounterVec
+	assemble *prometheus.CounterVec // result: ok|degraded
+	jobs     *prometheus.CounterVec // created: true|false
 }
 
+// newAPIMetrics registers the collectors on reg, or adopts equal ones
+// already registered (two assemblers of one process share them).
 func newAPIMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
-	assemble, err := promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_modules_assemble_total", Help: "Assemble answers by result (ok, or degraded: synthesis dropped or refreshes not requested).",
-	}, []string{"result"}))
-	if err != nil {
-		return nil, fmt.Errorf("modules: register sluice_modules_assemble_total: %w", err)
+	f := promreg.Shared(reg)
+	m := &apiMetrics{
+		assemble: f.CounterVec("sluice_modules_assemble_total",
+			"Assemble answers by result (ok, or degraded: synthesis dropped or refreshes not requested).", "result"),
+		jobs: f.CounterVec("sluice_modules_jobs_total",
+			"Analysis jobs got (created=false) or created (created=true) by assembles.", "created"),
 	}
-	jobs, err := promreg.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_modules_jobs_total", Help: "Analysis jobs got (created=false) or created (created=true) by assembles.",
-	}, []string{"created"}))
-	if err != nil {
-		return nil, fmt.Errorf("modules: register sluice_modules_jobs_total: %w", err)
+	if err := f.Err(); err != nil {
+		return nil, fmt.Errorf("modules: assemble metrics: %w", err)
 	}
-	return &apiMetrics{assemble: assemble, jobs: jobs}, nil
+	return m, nil
 }

@@ -3,6 +3,7 @@ package modules
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/sluicehq/sluice/internal/opshttp"
+	"github.com/sluicehq/sluice/pipelines"
 )
 
 // apiServer serves f's assembler's routes.
@@ -171,5 +175,42 @@ func TestAPIConcurrentRefresh(t *testing.T) {
 	}
 	if len(reqs) != 1 || len(reqs["AMD:short_interest"]) != n || len(ids) != n {
 		t.Errorf("%d requests (%d ids) on %d keys, want %d on one", len(reqs["AMD:short_interest"]), len(ids), len(reqs), n)
+	}
+}
+
+// MountAPI mounts the routes on the ops server, producing with a client of
+// its own that the resources close.
+func TestMountAPI(t *testing.T) {
+	t.Parallel()
+	f := newAssembleFixture(t, AssembleConfig{})
+	ops := opshttp.New(f.reg, slog.New(slog.DiscardHandler))
+	var res pipelines.Resources
+	defer res.Close()
+	env := pipelines.Env{Kafka: f.kafka.Opts(t), DB: f.pool, Registerer: f.reg, Ops: ops}
+	if err := MountAPI(env, AssembleConfig{RefreshTopic: f.topic}, &res); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(ops.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Post(srv.URL+"/ingest/price-action?ticker=ibm", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || len(f.requests(t)["IBM:price_action"]) != 1 {
+		t.Errorf("HTTP %d, requests %v", resp.StatusCode, f.requests(t))
+	}
+	if err := MountAPI(pipelines.Env{Ops: ops}, AssembleConfig{}, &res); err == nil {
+		t.Error("MountAPI without a database succeeded")
+	}
+}
+
+func TestParseAssembleBudget(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]time.Duration{"": DefaultAssembleBudget, "750ms": 750 * time.Millisecond, "0s": 0, "-1s": 0, "soon": 0} {
+		got, err := ParseAssembleBudget(func(string) string { return v })
+		if got != want || (want == 0) != (err != nil) {
+			t.Errorf("%q: %v, %v; want %v", v, got, err, want)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/topics"
 )
@@ -423,4 +424,44 @@ func sortedModules(cat Catalog) []string {
 	}
 	sort.Strings(ids)
 	return ids
+}
+
+// ParseAssembleBudget reads MODULES_ASSEMBLE_BUDGET (a Go duration > 0)
+// through getenv; unset is DefaultAssembleBudget.
+func ParseAssembleBudget(getenv func(string) string) (time.Duration, error) {
+	v := getenv("MODULES_ASSEMBLE_BUDGET")
+	if v == "" {
+		return DefaultAssembleBudget, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("modules: MODULES_ASSEMBLE_BUDGET=%q is not a positive duration", v)
+	}
+	return d, nil
+}
+
+// MountAPI builds an Assembler on env.DB producing with a Kafka client of
+// its own (env.Kafka; closed through r) and mounts its Routes on env.Ops
+// (behind the ops server's write guard). It does nothing when env.Ops is
+// nil.
+func MountAPI(env pipelines.Env, cfg AssembleConfig, r *pipelines.Resources) error {
+	if env.Ops == nil {
+		return nil
+	}
+	if env.DB == nil {
+		return errors.New("modules API needs PostgreSQL: set DATABASE_URL")
+	}
+	cl, err := kgo.NewClient(env.Kafka...)
+	if err != nil {
+		return fmt.Errorf("modules API: kafka client: %w", err)
+	}
+	r.Add(cl.Close)
+	asm, err := NewAssembler(env.DB, cl, env.Registerer, cfg)
+	if err != nil {
+		return err
+	}
+	for pattern, h := range asm.Routes() {
+		env.Ops.Handle(pattern, h)
+	}
+	return nil
 }

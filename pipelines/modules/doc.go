@@ -58,7 +58,8 @@
 //     POST /api/v1/modules/refresh (alias POST /ingest/{module}),
 //     GET /api/v1/modules/status, POST /api/v1/modules/analysis (alias
 //     POST /ai/ticker-activity-analysis) and GET /api/v1/modules/jobs/{id};
-//     bad input is 400 with its rule id. The CLI is `sluice modules`.
+//     bad input is 400 with its rule id; MountAPI mounts them on the ops
+//     server with a producer of their own. The CLI is `sluice modules`.
 //
 // # What is not built yet
 //
@@ -66,8 +67,8 @@
 // modules-mirror services (the refresh stage with its lease written by
 // PutNow, the rate limiter, the analyzers and the Postgres transaction
 // writing module_snapshots and unit_analyses), no declaration in the
-// pipeline registry (so the API routes are not mounted on the ops server
-// yet), no LLM synthesizer, no JSON Schema for these records, and of the
-// environment only MODULES_ASSEMBLE_BUDGET is read (by the CLI). The UW
-// adapter reports no data date.
+// pipeline registry (so nothing calls MountAPI yet), no LLM synthesizer,
+// no JSON Schema for these records, and of the environment only
+// MODULES_ASSEMBLE_BUDGET is read (ParseAssembleBudget, by the CLI). The
+// UW adapter reports no data date.
 package modules
