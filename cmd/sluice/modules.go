@@ -85,6 +85,17 @@ func modulesAssembler(ctx context.Context, g *globalConfig, o *modulesOptions, p
 	return asm, closeAll, err
 }
 
+// withReader runs fn with an assembler that only reads PostgreSQL, and
+// closes its connections afterwards.
+func withReader(ctx context.Context, g *globalConfig, fn func(*modules.Assembler) error) error {
+	asm, closeAll, err := modulesAssembler(ctx, g, nil, false, 0)
+	defer closeAll()
+	if err != nil {
+		return err
+	}
+	return fn(asm)
+}
+
 func newModulesRefreshCmd(g *globalConfig, o *modulesOptions) *cobra.Command {
 	var force bool
 	var wait time.Duration
@@ -267,19 +278,16 @@ has no row), whether old data may be served, the age of the data and the last
 error. --json prints the status as one JSON object.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asm, closeAll, err := modulesAssembler(cmd.Context(), g, nil, false, 0)
-			defer closeAll()
-			if err != nil {
-				return err
-			}
-			st, err := asm.Status(cmd.Context(), args[0], module)
-			if err != nil {
-				return cliError(err)
-			}
-			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(st)
-			}
-			return printModuleViews(cmd.OutOrStdout(), st.Ticker, st.Modules, time.Now())
+			return withReader(cmd.Context(), g, func(asm *modules.Assembler) error {
+				st, err := asm.Status(cmd.Context(), args[0], module)
+				if err != nil {
+					return cliError(err)
+				}
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(st)
+				}
+				return printModuleViews(cmd.OutOrStdout(), st.Ticker, st.Modules, time.Now())
+			})
 		},
 	}
 	cmd.Flags().StringVar(&module, "module", "", "only this module")
@@ -372,22 +380,19 @@ func newModulesJobsCmd(g *globalConfig) *cobra.Command {
 		Short: "Show an analysis job: its derived status (pending, done, failed) and its modules",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			asm, closeAll, err := modulesAssembler(cmd.Context(), g, nil, false, 0)
-			defer closeAll()
-			if err != nil {
-				return err
-			}
-			j, err := asm.Job(cmd.Context(), args[0])
-			if err != nil {
-				return cliError(err)
-			}
-			w := cmd.OutOrStdout()
-			if asJSON {
-				return json.NewEncoder(w).Encode(j)
-			}
-			fmt.Fprintf(w, "job %s %s: %s %s, created %s (key %s)\n", j.JobID, j.Status, j.Ticker, j.JobType,
-				j.CreatedAt.Format(time.RFC3339), j.IdempotencyKey)
-			return printModuleViews(w, j.Ticker, j.Modules, time.Now())
+			return withReader(cmd.Context(), g, func(asm *modules.Assembler) error {
+				j, err := asm.Job(cmd.Context(), args[0])
+				if err != nil {
+					return cliError(err)
+				}
+				w := cmd.OutOrStdout()
+				if asJSON {
+					return json.NewEncoder(w).Encode(j)
+				}
+				fmt.Fprintf(w, "job %s %s: %s %s, created %s (key %s)\n", j.JobID, j.Status, j.Ticker, j.JobType,
+					j.CreatedAt.Format(time.RFC3339), j.IdempotencyKey)
+				return printModuleViews(w, j.Ticker, j.Modules, time.Now())
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -401,13 +406,11 @@ func newModulesCatalogCmd(g *globalConfig) *cobra.Command {
 		Short: "List the analysis catalog: thresholds and TTLs per module",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			asm, closeAll, err := modulesAssembler(cmd.Context(), g, nil, false, 0)
-			defer closeAll()
-			if err != nil {
+			var cat modules.Catalog
+			if err := withReader(cmd.Context(), g, func(asm *modules.Assembler) (err error) {
+				cat, err = asm.Catalog(cmd.Context())
 				return err
-			}
-			cat, err := asm.Catalog(cmd.Context())
-			if err != nil {
+			}); err != nil {
 				return err
 			}
 			ids := make([]string, 0, len(cat))
