@@ -60,6 +60,7 @@ type config struct {
 	variants                  string
 	out                       string
 	keep, sluiceDry           bool
+	note                      string
 	seed                      uint64
 	timeout                   time.Duration
 }
@@ -97,7 +98,8 @@ func main() {
 	flag.DurationVar(&c.slow, "slow", 3*time.Second, "chaos: duration of a slow call")
 	flag.Float64Var(&c.slowFrac, "slow-fraction", 0.05, "chaos: fraction of slow calls")
 	flag.DurationVar(&c.chaosLease, "chaos-lease", 2*time.Second, "chaos: lock lease (the seed's is 120 s)")
-	flag.StringVar(&c.variants, "variants", "i,chaos,ii", "variants to run: i (seed locks), chaos (seed locks under chaos), ii (sluice)")
+	flag.StringVar(&c.variants, "variants", "i,chaos,ii,chaos-ii", "variants to run: i (seed locks), chaos (seed locks under chaos), ii (sluice), chaos-ii (sluice under chaos)")
+	flag.StringVar(&c.note, "note", "", "a line added under the report's title (e.g. which tree variant (ii) ran)")
 	flag.StringVar(&c.out, "out", "", "write the Markdown report here too")
 	flag.BoolVar(&c.keep, "keep", false, "keep the bench database and topics")
 	flag.BoolVar(&c.sluiceDry, "sluice-dry-run", false, "variant (ii) without the services: produce the workload and poll briefly (checks the driver)")
@@ -151,10 +153,13 @@ func run(ctx context.Context, c config) error {
 			r, err = runSeedVariant(ctx, c, admin, benchDSN, dbName, arrivals, c.chaosLease, c.slowFrac)
 			r.name = fmt.Sprintf("(i) seed locks, chaos: lease %s, %.0f %% of calls %s", c.chaosLease, 100*c.slowFrac, c.slow)
 		case "ii":
-			r, err = runSluiceVariant(ctx, c, admin, benchDSN, dbName, arrivals)
+			r, err = runSluiceVariant(ctx, c, admin, benchDSN, dbName, arrivals, 0)
 			r.name = "(ii) sluice modules-refresh"
+		case "chaos-ii":
+			r, err = runSluiceVariant(ctx, c, admin, benchDSN, dbName, arrivals, c.slowFrac)
+			r.name = fmt.Sprintf("(ii) sluice modules-refresh, chaos: %.0f %% of calls %s", 100*c.slowFrac, c.slow)
 		default:
-			return fmt.Errorf("unknown variant %q (want i, chaos or ii)", v)
+			return fmt.Errorf("unknown variant %q (want i, chaos, ii or chaos-ii)", v)
 		}
 		if err != nil {
 			return fmt.Errorf("variant %s: %w", v, err)
@@ -253,9 +258,25 @@ func runSeedVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db stri
 	return r, nil
 }
 
-func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db string, arrivals []arrival) (result, error) {
+// sluiceReset empties what a previous sluice variant left in the bench
+// database and (re)creates the trigger counting updates of
+// ticker_data_modules that move fetched_at backwards.
+const sluiceReset = `
+TRUNCATE ticker_data_modules, module_snapshots, unit_analyses, analysis_jobs;
+CREATE TABLE IF NOT EXISTS bench_regressions (at TIMESTAMPTZ NOT NULL DEFAULT now());
+TRUNCATE bench_regressions;
+CREATE OR REPLACE FUNCTION bench_count_regression() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN INSERT INTO bench_regressions DEFAULT VALUES; RETURN NEW; END $$;
+DROP TRIGGER IF EXISTS bench_regression ON ticker_data_modules;
+CREATE TRIGGER bench_regression BEFORE UPDATE ON ticker_data_modules FOR EACH ROW
+    WHEN (NEW.fetched_at < OLD.fetched_at) EXECUTE FUNCTION bench_count_regression();`
+
+func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db string, arrivals []arrival, slowFrac float64) (result, error) {
 	if _, err := schemas.Migrate(ctx, dsn); err != nil {
 		return result{}, fmt.Errorf("migrate the bench database: %w", err)
+	}
+	if err := execOnce(ctx, dsn, sluiceReset); err != nil {
+		return result{}, fmt.Errorf("reset the bench database: %w", err)
 	}
 	kc := kconf.FromEnv()
 	kopts, err := kc.Opts()
@@ -265,7 +286,7 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 	prefix := fmt.Sprintf("bench.modules.%d.", time.Now().UnixNano())
 	in := sluiceInputs{kafka: kopts, refreshTopic: prefix + "modules.refresh", stateTopic: prefix + "modules.state",
 		dlqTopic: prefix + "modules.dlq", groupPrefix: prefix, reg: prometheus.NewRegistry(),
-		source: newUpstream(c.slots, c.latency, c.slow, 0, c.seed)}
+		source: newUpstream(c.slots, c.latency, c.slow, slowFrac, c.seed)}
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return result{}, err
@@ -311,6 +332,9 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 		if err != nil {
 			return err
 		}
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM bench_regressions`).Scan(&res.staleOverwrites); err != nil {
+			return fmt.Errorf("count fetched_at regressions: %w", err)
+		}
 		res.note = r.note
 		r = res
 		r.ran = true
@@ -325,6 +349,17 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 		r.dupKeys, r.dupCalls = up.duplicates()
 	}
 	return r, nil
+}
+
+// execOnce runs sql on a connection of its own to dsn.
+func execOnce(ctx context.Context, dsn, sql string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, sql)
+	return err
 }
 
 // loadavg returns the 1, 5 and 15 minute load averages, or "?".
@@ -344,6 +379,9 @@ func renderReport(c config, rs []result) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "# bench-modules: the seed's refresh locks vs sluice (%s)\n\n", time.Now().UTC().Format(time.RFC3339))
+	if c.note != "" {
+		fmt.Fprintf(&b, "%s\n\n", c.note)
+	}
 	fmt.Fprintf(&b, "Workload: %d keys `TICKER:options_flow` × %d requests, due at uniformly random times within %s (seed %d): %d requests. "+
 		"Upstream: at most %d calls at once, %s each. PostgreSQL: a database of its own on DATABASE_URL. "+
 		"Machine: %s, %d CPUs (GOMAXPROCS %d), shared with other jobs: load averages (1, 5, 15 min) before/after each variant below.\n\n",
@@ -376,8 +414,10 @@ answer of the handler (fresh, or the current state when another holds the lock);
 (what POST /api/v1/modules/refresh answers after). Time until all fresh: for (i) the first ready write of the
 last key; for (ii) the first poll of ticker_modules_status (every 50 ms) seeing every key fresh. PG commits
 per request: the bench database's xact_commit delta over the variant (read-only statements count as
-transactions), divided by the requests. Stale overwrites: ready writes whose fetched_at (the time the data
-is of) is older than the row's, i.e. a holder whose lease ran out overwriting a newer refresh.
+transactions), divided by the requests. Stale overwrites: for (i) ready writes whose fetched_at (the time the
+data is of) is older than the row's, i.e. a holder whose lease ran out overwriting a newer refresh; for (ii)
+updates of ticker_data_modules moving fetched_at backwards (a trigger counts them). Chaos: the same upstream
+with a fraction of its calls slow; for (i) also a short lease.
 `)
 	return b.String()
 }

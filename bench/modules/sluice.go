@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -16,10 +15,6 @@ import (
 
 	"github.com/sluicehq/sluice/pipelines/modules"
 )
-
-// errSluiceNotBuilt is startSluice's answer while the modules-refresh and
-// modules-mirror services do not exist in this tree.
-var errSluiceNotBuilt = errors.New("the modules-refresh and modules-mirror services are not in this tree: variant (ii) needs startSluice wired")
 
 // sluiceInputs is what variant (ii) gives the sluice services: the Kafka
 // options, a pool on the bench database (every migration applied), the
@@ -35,18 +30,6 @@ type sluiceInputs struct {
 	groupPrefix  string
 	source       modules.ModuleSource
 	reg          prometheus.Registerer
-}
-
-// startSluice is the hook of variant (ii): it must start the modules
-// services (group <groupPrefix>modules-refresh reading in.refreshTopic
-// and writing in.stateTopic, with in.source as its ModuleSource and its
-// rate limit lifted so that the upstream's 12 slots are the only bound;
-// group <groupPrefix>modules-mirror applying in.stateTopic to in.db) in
-// this process, return once they are ready, and return a stop function
-// that ends them and waits. Until those services exist it returns
-// errSluiceNotBuilt and the variant is reported as not run.
-func startSluice(_ context.Context, _ sluiceInputs) (stop func() error, err error) {
-	return nil, errSluiceNotBuilt
 }
 
 // sluiceDriver produces the workload to the refresh topic and polls
