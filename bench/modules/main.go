@@ -54,6 +54,7 @@ import (
 // config is the run's settings (the flags).
 type config struct {
 	keys, per, workers, slots int
+	partitions                int32
 	window, latency, slow     time.Duration
 	slowFrac                  float64
 	chaosLease                time.Duration
@@ -94,6 +95,8 @@ func main() {
 	flag.DurationVar(&c.window, "window", 2*time.Second, "all requests are due within this window")
 	flag.IntVar(&c.workers, "workers", 50, "variant (i): request goroutines")
 	flag.IntVar(&c.slots, "slots", 12, "upstream: concurrent calls at most")
+	var parts int
+	flag.IntVar(&parts, "partitions", 3, "variant (ii): partitions of the refresh and state topics (the declared default is 3)")
 	flag.DurationVar(&c.latency, "latency", 100*time.Millisecond, "upstream: duration of a call")
 	flag.DurationVar(&c.slow, "slow", 3*time.Second, "chaos: duration of a slow call")
 	flag.Float64Var(&c.slowFrac, "slow-fraction", 0.05, "chaos: fraction of slow calls")
@@ -106,6 +109,7 @@ func main() {
 	flag.Uint64Var(&c.seed, "seed", 20261126, "workload and upstream seed")
 	flag.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up waiting for all keys fresh after this long")
 	flag.Parse()
+	c.partitions = int32(parts)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c); err != nil {
@@ -154,10 +158,10 @@ func run(ctx context.Context, c config) error {
 			r.name = fmt.Sprintf("(i) seed locks, chaos: lease %s, %.0f %% of calls %s", c.chaosLease, 100*c.slowFrac, c.slow)
 		case "ii":
 			r, err = runSluiceVariant(ctx, c, admin, benchDSN, dbName, arrivals, 0)
-			r.name = "(ii) sluice modules-refresh"
+			r.name = fmt.Sprintf("(ii) sluice modules-refresh, %d partitions", c.partitions)
 		case "chaos-ii":
 			r, err = runSluiceVariant(ctx, c, admin, benchDSN, dbName, arrivals, c.slowFrac)
-			r.name = fmt.Sprintf("(ii) sluice modules-refresh, chaos: %.0f %% of calls %s", 100*c.slowFrac, c.slow)
+			r.name = fmt.Sprintf("(ii) sluice modules-refresh, %d partitions, chaos: %.0f %% of calls %s", c.partitions, 100*c.slowFrac, c.slow)
 		default:
 			return fmt.Errorf("unknown variant %q (want i, chaos, ii or chaos-ii)", v)
 		}
@@ -298,7 +302,7 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 		name string
 		cfg  map[string]*string
 	}{{in.refreshTopic, nil}, {in.stateTopic, map[string]*string{"cleanup.policy": &compact}}, {in.dlqTopic, nil}} {
-		if _, err := adm.CreateTopic(ctx, 3, -1, t.cfg, t.name); err != nil {
+		if _, err := adm.CreateTopic(ctx, c.partitions, -1, t.cfg, t.name); err != nil {
 			return result{}, fmt.Errorf("create topic %s: %w", t.name, err)
 		}
 	}
@@ -306,6 +310,9 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 		defer func() {
 			_, _ = adm.DeleteTopics(context.WithoutCancel(ctx), in.refreshTopic, in.stateTopic, in.dlqTopic)
 		}()
+	}
+	if err := waitTopics(ctx, adm, c.partitions, in.refreshTopic, in.stateTopic, in.dlqTopic); err != nil {
+		return result{}, err
 	}
 	var r result
 	commits, err := commitsDuring(ctx, admin, db, func() error {
@@ -349,6 +356,31 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 		r.dupKeys, r.dupCalls = up.duplicates()
 	}
 	return r, nil
+}
+
+// waitTopics waits (at most 30 s) until the brokers' metadata lists every
+// topic of names with its partitions.
+func waitTopics(ctx context.Context, adm *kadm.Client, partitions int32, names ...string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		td, err := adm.ListTopics(ctx, names...)
+		ready := err == nil
+		for _, n := range names {
+			d, ok := td[n]
+			ready = ready && ok && d.Err == nil && int32(len(d.Partitions)) == partitions
+		}
+		if ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("topics %v not listed with %d partitions after 30 s (%v)", names, partitions, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // execOnce runs sql on a connection of its own to dsn.

@@ -18,7 +18,7 @@ import (
 
 // sluiceInputs is what variant (ii) gives the sluice services: the Kafka
 // options, a pool on the bench database (every migration applied), the
-// run's own topics (refresh and state co-partitioned, 3 partitions each),
+// run's own topics (refresh and state co-partitioned, --partitions each),
 // the group-name prefix, the synthetic upstream the seed variant calls
 // (at most 12 calls at once, counted) and a registry.
 type sluiceInputs struct {
