@@ -53,7 +53,8 @@
 //     refresh request per such module (reason assemble); it serves each
 //     module's snapshot and analysis when fresh or within max_stale, lists
 //     the others as missing, and adds a Synthesizer's text (Template, the
-//     deterministic one) unless it misses the budget
+//     deterministic one; Fallback tries another, an LLM say, in the time
+//     left and falls back to Template) unless it misses the budget
 //     (DefaultAssembleBudget), never waiting for a refresh. Routes mounts
 //     POST /api/v1/modules/refresh (alias POST /ingest/{module}),
 //     GET /api/v1/modules/status, POST /api/v1/modules/analysis (alias
@@ -67,7 +68,7 @@
 // modules-mirror services (the refresh stage with its lease written by
 // PutNow, the rate limiter, the analyzers and the Postgres transaction
 // writing module_snapshots and unit_analyses), no declaration in the
-// pipeline registry (so nothing calls MountAPI yet), no LLM synthesizer,
+// pipeline registry (so nothing calls MountAPI yet), no LLM client,
 // no JSON Schema for these records, and of the environment only
 // MODULES_ASSEMBLE_BUDGET is read (ParseAssembleBudget, by the CLI). The
 // UW adapter reports no data date.

@@ -81,3 +81,26 @@ func analysisSummary(result json.RawMessage) string {
 	}
 	return clipTo(string(result), 200)
 }
+
+// Fallback tries Primary (an LLM, say) in the time left and answers with
+// Template when Primary fails or has not answered Reserve before the
+// context's deadline (without a deadline, Primary has all the time it
+// takes). Primary must honour its context.
+type Fallback struct {
+	Primary Synthesizer
+	Reserve time.Duration
+}
+
+// Synthesize implements Synthesizer.
+func (f Fallback) Synthesize(ctx context.Context, in SynthesisInput) (Synthesis, error) {
+	pctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithDeadline(ctx, dl.Add(-f.Reserve))
+		defer cancel()
+	}
+	if s, err := f.Primary.Synthesize(pctx, in); err == nil {
+		return s, nil
+	}
+	return Template{}.Synthesize(ctx, in)
+}
