@@ -30,10 +30,10 @@ const (
 	ReasonAPI      = "api"
 )
 
-// DB is what the assembler and the API read and call in Postgres;
-// *pgxpool.Pool implements it. Names resolve through the connection's
-// search_path.
-type DB interface {
+// AssembleDB is what the assembler and the API read and call in
+// PostgreSQL; *pgxpool.Pool implements it. Names resolve through the
+// connection's search_path.
+type AssembleDB interface {
 	Querier
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -79,7 +79,7 @@ func (c AssembleConfig) withDefaults() AssembleConfig {
 // analysis jobs) and produces refresh requests to modules.refresh. It
 // never waits for a refresh. It is safe for concurrent use.
 type Assembler struct {
-	db      DB
+	db      AssembleDB
 	prod    Producer
 	cfg     AssembleConfig
 	metrics *apiMetrics
@@ -89,7 +89,7 @@ type Assembler struct {
 // its metrics (sluice_modules_assemble_total, sluice_modules_jobs_total)
 // are registered on reg (an existing registration of the same metrics is
 // reused).
-func NewAssembler(db DB, prod Producer, reg prometheus.Registerer, cfg AssembleConfig) (*Assembler, error) {
+func NewAssembler(db AssembleDB, prod Producer, reg prometheus.Registerer, cfg AssembleConfig) (*Assembler, error) {
 	m, err := newAPIMetrics(reg)
 	if err != nil {
 		return nil, err

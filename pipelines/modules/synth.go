@@ -35,8 +35,8 @@ type Synthesizer interface {
 
 // Template is the deterministic synthesizer: one line per module with its
 // freshness, the age of its data and the summary of its analysis (the
-// result's "summary" string, else its "signal", else the result itself,
-// shortened), then the modules missing. The same input gives the same
+// result's "summary" string, else its "signal", else its "sentiment",
+// else the result itself, shortened), then the modules missing. The same input gives the same
 // text.
 type Template struct{}
 
@@ -73,7 +73,7 @@ func (Template) Synthesize(_ context.Context, in SynthesisInput) (Synthesis, err
 func analysisSummary(result json.RawMessage) string {
 	var m map[string]any
 	if json.Unmarshal(result, &m) == nil {
-		for _, k := range []string{"summary", "signal"} {
+		for _, k := range []string{"summary", "signal", "sentiment"} {
 			if s, ok := m[k].(string); ok && s != "" {
 				return clipTo(s, 200)
 			}

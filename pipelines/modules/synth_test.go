@@ -18,6 +18,8 @@ func synthInput() SynthesisInput {
 				Analysis: &UnitAnalysis{Result: json.RawMessage(`{"summary":"calls dominate","score":3}`)}},
 			{Module: ModuleShortInterest, Freshness: "stale", Served: true, FetchedAt: &fetched,
 				Analysis: &UnitAnalysis{Result: json.RawMessage(`{"score":1}`)}},
+			{Module: ModulePriceAction, Freshness: "fresh", Served: true,
+				Analysis: &UnitAnalysis{Result: json.RawMessage(`{"sentiment":"bullish","score":2}`)}},
 			{Module: ModuleDarkPool, Freshness: "absent"},
 		}}
 }
@@ -32,6 +34,7 @@ func TestTemplate(t *testing.T) {
 	}
 	want := "NVDA options_flow: fresh, data 1m30s old; calls dominate.\n" +
 		"NVDA short_interest: stale, data 1m30s old; {\"score\":1}.\n" +
+		"NVDA price_action: fresh; bullish.\n" +
 		"Missing: dark_pool."
 	if s.Text != want || s.Source != "template" {
 		t.Errorf("text %q source %s, want %q", s.Text, s.Source, want)
