@@ -4,7 +4,7 @@ GO ?= go
 STACK_ENV = $(shell bash deploy/stack/env.sh 2>/dev/null)
 
 # console-assets: see deploy/scripts/console-assets.sh
-.PHONY: console-assets console-screenshots all build demo test test-race bench bench-runtime bench-silver bench-trades chaos lint stack-up stack-down ci clean
+.PHONY: console-assets console-screenshots all build demo test test-race bench bench-runtime bench-silver bench-trades bench-modules chaos lint stack-up stack-down ci clean
 
 all: build
 
@@ -45,6 +45,9 @@ chaos: ## silver under faults (kill -9 of a member, broker and PostgreSQL restar
 
 bench-trades: ## trades digest: the Kafka Streams 4.4.0 peer on 1.2 M trade.scored records (real Kafka, Java 17, Maven); sluice's trades-digest side is PENDING
 	bash bench/trades/run.sh
+
+bench-modules: ## modules: the seed's refresh locks vs sluice's modules-refresh, one workload and upstream (real Postgres; Kafka for sluice)
+	bash bench/modules.sh
 
 lint: ## gofmt + go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -18,6 +18,7 @@ func subcommands(g *globalConfig) []*cobra.Command {
 		newVersionCmd(g),
 		newConsoleCmd(g),
 		newTradesCmd(g),
+		newModulesCmd(g),
 	}
 }
 

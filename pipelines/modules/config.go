@@ -55,8 +55,12 @@ type Config struct {
 	// name and a random suffix, unique per service).
 	MemberID string
 	// Routes, when set, are extra HTTP routes (pattern → handler) mounted
-	// on the ops server (pipelines.Env.Ops) with the services.
+	// on the ops server (pipelines.Env.Ops) with the services, besides the
+	// modules API (assemble, refresh, status, jobs) mounted there too.
 	Routes map[string]http.Handler
+	// AssembleBudget bounds an assemble answer (MODULES_ASSEMBLE_BUDGET,
+	// default DefaultAssembleBudget).
+	AssembleBudget time.Duration
 	// Getenv, when set, is read by the services for the MODULES_* and UW_*
 	// settings (see ApplyEnv) before any default applies; nil reads none.
 	Getenv func(string) string
@@ -132,7 +136,8 @@ func ParseRateLimit(s string) ([]ratelimit.Window, error) {
 // ApplyEnv sets c's unset fields from the environment read with getenv:
 // MODULES_SOURCE (synthetic, the default, or uw), UW_BASE_URL and
 // UW_API_KEY (a secret, required by uw and never logged),
-// MODULES_RATE_LIMIT (see ParseRateLimit), MODULES_ERROR_COOLDOWN,
+// MODULES_RATE_LIMIT (see ParseRateLimit), MODULES_ASSEMBLE_BUDGET,
+// MODULES_ERROR_COOLDOWN,
 // MODULES_SYNTHETIC_LATENCY (Go durations) and MODULES_SYNTHETIC_FAULTS
 // (see ParseFaults). Errors name the variable, never the key's value.
 func (c Config) ApplyEnv(getenv func(string) string) (Config, error) {
@@ -154,6 +159,13 @@ func (c Config) ApplyEnv(getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("modules: MODULES_RATE_LIMIT: %w", err)
 		}
 		c.RateLimit.Windows = ws
+	}
+	if c.AssembleBudget == 0 && get("MODULES_ASSEMBLE_BUDGET") != "" {
+		d, err := ParseAssembleBudget(getenv)
+		if err != nil {
+			return c, err
+		}
+		c.AssembleBudget = d
 	}
 	if c.ErrorCooldown == 0 {
 		d, err := dur("MODULES_ERROR_COOLDOWN")

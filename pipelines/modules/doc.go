@@ -59,12 +59,27 @@
 //     MODULES_SYNTHETIC_LATENCY and MODULES_SYNTHETIC_FAULTS; the Analyzer
 //     interface and one deterministic rule analyzer per module
 //     (analyzer.go); the sluice_modules_* metrics (metrics.go).
+//   - Assemble and the API (assemble.go, api.go, synth.go): Assembler
+//     reads ticker_modules_status, gets or creates the analysis job of the
+//     modules missing, stale, expired or absent (get_or_create_job with
+//     IdempotencyKey) and, only when it created the job, produces one
+//     refresh request per such module (reason assemble); it serves each
+//     module's snapshot and analysis when fresh or within max_stale, lists
+//     the others as missing, and adds a Synthesizer's text (Template, the
+//     deterministic one; Fallback tries another, an LLM say, in the time
+//     left and falls back to Template) unless it misses the budget
+//     (DefaultAssembleBudget), never waiting for a refresh. Routes mounts
+//     POST /api/v1/modules/refresh (alias POST /ingest/{module}),
+//     GET /api/v1/modules/status, POST /api/v1/modules/analysis (alias
+//     POST /ai/ticker-activity-analysis) and GET /api/v1/modules/jobs/{id};
+//     bad input is 400 with its rule id; MountAPI mounts them on the ops
+//     server with a producer of their own. The CLI is `sluice modules`.
 //
-// docs/pipelines/modules.md describes the pipeline as a whole.
+// docs/pipelines/modules.md describes the pipeline as a whole,
+// docs/pipelines/modules-assemble.md assemble, the API and the CLI.
 //
 // # What is not built yet
 //
-// Assemble (the analysis route and its Synthesizer), the API routes, the
-// sluice modules commands and the JSON Schemas of these records. The UW
-// adapter reports no data date.
+// No LLM client (Fallback is the plumbing for one), no JSON Schema for
+// these records; the UW adapter reports no data date.
 package modules

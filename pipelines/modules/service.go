@@ -25,8 +25,9 @@ const MirrorStageName = "modules/mirror"
 // analysis in PostgreSQL → modules.state) and modules-mirror
 // (modules.state → ticker_data_modules). env.Kafka and env.DB are
 // required, env.Redis too unless cfg.RateLimit.Disabled. When env.Ops is
-// set, cfg.Routes are mounted on it and both services' readiness is
-// registered. The Kafka clients it builds are closed once every service
+// set, the modules API (MountAPI: assemble, refresh, status, jobs and the
+// aliases) and cfg.Routes are mounted on it and both services' readiness
+// is registered. The Kafka clients it builds are closed once every service
 // has returned from Run (or by Services itself when it fails).
 func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	return pipelines.ConstructServices(env, cfg, services)
@@ -57,6 +58,9 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 	}
 	svcs := []pipelines.Service{refresh, mirror}
 	if env.Ops != nil {
+		if err := MountAPI(env, AssembleConfig{RefreshTopic: cfg.RefreshTopic, Budget: cfg.AssembleBudget}, r); err != nil {
+			return nil, err
+		}
 		for pattern, h := range cfg.Routes {
 			env.Ops.Handle(pattern, h)
 		}
