@@ -72,7 +72,7 @@ func (o *tradesOptions) config() trades.ImportConfig {
 func newTradesCmd(g *globalConfig) *cobra.Command {
 	o := &tradesOptions{}
 	cmd := commandGroup("trades", "Import users' broker trades and inspect imports (pipeline trades)",
-		newTradesImportCmd(g, o), newTradesStatusCmd(g, o))
+		newTradesImportCmd(g, o), newTradesStatusCmd(g, o), newTradesSimCmd(g))
 	o.register(cmd)
 	return cmd
 }
