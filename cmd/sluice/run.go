@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/ticks"
+	"github.com/sluicehq/sluice/pipelines/trades"
 	"github.com/sluicehq/sluice/stages/run"
 )
 
@@ -30,7 +31,8 @@ func runSpecs(o *runOptions) []pipelines.Spec {
 	return registry.All(registry.Settings{
 		Silver: silver.Config{BacklogThreshold: o.backlogThreshold,
 			Runtime: run.Config{Window: run.WindowConfig{MaxKeys: o.silverWindowKeys, MaxTotalKeys: o.silverWindowTotalKeys}}},
-		Ticks: ticks.Config{Supervisor: ticks.SupervisorConfig{Enabled: true}},
+		Ticks:  ticks.Config{Supervisor: ticks.SupervisorConfig{Enabled: true}},
+		Trades: trades.Config{Getenv: os.Getenv},
 	})
 }
 

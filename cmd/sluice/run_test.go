@@ -220,7 +220,7 @@ func TestRunListsRegisteredPipelines(t *testing.T) {
 		}
 	}
 	_, err = runCLI(t, "run", "silver", "bronze", "--brokers", "127.0.0.1:1")
-	singleLine(t, err, `unknown pipeline "bronze" (known: silver, smap, ticks)`)
+	singleLine(t, err, `unknown pipeline "bronze" (known: silver, smap, ticks, trades)`)
 }
 
 // Every pipeline checks the topics of its declaration, in catalog order,

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/pipelines/ticks"
+	"github.com/sluicehq/sluice/pipelines/trades"
 )
 
 // Settings are the pipeline settings a command chooses (flags, the demo's
@@ -18,6 +19,7 @@ type Settings struct {
 	Silver silver.Config
 	Ticks  ticks.Config
 	Smap   smap.Config
+	Trades trades.Config
 }
 
 // All returns the declaration of every pipeline, in a fixed order (the
@@ -27,5 +29,6 @@ func All(s Settings) []pipelines.Spec {
 		silver.Declare(s.Silver),
 		ticks.Declare(s.Ticks),
 		smap.Declare(s.Smap),
+		trades.Declare(s.Trades),
 	}
 }

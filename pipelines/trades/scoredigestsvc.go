@@ -1,0 +1,120 @@
+package trades
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/sinks/objstore"
+	"github.com/sluicehq/sluice/stages/run"
+	"github.com/sluicehq/sluice/topics"
+)
+
+// producer returns a Kafka producer on env registered on r.
+func producer(env pipelines.Env, r *pipelines.Resources, who string) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, env.Kafka...), kgo.ProducerLinger(0))...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: kafka producer: %w", who, err)
+	}
+	r.Add(cl.Close)
+	return cl, nil
+}
+
+func logger(env pipelines.Env) *slog.Logger {
+	if env.Logger == nil {
+		return slog.Default()
+	}
+	return env.Logger
+}
+
+// buildScore builds trades-score: env.DB (with the trades migration) is
+// required; the AI coach is used when cfg.Score.Coach.BaseURL is set.
+func buildScore(env pipelines.Env, cfg Config, s pipelines.Spec, r *pipelines.Resources) (pipelines.Service, error) {
+	sc := cfg.Score.withDefaults()
+	in := consumerOf(s, ScoreName)
+	sc.BiasTopic = consumerOf(s, DigestName).Input
+	sc.ReflectTopic = topicOf(s.Outputs, topics.CoachReflect)
+	if env.DB == nil {
+		return nil, errors.New(ScoreName + " needs a PostgreSQL pool (DATABASE_URL)")
+	}
+	if in.Group == "" || sc.BiasTopic == "" || sc.ReflectTopic == "" {
+		return nil, errors.New(ScoreName + ": the declaration lacks its consumer or topics")
+	}
+	m, err := newScoreMetrics(env.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	var coach *Coach
+	if sc.Coach.BaseURL != "" {
+		if coach, err = NewCoach(sc.Coach); err != nil {
+			return nil, fmt.Errorf("%s: %w", ScoreName, err)
+		}
+	}
+	prod, err := producer(env, r, ScoreName)
+	if err != nil {
+		return nil, err
+	}
+	rc := sc.Runtime
+	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = ScoreName, in.Group, []string{in.Input}, in.DLQ
+	st := &scorer{cfg: sc, db: env.DB, coach: coach, m: m, log: logger(env).With("pipeline", Name, "service", ScoreName)}
+	runner, err := run.New(rc, decodeScoreIn, st.stage, &scoreSink{cfg: sc, db: env.DB, prod: prod, m: m},
+		run.WithKafkaOpts(env.GroupKafka(rc.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(logger(env)),
+		run.WithStageName(ScoreName), run.WithBudget(env.Memory))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ScoreName, err)
+	}
+	if env.Ops != nil {
+		env.Ops.AddReadiness(ScoreName, runner.Ready)
+	}
+	return runner, nil
+}
+
+// buildDigest builds trades-digest: env.DB (with the trades migration) and
+// env.Objects are required. When env.Ops is set, POST
+// /api/v1/trades/digests is mounted on it (DigestsRoute).
+func buildDigest(env pipelines.Env, cfg Config, s pipelines.Spec, r *pipelines.Resources) (pipelines.Service, error) {
+	dc := cfg.Digest.withDefaults()
+	in := consumerOf(s, DigestName)
+	dc.StateTopic = topicOf(s.Stores, topics.TradesDigestState)
+	dc.ReadyTopic = topicOf(s.Outputs, topics.DigestReady)
+	if env.DB == nil || env.Objects == nil {
+		return nil, errors.New(DigestName + " needs a PostgreSQL pool (DATABASE_URL) and an object store")
+	}
+	if in.Group == "" || dc.StateTopic == "" || dc.ReadyTopic == "" {
+		return nil, errors.New(DigestName + ": the declaration lacks its consumer or topics")
+	}
+	store, err := NewDigestStore(dc.StateTopic)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", DigestName, err)
+	}
+	d := &digester{cfg: dc, store: store, windows: map[int32]int{}}
+	if d.m, err = newDigestMetrics(env.Registerer, d.windowCount); err != nil {
+		return nil, err
+	}
+	objects, err := objstore.Instrument(env.Objects, env.Registerer, DigestName)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", DigestName, err)
+	}
+	prod, err := producer(env, r, DigestName)
+	if err != nil {
+		return nil, err
+	}
+	rc := dc.Runtime
+	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = DigestName, in.Group, []string{in.Input}, in.DLQ
+	sink := &digestSink{cfg: dc, db: env.DB, objects: objects, prod: prod, m: d.m, log: logger(env)}
+	runner, err := run.New(rc, decodeDigestIn, d.stage, sink,
+		run.WithKafkaOpts(env.GroupKafka(rc.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(logger(env)),
+		run.WithStageName(DigestName), run.WithBudget(env.Memory), run.WithStores(store),
+		run.WithTimers(dc.Tick, d.tick), run.WithRevokeHook(d.revoked))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", DigestName, err)
+	}
+	if env.Ops != nil {
+		env.Ops.AddReadiness(DigestName, runner.Ready)
+		env.Ops.Handle(DigestsRoute, DigestsHandler(NewRequester(prod, consumerOf(s, ScoreName).Input, in.Input), dc.Now))
+	}
+	return runner, nil
+}
