@@ -48,6 +48,9 @@ func buildScore(env pipelines.Env, cfg Config, s pipelines.Spec, r *pipelines.Re
 		return nil, err
 	}
 	var coach *Coach
+	if sc.Coach.Now == nil {
+		sc.Coach.Now = sc.Now
+	}
 	if sc.Coach.BaseURL != "" {
 		if coach, err = NewCoach(sc.Coach); err != nil {
 			return nil, fmt.Errorf("%s: %w", ScoreName, err)

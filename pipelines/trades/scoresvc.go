@@ -429,6 +429,12 @@ func (s *scoreSink) write(ctx context.Context, out scoreOut) error {
 		recs = append(recs, rec)
 		byID[sc.Trade.ID] = sc
 	}
+	// Publish in history order.
+	order := map[string]int{}
+	for i, sc := range out.scored {
+		order[sc.Trade.ID] = i
+	}
+	slices.SortFunc(pending, func(a, b pendingReflect) int { return order[a.tradeID] - order[b.tradeID] })
 	repeats := make([]bool, len(pending))
 	for i, p := range pending {
 		r, ok := out.reflects[p.tradeID]
