@@ -15,6 +15,7 @@ func subcommands(g *globalConfig) []*cobra.Command {
 		newDLQCmd(g),
 		newSmapCmd(g),
 		newIngestCmd(g),
+		newTradesCmd(g),
 	}
 }
 
