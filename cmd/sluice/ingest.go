@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -112,29 +110,7 @@ func triggerKafka(ctx context.Context, g *globalConfig, o *ingestOptions, req ti
 }
 
 func triggerHTTP(ctx context.Context, base string, req ticks.TriggerRequest) (ticks.TriggerResult, error) {
-	body, _ := json.Marshal(req)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/api/v1/ingest/trigger", bytes.NewReader(body))
-	if err != nil {
-		return ticks.TriggerResult{}, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	if tok := apiToken(); tok != "" {
-		hreq.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(hreq)
-	if err != nil {
-		return ticks.TriggerResult{}, err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusAccepted {
-		return ticks.TriggerResult{}, fmt.Errorf("trigger: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	var res ticks.TriggerResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		return res, fmt.Errorf("trigger: response: %w", err)
-	}
-	return res, nil
+	return postAccepted[ticks.TriggerResult](ctx, base, "/api/v1/ingest/trigger", "trigger", req)
 }
 
 func newIngestStatusCmd(g *globalConfig, o *ingestOptions) *cobra.Command {

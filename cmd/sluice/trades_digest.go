@@ -1,14 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -120,29 +115,8 @@ with Authorization: Bearer $SLUICE_API_TOKEN when it is set.`,
 }
 
 func digestHTTP(ctx context.Context, base string, req trades.DigestsRequest) (trades.Sent, error) {
-	body, _ := json.Marshal(req)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(base, "/")+"/api/v1/trades/digests", bytes.NewReader(body))
-	if err != nil {
-		return trades.Sent{}, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	if tok := apiToken(); tok != "" {
-		hreq.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := http.DefaultClient.Do(hreq)
-	if err != nil {
-		return trades.Sent{}, err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusAccepted {
-		return trades.Sent{}, fmt.Errorf("digest: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	var res trades.DigestsAccepted
-	if err := json.Unmarshal(b, &res); err != nil {
-		return trades.Sent{}, fmt.Errorf("digest: response: %w", err)
-	}
-	return res.Sent, nil
+	res, err := postAccepted[trades.DigestsAccepted](ctx, base, "/api/v1/trades/digests", "digest", req)
+	return res.Sent, err
 }
 
 func newTradesRebuildDigestsCmd(g *globalConfig) *cobra.Command {

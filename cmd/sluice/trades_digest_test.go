@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,19 @@ func TestTradesScoreDigestCommands(t *testing.T) {
 	if len(evs) != 1 || evs[0].Type != trades.TypeDigestRequest || string(evs[0].Payload) != `{"user_id":"u1","period_start":"2025-01-06"}` {
 		t.Fatalf("digest.request %+v", evs)
 	}
+	// Through a running ops server's API (--api).
+	srv := httptest.NewServer(trades.DigestsHandler(trades.NewRequester(k.Client(t), prefix+topics.TradesEvents, prefix+topics.TradesBias), nil))
+	defer srv.Close()
+	if out, err := runCLI(t, "trades", "digest", "u1", "--week", "2025-W03", "--api", srv.URL); err != nil || !strings.Contains(out, "2025-01-13..2025-01-20") {
+		t.Fatalf("digest --api: %v\n%s", err, out)
+	}
+	if _, err := runCLI(t, "trades", "digest", "x@y.z", "--week", "2025-W03", "--api", srv.URL); err == nil {
+		t.Error("digest --api accepted a bad user id")
+	}
+	evs = events(topics.TradesBias)
+	if len(evs) != 2 || string(evs[1].Payload) != `{"user_id":"u1","period_start":"2025-01-13"}` {
+		t.Fatalf("digest.request through the API %+v", evs)
+	}
 	for _, bad := range [][]string{
 		{"trades", "score", "u1"},
 		{"trades", "score", "u1", "--since", "2999-01-01"},
@@ -63,8 +77,8 @@ func TestTradesScoreDigestCommands(t *testing.T) {
 			t.Errorf("%v accepted", bad)
 		}
 	}
-	if n := len(events(topics.TradesEvents)) + len(events(topics.TradesBias)); n != 2 {
-		t.Errorf("refused commands sent %d events", n-2)
+	if n := len(events(topics.TradesEvents)) + len(events(topics.TradesBias)); n != 3 {
+		t.Errorf("refused commands sent %d events", n-3)
 	}
 
 	pg := testkit.NewPostgres(t)
@@ -86,10 +100,10 @@ func TestTradesScoreDigestCommands(t *testing.T) {
 		t.Fatalf("rebuild-digests: %v\n%s", err, out)
 	}
 	evs = events(topics.TradesBias)
-	if len(evs) != 3 || evs[1].Type != trades.TypeTradeScored || evs[2].Type != trades.TypeTradeScored {
+	if len(evs) != 4 || evs[2].Type != trades.TypeTradeScored || evs[3].Type != trades.TypeTradeScored {
 		t.Fatalf("trade.scored %+v", evs)
 	}
-	s, err := trades.DecodeTradeScored(evs[1].Payload)
+	s, err := trades.DecodeTradeScored(evs[2].Payload)
 	if err != nil || s.ExtID != "b" || s.Side != trades.Sell || s.RealizedPnL == nil || !s.RealizedPnL.IsZero() || len(s.Lots) != 1 {
 		t.Errorf("re-published trade.scored %+v (%v)", s, err)
 	}

@@ -83,15 +83,6 @@ func readyOf(t *testing.T, e Event[json.RawMessage]) DigestReady {
 	return p
 }
 
-func aggText(t *testing.T, a Agg) string {
-	t.Helper()
-	b, err := json.Marshal(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // The timer emits a window once it is past its end + grace and its last
 // change is settle old; a late trade makes revision 2 (after settle); a
 // redelivered trade.scored, or a re-score that changes a contribution but
@@ -128,11 +119,11 @@ func TestDigestTimerRevisions(t *testing.T) {
 		t.Fatalf("corpus aggregate %+v", want1)
 	}
 	row, ok := h.digestRow("u1", week0)
-	if !ok || row.id != ready.DigestID || row.revision != 1 || row.partial || aggText(t, row.agg) != aggText(t, want1) || row.key != ready.ObjectKey {
-		t.Errorf("digests row %+v (found %v), want id %d revision 1 agg %s", row, ok, ready.DigestID, aggText(t, want1))
+	if !ok || row.id != ready.DigestID || row.revision != 1 || row.partial || aggJSON(t, row.agg) != aggJSON(t, want1) || row.key != ready.ObjectKey {
+		t.Errorf("digests row %+v (found %v), want id %d revision 1 agg %s", row, ok, ready.DigestID, aggJSON(t, want1))
 	}
 	obj := h.digestObject("u1", week0)
-	if obj.UserID != "u1" || obj.Period != ready.Period || obj.Revision != 1 || obj.Partial || aggText(t, obj.Agg) != aggText(t, want1) {
+	if obj.UserID != "u1" || obj.Period != ready.Period || obj.Revision != 1 || obj.Partial || aggJSON(t, obj.Agg) != aggJSON(t, want1) {
 		t.Errorf("digest object %+v", obj)
 	}
 	if n := testkit.Metric(t, d.reg, "sluice_trades_digests_emitted_total", "kind", "first"); n != 1 {
@@ -153,7 +144,7 @@ func TestDigestTimerRevisions(t *testing.T) {
 	}
 	want2 := Aggregate(week0, map[string]TradeScored{corpus[0].Trade.ID: corpus[0].Payload(), corpus[1].Trade.ID: corpus[1].Payload(),
 		corpus[2].Trade.ID: corpus[2].Payload(), corpus[3].Trade.ID: corpus[3].Payload()})
-	if obj := h.digestObject("u1", week0); obj.Revision != 2 || aggText(t, obj.Agg) != aggText(t, want2) {
+	if obj := h.digestObject("u1", week0); obj.Revision != 2 || aggJSON(t, obj.Agg) != aggJSON(t, want2) {
 		t.Errorf("revision 2 object %+v", obj)
 	}
 	if n := testkit.Metric(t, d.reg, "sluice_trades_digests_emitted_total", "kind", "revision"); n != 1 {

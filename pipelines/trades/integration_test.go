@@ -77,10 +77,10 @@ func TestScoreDigestRealStack(t *testing.T) {
 		t.Fatalf("corpus aggregate %+v", wantAgg)
 	}
 	row, ok := h.digestRow("u1", week0)
-	if !ok || row.revision != 1 || row.partial || aggText(t, row.agg) != aggText(t, wantAgg) || row.id != readyOf(t, ready[0]).DigestID {
+	if !ok || row.revision != 1 || row.partial || aggJSON(t, row.agg) != aggJSON(t, wantAgg) || row.id != readyOf(t, ready[0]).DigestID {
 		t.Errorf("digests row %+v (found %v)", row, ok)
 	}
-	if obj := h.digestObject("u1", week0); obj.Revision != 1 || aggText(t, obj.Agg) != aggText(t, wantAgg) || obj.Period != week0.Period() {
+	if obj := h.digestObject("u1", week0); obj.Revision != 1 || aggJSON(t, obj.Agg) != aggJSON(t, wantAgg) || obj.Period != week0.Period() {
 		t.Errorf("digest object %+v", obj)
 	}
 	scored := len(h.events(topics.TradesBias))
@@ -110,7 +110,7 @@ func TestScoreDigestRealStack(t *testing.T) {
 	if got := h.tagRows(); !slices.Equal(got, tags) {
 		t.Errorf("replay changed bias_tags:\n%v\n%v", got, tags)
 	}
-	if row2, _ := h.digestRow("u1", week0); row2.revision != 1 || aggText(t, row2.agg) != aggText(t, wantAgg) {
+	if row2, _ := h.digestRow("u1", week0); row2.revision != 1 || aggJSON(t, row2.agg) != aggJSON(t, wantAgg) {
 		t.Errorf("replay changed the digests row: %+v", row2)
 	}
 }
