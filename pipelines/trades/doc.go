@@ -31,14 +31,20 @@
 //   - The tables, in schemas/migrations (trades, broker_connections,
 //     bias_tags, digests, market_bars).
 //
+// # Services
+//
+// trades-score (scoresvc.go) turns import.completed and score.request into
+// bias_tags, trade.scored and coach.reflect; trades-digest (digestsvc.go)
+// keeps weekly windows in the runtime's state store (trades.digest.state)
+// and emits digest objects, digests rows and digest.ready from a periodic
+// timer or a digest.request. Declare (declare.go) declares them as the
+// pipeline "trades"; requests.go sends their requests (CLI, POST
+// /api/v1/trades/digests). docs/pipelines/trades-score-digest.md states
+// their contracts.
+//
 // # What is not built yet
 //
-// No consumer group, runner, sink or topic is wired: the services
-// trades-import, trades-score and trades-digest, their state stores
-// (trades.import.state, trades.digest.state), timers and dead-lettering
-// need runtime features that are not in stages/run yet. There is no
-// declaration in the pipeline registry, no topic in the catalog, no CLI
-// command, no API route, no metric, no JSON Schema for these records, no
-// record format for the import state, no Postgres or object-store sink,
-// no market data and no sim.
+// The trades-import service and its state (trades.import.state), the
+// coinbase and binance adapters, JSON Schemas of these records, market
+// data beyond the market_bars table, and sim.
 package trades
