@@ -296,3 +296,36 @@ func TestDigestInputRules(t *testing.T) {
 		}
 	}
 }
+
+// The digest of a window depends only on the set of its scored trades:
+// u2's trade.scored stream (u1's trades, shuffled, some of them sent twice
+// and one first in an older version) gives the aggregate of u1's, sent
+// once in order.
+func TestDigestIgnoresOrderAndDuplicates(t *testing.T) {
+	t.Parallel()
+	h := newSvcHarness(t, testkit.ForceFake())
+	inWeek := t0.Add(72 * time.Hour)
+	h.clock.Set(inWeek)
+	h.start(h.cfg)
+	corpus := digestCorpus()
+	h.publishScored(inWeek, corpus...)
+	bias := h.topic(topics.TradesBias)
+	send := func(p TradeScored) {
+		p.UserID = "u2"
+		h.produce(bias, "u2", Event[TradeScored]{EventID: "x", Type: TypeTradeScored, Timestamp: inWeek, Payload: p})
+	}
+	older := corpus[1].Payload()
+	older.Labels = []string{LabelOvertrading}
+	send(older)
+	for _, i := range []int{3, 1, 3, 0, 2, 1, 0} {
+		send(corpus[i].Payload())
+	}
+	for _, u := range []string{"u1", "u2"} {
+		h.produce(bias, u, Event[DigestRequest]{EventID: "rq-" + u, Type: TypeDigestRequest, Payload: DigestRequest{UserID: u, PeriodStart: "2025-01-06"}})
+	}
+	h.waitEvents(topics.DigestReady, 2)
+	a1, a2 := h.digestObject("u1", week0).Agg, h.digestObject("u2", week0).Agg
+	if a1.Trades != len(corpus) || aggJSON(t, a1) != aggJSON(t, a2) {
+		t.Errorf("digests differ:\nu1 %s\nu2 %s", aggJSON(t, a1), aggJSON(t, a2))
+	}
+}
