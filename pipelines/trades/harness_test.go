@@ -87,6 +87,23 @@ func newSvcHarness(t *testing.T, opts ...testkit.Option) *svcHarness {
 			t.Cleanup(func() { _, _ = adm.DeleteTopic(context.Background(), full) })
 		}
 	}
+	// A real cluster's metadata may lag the creation.
+	var created []string
+	for _, name := range Declare(Config{}).Topics() {
+		created = append(created, h.naming.Topic(name))
+	}
+	testkit.WaitFor(t, 30*time.Second, "topics in the metadata", func() bool {
+		td, err := adm.ListTopics(ctx, created...)
+		if err != nil || len(td) != len(created) {
+			return false
+		}
+		for _, d := range td {
+			if d.Err != nil || len(d.Partitions) == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	h.cl = k.Client(t)
 	fast := run.Config{
 		BatchLinger: 5 * time.Millisecond, CommitInterval: 100 * time.Millisecond, RevokeTimeout: 2 * time.Second,
