@@ -37,6 +37,20 @@ func (h *svcHarness) publishScored(at time.Time, scored ...Scored) {
 	}
 }
 
+// inWeek is the clock of the digest tests while week0 runs.
+var inWeek = t0.Add(72 * time.Hour)
+
+// startInWeek starts a deployment with the clock at inWeek and publishes
+// the first n trades of the digest corpus; it returns the corpus.
+func (h *svcHarness) startInWeek(n int) (*deployment, []Scored) {
+	h.t.Helper()
+	h.clock.Set(inWeek)
+	d := h.start(h.cfg)
+	corpus := digestCorpus()
+	h.publishScored(inWeek, corpus[:n]...)
+	return d, corpus
+}
+
 // digestRow is a digests row.
 type digestRow struct {
 	id       int64
@@ -91,11 +105,7 @@ func readyOf(t *testing.T, e Event[json.RawMessage]) DigestReady {
 func TestDigestTimerRevisions(t *testing.T) {
 	t.Parallel()
 	h := newSvcHarness(t, testkit.ForceFake())
-	inWeek := t0.Add(72 * time.Hour)
-	h.clock.Set(inWeek)
-	d := h.start(h.cfg)
-	corpus := digestCorpus()
-	h.publishScored(inWeek, corpus[:3]...)
+	d, corpus := h.startInWeek(3)
 	d.settle(t, 3)
 	if got := h.events(topics.DigestReady); len(got) != 0 {
 		t.Fatalf("digest emitted inside the week: %v", ids(got))
@@ -213,11 +223,7 @@ func TestDigestTimerRevisions(t *testing.T) {
 func TestDigestRequest(t *testing.T) {
 	t.Parallel()
 	h := newSvcHarness(t, testkit.ForceFake())
-	inWeek := t0.Add(72 * time.Hour)
-	h.clock.Set(inWeek)
-	d := h.start(h.cfg)
-	corpus := digestCorpus()
-	h.publishScored(inWeek, corpus...)
+	d, corpus := h.startInWeek(len(digestCorpus()))
 	bias := h.topic(topics.TradesBias)
 	h.produce(bias, "u1", Event[DigestRequest]{EventID: "rq-1", Type: TypeDigestRequest, Payload: DigestRequest{UserID: "u1", PeriodStart: "2025-01-06"}})
 	ev := h.waitEvents(topics.DigestReady, 1)[0]
@@ -304,11 +310,7 @@ func TestDigestInputRules(t *testing.T) {
 func TestDigestIgnoresOrderAndDuplicates(t *testing.T) {
 	t.Parallel()
 	h := newSvcHarness(t, testkit.ForceFake())
-	inWeek := t0.Add(72 * time.Hour)
-	h.clock.Set(inWeek)
-	h.start(h.cfg)
-	corpus := digestCorpus()
-	h.publishScored(inWeek, corpus...)
+	_, corpus := h.startInWeek(len(digestCorpus()))
 	bias := h.topic(topics.TradesBias)
 	send := func(p TradeScored) {
 		p.UserID = "u2"
