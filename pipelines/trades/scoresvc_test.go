@@ -277,3 +277,25 @@ func TestScoreRequestRules(t *testing.T) {
 		t.Errorf("trade.scored %d, want %d", n, len(scoreCorpus()))
 	}
 }
+
+// market_bars failing (here: gone) is retried like the coach, then the
+// request is dead-lettered as retries_exhausted, rule trades.marketdata.
+func TestScoreMarketDataFailureExhaustsRetries(t *testing.T) {
+	t.Parallel()
+	h := newSvcHarness(t, testkit.ForceFake())
+	h.clock.Set(scoreNow)
+	h.insertTrades(scoreCorpus()...)
+	if _, err := h.pg.Pool.Exec(testkit.Context(t), `ALTER TABLE market_bars RENAME TO market_bars_gone`); err != nil {
+		t.Fatal(err)
+	}
+	h.start(h.cfg)
+	h.produce(h.topic(topics.TradesEvents), "u1", scoreRequest("u1", "2025-01-06"))
+	testkit.WaitFor(t, 30*time.Second, "dead letter", func() bool { return len(h.dlq()) > 0 })
+	r := h.k.ReadTopic(t, h.topic(topics.TradesDLQ))[0]
+	if hs := testkit.Headers(r); hs["dlq.reason"] != "retries_exhausted" || hs["dlq.rule"] != RuleMarketData || hs["dlq.attempts"] != "3" {
+		t.Errorf("dead letter headers %v", hs)
+	}
+	if got := h.events(topics.CoachReflect); len(got) != 0 {
+		t.Errorf("coach.reflect published for a failed request: %v", ids(got))
+	}
+}
