@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -406,7 +405,6 @@ type digestSink struct {
 	objects objstore.Store
 	prod    *kgo.Client
 	m       *digestMetrics
-	log     *slog.Logger
 }
 
 func (s *digestSink) Write(ctx context.Context, batch []digestOut) error {

@@ -13,8 +13,8 @@ import (
 	"github.com/sluicehq/sluice/topics"
 )
 
-// producer returns a Kafka producer on env registered on r.
-func producer(env pipelines.Env, r *pipelines.Resources, who string) (*kgo.Client, error) {
+// outputProducer returns a Kafka producer on env registered on r.
+func outputProducer(env pipelines.Env, r *pipelines.Resources, who string) (*kgo.Client, error) {
 	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, env.Kafka...), kgo.ProducerLinger(0))...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: kafka producer: %w", who, err)
@@ -23,7 +23,7 @@ func producer(env pipelines.Env, r *pipelines.Resources, who string) (*kgo.Clien
 	return cl, nil
 }
 
-func logger(env pipelines.Env) *slog.Logger {
+func envLogger(env pipelines.Env) *slog.Logger {
 	if env.Logger == nil {
 		return slog.Default()
 	}
@@ -56,15 +56,15 @@ func buildScore(env pipelines.Env, cfg Config, s pipelines.Spec, r *pipelines.Re
 			return nil, fmt.Errorf("%s: %w", ScoreName, err)
 		}
 	}
-	prod, err := producer(env, r, ScoreName)
+	prod, err := outputProducer(env, r, ScoreName)
 	if err != nil {
 		return nil, err
 	}
 	rc := sc.Runtime
 	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = ScoreName, in.Group, []string{in.Input}, in.DLQ
-	st := &scorer{cfg: sc, db: env.DB, coach: coach, m: m, log: logger(env).With("pipeline", Name, "service", ScoreName)}
+	st := &scorer{cfg: sc, db: env.DB, coach: coach, m: m}
 	runner, err := run.New(rc, decodeScoreIn, st.stage, &scoreSink{cfg: sc, db: env.DB, prod: prod, m: m},
-		run.WithKafkaOpts(env.GroupKafka(rc.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(logger(env)),
+		run.WithKafkaOpts(env.GroupKafka(rc.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(envLogger(env)),
 		run.WithStageName(ScoreName), run.WithBudget(env.Memory))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ScoreName, err)
@@ -101,15 +101,15 @@ func buildDigest(env pipelines.Env, cfg Config, s pipelines.Spec, r *pipelines.R
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", DigestName, err)
 	}
-	prod, err := producer(env, r, DigestName)
+	prod, err := outputProducer(env, r, DigestName)
 	if err != nil {
 		return nil, err
 	}
 	rc := dc.Runtime
 	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = DigestName, in.Group, []string{in.Input}, in.DLQ
-	sink := &digestSink{cfg: dc, db: env.DB, objects: objects, prod: prod, m: d.m, log: logger(env)}
+	sink := &digestSink{cfg: dc, db: env.DB, objects: objects, prod: prod, m: d.m}
 	runner, err := run.New(rc, decodeDigestIn, d.stage, sink,
-		run.WithKafkaOpts(env.GroupKafka(rc.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(logger(env)),
+		run.WithKafkaOpts(env.GroupKafka(rc.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(envLogger(env)),
 		run.WithStageName(DigestName), run.WithBudget(env.Memory), run.WithStores(store),
 		run.WithTimers(dc.Tick, d.tick), run.WithRevokeHook(d.revoked))
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -79,7 +78,6 @@ type scorer struct {
 	db    *pgxpool.Pool
 	coach *Coach // nil: template insights
 	m     *scoreMetrics
-	log   *slog.Logger
 }
 
 // stage scores one request: it loads the user's whole history, labels
