@@ -23,8 +23,8 @@ func TestScoreSinceBoundary(t *testing.T) {
 }
 
 // reflectPending decides which trades get a coach.reflect: a changed
-// non-empty label set (not a repeat), the stored set still unpublished
-// (a repeat), never a trade without labels or one already published.
+// non-empty label set, the stored set still unpublished, never a trade
+// without labels or one already published.
 func TestReflectPending(t *testing.T) {
 	published := time.Date(2025, 1, 7, 0, 0, 0, 0, time.UTC)
 	sc := Score([]Trade{at(0, "x", Buy, "1", "1", "0")}, time.Time{})[0]
@@ -33,22 +33,21 @@ func TestReflectPending(t *testing.T) {
 	id := ReflectEventID(sc.Trade.ID, []string{LabelOvertrading, LabelSizeEscalation})
 	oldID := ReflectEventID(sc.Trade.ID, []string{LabelOvertrading})
 	cases := []struct {
-		name            string
-		sc              Scored
-		rows            []tagRow
-		pending, repeat bool
+		name    string
+		sc      Scored
+		rows    []tagRow
+		pending bool
 	}{
-		{"no labels, no rows", sc, nil, false, false},
-		{"labels lost", sc, []tagRow{{LabelOvertrading, oldID, &published}}, false, false},
-		{"new labels", labelled, nil, true, false},
-		{"a label added", labelled, []tagRow{{LabelOvertrading, oldID, &published}}, true, false},
-		{"same set, published", labelled, []tagRow{{LabelOvertrading, id, &published}, {LabelSizeEscalation, id, &published}}, false, false},
-		{"same set, unpublished", labelled, []tagRow{{LabelSizeEscalation, id, nil}, {LabelOvertrading, id, nil}}, true, true},
+		{"no labels, no rows", sc, nil, false},
+		{"labels lost", sc, []tagRow{{LabelOvertrading, oldID, &published}}, false},
+		{"new labels", labelled, nil, true},
+		{"a label added", labelled, []tagRow{{LabelOvertrading, oldID, &published}}, true},
+		{"same set, published", labelled, []tagRow{{LabelOvertrading, id, &published}, {LabelSizeEscalation, id, &published}}, false},
+		{"same set, unpublished", labelled, []tagRow{{LabelSizeEscalation, id, nil}, {LabelOvertrading, id, nil}}, true},
 	}
 	for _, c := range cases {
-		gotID, repeat, pending := reflectPending(c.sc, c.rows)
-		if pending != c.pending || repeat != c.repeat || (pending && gotID != id) {
-			t.Errorf("%s: pending %t repeat %t id %s, want %t %t %s", c.name, pending, repeat, gotID, c.pending, c.repeat, id)
+		if got := reflectPending(c.sc, c.rows); got != c.pending {
+			t.Errorf("%s: pending %t, want %t", c.name, got, c.pending)
 		}
 	}
 }

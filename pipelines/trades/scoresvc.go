@@ -54,12 +54,10 @@ type tagRow struct {
 	reflectedAt *time.Time
 }
 
-// reflectOut is one coach.reflect to publish: its event id, payload and
-// whether it repeats one that was pending before this request.
+// reflectOut is one coach.reflect to publish: its event id and payload.
 type reflectOut struct {
 	eventID string
 	payload CoachReflect
-	repeat  bool
 }
 
 // scoreOut is the outcome of one request: the user's scored trades and
@@ -118,9 +116,8 @@ func (s *scorer) stage(ctx context.Context, m stages.Msg[scoreIn]) ([]scoreOut, 
 	out := scoreOut{userID: in.userID, scored: scored, reflects: map[string]reflectOut{}, started: started}
 	var pending []Scored
 	for _, sc := range scored {
-		if _, repeat, ok := reflectPending(sc, tags[sc.Trade.ID]); ok {
+		if reflectPending(sc, tags[sc.Trade.ID]) {
 			pending = append(pending, sc)
-			out.reflects[sc.Trade.ID] = reflectOut{repeat: repeat}
 		}
 	}
 	reflects := make([]reflectOut, len(pending))
@@ -137,9 +134,7 @@ func (s *scorer) stage(ctx context.Context, m stages.Msg[scoreIn]) ([]scoreOut, 
 		return nil, err
 	}
 	for i, sc := range pending {
-		r := reflects[i]
-		r.repeat = out.reflects[sc.Trade.ID].repeat
-		out.reflects[sc.Trade.ID] = r
+		out.reflects[sc.Trade.ID] = reflects[i]
 	}
 	return []scoreOut{out}, nil
 }
@@ -147,27 +142,27 @@ func (s *scorer) stage(ctx context.Context, m stages.Msg[scoreIn]) ([]scoreOut, 
 // reflectPending says whether sc's reflection will be pending once its
 // labels are written over its current rows: its non-empty label set
 // differs from the stored one (a new reflect_event_id), or it is the
-// stored one and its coach.reflect was never marked published (repeat).
-func reflectPending(sc Scored, rows []tagRow) (id string, repeat, pending bool) {
+// stored one and its coach.reflect was never marked published.
+func reflectPending(sc Scored, rows []tagRow) bool {
 	names := sc.LabelNames()
 	if len(names) == 0 {
-		return "", false, false
+		return false
 	}
-	id = ReflectEventID(sc.Trade.ID, names)
+	id := ReflectEventID(sc.Trade.ID, names)
 	stored := make([]string, 0, len(rows))
 	for _, r := range rows {
 		stored = append(stored, r.label)
 	}
 	slices.Sort(stored)
 	if !slices.Equal(stored, names) {
-		return id, false, true
+		return true
 	}
 	for _, r := range rows {
 		if r.reflectedAt == nil || r.reflectID != id {
-			return id, true, true
+			return true
 		}
 	}
-	return id, false, false
+	return false
 }
 
 // reflect builds sc's coach.reflect: the sparkline of the symbol's hourly
@@ -371,14 +366,36 @@ type pendingReflect struct {
 	tradeID, eventID string
 }
 
+// pendingReflections reads the reflections of the trades ids that are
+// not marked published.
+func pendingReflections(ctx context.Context, tx pgx.Tx, ids []string) ([]pendingReflect, error) {
+	rows, err := tx.Query(ctx, `SELECT DISTINCT trade_id::text, reflect_event_id FROM bias_tags
+		WHERE trade_id = ANY($1::uuid[]) AND reflected_at IS NULL ORDER BY 1`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read the pending reflections: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (pendingReflect, error) {
+		var p pendingReflect
+		return p, r.Scan(&p.tradeID, &p.eventID)
+	})
+}
+
 func (s *scoreSink) write(ctx context.Context, out scoreOut) error {
 	now := s.cfg.Now().UTC()
-	var pending []pendingReflect
+	ids := make([]string, 0, len(out.scored))
+	for _, sc := range out.scored {
+		ids = append(ids, sc.Trade.ID)
+	}
+	// A reflection already pending before this transaction is a repeat: its
+	// publication was not marked (a crash, a failed mark retried).
+	var before, pending []pendingReflect
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		if before, err = pendingReflections(ctx, tx, ids); err != nil {
+			return err
+		}
 		b := &pgx.Batch{}
-		ids := make([]string, 0, len(out.scored))
 		for _, sc := range out.scored {
-			ids = append(ids, sc.Trade.ID)
 			names := sc.LabelNames()
 			b.Queue(`DELETE FROM bias_tags WHERE trade_id = $1 AND NOT (label = ANY($2::text[]))`, sc.Trade.ID, names)
 			if len(names) == 0 {
@@ -402,15 +419,7 @@ func (s *scoreSink) write(ctx context.Context, out scoreOut) error {
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("write the bias_tags of %s: %w", out.userID, err)
 		}
-		rows, err := tx.Query(ctx, `SELECT DISTINCT trade_id::text, reflect_event_id FROM bias_tags
-			WHERE trade_id = ANY($1::uuid[]) AND reflected_at IS NULL ORDER BY 1`, ids)
-		if err != nil {
-			return fmt.Errorf("read the pending reflections of %s: %w", out.userID, err)
-		}
-		pending, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (pendingReflect, error) {
-			var p pendingReflect
-			return p, r.Scan(&p.tradeID, &p.eventID)
-		})
+		pending, err = pendingReflections(ctx, tx, ids)
 		return err
 	})
 	if err != nil {
@@ -433,8 +442,7 @@ func (s *scoreSink) write(ctx context.Context, out scoreOut) error {
 		order[sc.Trade.ID] = i
 	}
 	slices.SortFunc(pending, func(a, b pendingReflect) int { return order[a.tradeID] - order[b.tradeID] })
-	repeats := make([]bool, len(pending))
-	for i, p := range pending {
+	for _, p := range pending {
 		r, ok := out.reflects[p.tradeID]
 		if !ok || r.eventID != p.eventID {
 			// Prepared against another view of bias_tags (cannot happen
@@ -444,10 +452,9 @@ func (s *scoreSink) write(ctx context.Context, out scoreOut) error {
 			for j, l := range sc.Labels {
 				labels[j] = LabelConfidence{Name: l.Name, Confidence: l.Confidence}
 			}
-			r = reflectOut{eventID: p.eventID, repeat: true, payload: CoachReflect{
+			r = reflectOut{eventID: p.eventID, payload: CoachReflect{
 				TradeID: p.tradeID, Labels: labels, Insight: templateInsight(sc, s.cfg.Tone), Sparkline: []float64{}, Tone: s.cfg.Tone}}
 		}
-		repeats[i] = r.repeat
 		v, err := json.Marshal(Event[CoachReflect]{EventID: r.eventID, Type: TypeCoachReflect, Timestamp: now, Payload: r.payload})
 		if err != nil {
 			return fmt.Errorf("encode coach.reflect %s: %w", r.eventID, err)
@@ -457,12 +464,12 @@ func (s *scoreSink) write(ctx context.Context, out scoreOut) error {
 	if err := s.prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("produce %d trades events of %s: %w", len(recs), out.userID, err)
 	}
-	for i, p := range pending {
+	for _, p := range pending {
 		if _, err := s.db.Exec(ctx, `UPDATE bias_tags SET reflected_at = $3
 			WHERE trade_id = $1 AND reflect_event_id = $2 AND reflected_at IS NULL`, p.tradeID, p.eventID, now); err != nil {
 			return fmt.Errorf("mark coach.reflect %s published: %w", p.eventID, err)
 		}
-		s.m.reflected.WithLabelValues(fmt.Sprint(repeats[i])).Inc()
+		s.m.reflected.WithLabelValues(fmt.Sprint(slices.Contains(before, p))).Inc()
 		s.m.reflectLatency.Observe(time.Since(out.started).Seconds())
 	}
 	for _, sc := range out.scored {

@@ -299,3 +299,49 @@ func TestScoreMarketDataFailureExhaustsRetries(t *testing.T) {
 		t.Errorf("coach.reflect published for a failed request: %v", ids(got))
 	}
 }
+
+// A failure between the publication and the mark (here: the first mark
+// of reflected_at refused by the database) re-sends the pending
+// coach.reflect with the same event ids, counted as repeats, until the
+// mark succeeds.
+func TestScoreReflectResentWhenMarkFails(t *testing.T) {
+	t.Parallel()
+	h := newSvcHarness(t, testkit.ForceFake())
+	h.clock.Set(scoreNow)
+	corpus := scoreCorpus()
+	h.insertTrades(corpus...)
+	// nextval is not rolled back with the failed statement: only the
+	// first mark fails.
+	for _, q := range []string{
+		`CREATE SEQUENCE mark_attempts`,
+		`CREATE FUNCTION refuse_first_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF OLD.reflected_at IS NULL AND NEW.reflected_at IS NOT NULL AND nextval('mark_attempts') = 1 THEN
+				RAISE EXCEPTION 'injected: mark refused';
+			END IF;
+			RETURN NEW;
+		END $$`,
+		`CREATE TRIGGER refuse_first_mark BEFORE UPDATE ON bias_tags FOR EACH ROW EXECUTE FUNCTION refuse_first_mark()`,
+	} {
+		if _, err := h.pg.Pool.Exec(testkit.Context(t), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := h.start(h.cfg)
+	h.produce(h.topic(topics.TradesEvents), "u1", scoreRequest("u1", "2025-01-06"))
+	evs := h.waitEvents(topics.CoachReflect, 4)
+	want := []string{ReflectEventID(corpus[2].ID, []string{LabelRevengeTrading}), ReflectEventID(corpus[7].ID, []string{LabelSizeEscalation})}
+	if got := ids(evs); !slices.Equal(got, append(slices.Clone(want), want...)) {
+		t.Errorf("coach.reflect %v, want %v twice", got, want)
+	}
+	testkit.WaitFor(t, 10*time.Second, "reflections marked", func() bool {
+		return h.tagsOf(corpus[2].ID)[LabelRevengeTrading] && h.tagsOf(corpus[7].ID)[LabelSizeEscalation]
+	})
+	if r, f := testkit.Metric(t, d.reg, "sluice_trades_reflect_published_total", "repeat", "true"),
+		testkit.Metric(t, d.reg, "sluice_trades_reflect_published_total", "repeat", "false"); r != 2 || f != 0 {
+		t.Errorf("reflect_published_total repeat=true %v, repeat=false %v; want 2 and 0", r, f)
+	}
+	if got := h.events(topics.CoachReflect); len(got) != 4 {
+		t.Errorf("coach.reflect after the marks: %v", ids(got))
+	}
+}
