@@ -3,15 +3,28 @@
 GO ?= go
 STACK_ENV = $(shell bash deploy/stack/env.sh 2>/dev/null)
 
-.PHONY: all build demo test test-race bench bench-runtime bench-silver lint stack-up stack-down ci clean
+# console-assets: see deploy/scripts/console-assets.sh
+.PHONY: console-assets console-screenshots all build demo test test-race bench bench-runtime bench-silver bench-trades bench-modules chaos lint stack-up stack-down ci clean
 
 all: build
 
+# -buildvcs=auto records the git commit for `sluice version` (it overrides a
+# GOFLAGS=-buildvcs=false); -v names each package as it compiles, so a first
+# build (minutes on a small machine) is never silent.
 build: ## build bin/sluice
-	$(GO) build -o bin/sluice ./cmd/sluice
+	@echo "building bin/sluice (modules download as needed; packages are listed as they compile; a first build takes minutes, later ones seconds)"
+	$(GO) build -buildvcs=auto -v -o bin/sluice ./cmd/sluice
+	@./bin/sluice version
 
-demo: ## run every pipeline end to end on embedded defaults (ARGS=--keep to stay up for kcat)
-	$(GO) run ./cmd/sluice demo $(ARGS)
+demo: build ## run every pipeline end to end on embedded defaults (ARGS=--keep to stay up for kcat and the console)
+	@echo "starting the demo: ./bin/sluice demo $(ARGS)"
+	./bin/sluice demo $(ARGS)
+
+console-screenshots: ## re-take docs/img/console-*.png with the console's browser test (needs chromium)
+	SLUICE_SCREENSHOT_DIR=$(CURDIR)/docs/img $(GO) test ./internal/console/ -run TestConsoleInBrowser -count=1 -v
+
+console-assets: ## refresh the console's vendored htmx and uPlot (with licences) from npm
+	bash deploy/scripts/console-assets.sh
 
 test: ## run every test; services come from the environment, local binaries, containers or fakes
 	bash deploy/scripts/gotest.sh
@@ -26,6 +39,15 @@ bench-runtime: ## runtime per-record overhead vs a bare kgo poll loop (kfake, in
 
 bench-silver: ## silver pipeline vs the seed's SKIP LOCKED design vs the database ceiling (real Kafka + Postgres)
 	bash bench/silver.sh
+
+chaos: ## silver under faults (kill -9 of a member, broker and PostgreSQL restarts) on a private stack; 0 lost, 0 duplicated
+	bash deploy/scripts/chaos.sh
+
+bench-trades: ## trades digest: the Kafka Streams 4.4.0 peer on 1.2 M trade.scored records (real Kafka, Java 17, Maven); sluice's trades-digest side is PENDING
+	bash bench/trades/run.sh
+
+bench-modules: ## modules: the seed's refresh locks vs sluice's modules-refresh, one workload and upstream (real Postgres; Kafka for sluice)
+	bash bench/modules.sh
 
 lint: ## gofmt + go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -5,6 +5,11 @@
 #   bash bench/silver.sh                 # N=1 000 000, writes bench/results-silver.md
 #   SILVER_N=100000 bash bench/silver.sh # a quicker run (report not written)
 #   SILVER_ARGS="--profile --keep" bash bench/silver.sh
+#   SILVER_ARGS="--variants abcpm" bash bench/silver.sh  # also b, the seed's SKIP LOCKED design (minutes)
+#
+# The default variants are a (sluice), c (upsert ceiling), p (c′, the full
+# ingest ceiling with its COPY timed) and m (a in a 512 MiB memory cgroup,
+# as deployed; needs root, reported as not run otherwise).
 #
 # Needs KAFKA_BROKERS and DATABASE_URL; when they are unset, the stack's env
 # file (deploy/stack, `make stack-up`) is sourced.

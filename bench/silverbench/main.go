@@ -13,13 +13,19 @@
 //	c. the database's ceiling: the final rows applied from pre-loaded
 //	   UNLOGGED staging tables with one INSERT … SELECT … ON CONFLICT per
 //	   table (variant_c.go);
+//	p. c′, the full ingest ceiling: the COPY of the final rows into
+//	   temporary staging tables timed as well (variant_cfull.go);
+//	m. a again inside a memory cgroup of the deployment's limit with its
+//	   GOMEMLIMIT (memcg.go; needs root, reported as not run otherwise);
 //
-// checks that a, b and c leave identical ta_silver/sa_silver contents and
-// that a and b dead-letter the same records, and writes a Markdown report.
+// The default is acpm (about a minute for 1 M records); b takes minutes and
+// is opt-in (--variants abcpm). It checks that every variant leaves
+// identical ta_silver/sa_silver contents and that a, m and b dead-letter the
+// same records, and writes a Markdown report.
 //
 // Usage:
 //
-//	silverbench run [--n 1000000] [--out bench/results-silver.md] [--profile] [--variants abc] …
+//	silverbench run [--n 1000000] [--out bench/results-silver.md] [--profile] [--variants acpm] …
 //
 // The other subcommands are the children it starts — `pipeline` (variant
 // a), `seed` (variant b), `consume` (the Kafka fetch floor) — and `sink`, a
@@ -65,6 +71,8 @@ func main() {
 		err = runSeed(os.Args[2:])
 	case "sink":
 		err = runSinkDiag(os.Args[2:])
+	case "chaos":
+		err = runChaos(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown subcommand %q (want run or pipeline)", os.Args[1])
 	}
@@ -108,7 +116,7 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.partitions, "partitions", 6, "partitions of the bronze topic")
 	fs.StringVar(&cfg.workDir, "workdir", "bench/.work", "directory for the pipeline log and profiles")
 	fs.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
-	fs.StringVar(&cfg.variants, "variants", "abc", "variants to run: a, b, c, m = a in a memory cgroup (--memory-limit-mib, needs root), and B = the seed port without its advisory lock (informational, not run by default)")
+	fs.StringVar(&cfg.variants, "variants", "acpm", "variants to run: a, c, p = c′ (the full ingest ceiling: COPY + upsert timed), m = a in a memory cgroup (--memory-limit-mib, needs root; reported as not run without it), b = the seed's SKIP LOCKED design (opt-in: minutes), and B = the seed port without its advisory lock (informational)")
 	fs.Int64Var(&cfg.memLimitMiB, "memory-limit-mib", 512, "variant m: the memory cgroup's limit and GOMEMLIMIT, MiB (deploy/k8s/silver.yaml's limits.memory)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the topics, group and schemas")
 	fs.BoolVar(&cfg.profile, "profile", false, "write CPU and allocation profiles of the pipeline process to WORKDIR/pipeline.cpu.pprof and WORKDIR/pipeline.allocs.pprof")
@@ -123,6 +131,20 @@ func runBench(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := cfg.fromEnv(); err != nil {
+		return err
+	}
+	cfg.id = fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)
+	cfg.prefix = "bench-" + cfg.id + "."
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return bench(ctx, cfg)
+}
+
+// fromEnv sets the brokers, Kafka options and database URL from the
+// environment (KAFKA_BROKERS and the KAFKA_* security settings,
+// DATABASE_URL) and makes the work directory absolute, creating it.
+func (cfg *config) fromEnv() error {
 	kc := kconf.FromEnv()
 	if len(kc.Brokers) == 0 {
 		return fmt.Errorf("KAFKA_BROKERS is not set (start the stack: make stack-up, then . ~/.sluice-stack/env)")
@@ -136,17 +158,27 @@ func runBench(args []string) error {
 	if cfg.databaseURL = os.Getenv("DATABASE_URL"); cfg.databaseURL == "" {
 		return fmt.Errorf("DATABASE_URL is not set")
 	}
-	cfg.id = fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)
-	cfg.prefix = "bench-" + cfg.id + "."
 	if err := os.MkdirAll(cfg.workDir, 0o755); err != nil {
 		return err
 	}
-	if cfg.workDir, err = filepath.Abs(cfg.workDir); err != nil {
-		return err
+	cfg.workDir, err = filepath.Abs(cfg.workDir)
+	return err
+}
+
+// childFlags returns the flags of a pipeline child process on ts, dbURL and
+// group, with an ops address on a free port.
+func (cfg *config) childFlags(ts topicSet, dbURL, group string) (pipelineFlags, error) {
+	port, err := freePort()
+	if err != nil {
+		return pipelineFlags{}, err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return bench(ctx, cfg)
+	pf := cfg.pipeline
+	pf.brokers = strings.Join(cfg.brokers, ",")
+	pf.databaseURL = dbURL
+	pf.group = group
+	pf.topic, pf.dlqTopic, pf.flagsTopic = ts.bronze, ts.dlq, ts.flags
+	pf.opsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	return pf, nil
 }
 
 // schemaURL returns the database URL with search_path set to schema.
@@ -189,6 +221,7 @@ type results struct {
 	b         *resultB
 	bUnlocked *resultB // informational: the seed port without its advisory lock
 	c         *resultC
+	p2        *resultP             // c′: the full ingest ceiling (variant p)
 	floor     time.Duration        // fetch-only consumer of the bronze topic
 	sums      map[string]tableSums // variant → checksums
 	dlqB      map[string]int
@@ -240,7 +273,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		for _, v := range []string{"a", "m", "b", "bu", "c"} {
+		for _, v := range []string{"a", "m", "b", "bu", "c", "p"} {
 			_, _ = admin.Exec(cctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schemaOf(v)}.Sanitize()+" CASCADE")
 		}
 		if ts.bronze != "" {
@@ -369,6 +402,28 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		logf2("c: %s (ta %s, sa %s) → %.0f records/s over the %d input records", r.c.total().Round(time.Millisecond),
 			r.c.ta.Round(time.Millisecond), r.c.sa.Round(time.Millisecond), rate(cfg.n, r.c.total()), cfg.n)
 		if r.sums["c"], err = checksums(ctx, admin, schemaOf("c")); err != nil {
+			return err
+		}
+	}
+	if has("p") {
+		urlP, err := freshSchema(ctx, admin, cfg.databaseURL, schemaOf("p"))
+		if err != nil {
+			return err
+		}
+		conn, err := pgx.Connect(ctx, urlP)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		checkpoint(ctx, admin)
+		quiesce()
+		logf2("c′: COPY of %d ta + %d sa final rows into temporary staging tables, then the two upserts (all timed)", len(r.p.finalTA), len(r.p.finalSA))
+		if r.p2, err = runVariantP(ctx, conn, r.p); err != nil {
+			return err
+		}
+		logf2("c′: %s (COPY %s, upserts %s) → %.0f records/s over the %d input records", r.p2.total().Round(time.Millisecond),
+			(r.p2.copyTA + r.p2.copySA).Round(time.Millisecond), r.p2.upsert.total().Round(time.Millisecond), rate(cfg.n, r.p2.total()), cfg.n)
+		if r.sums["p"], err = checksums(ctx, admin, schemaOf("p")); err != nil {
 			return err
 		}
 	}

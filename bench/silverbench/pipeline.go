@@ -34,6 +34,7 @@ type pipelineFlags struct {
 	brokers, databaseURL               string
 	group, topic, dlqTopic, flagsTopic string
 	opsAddr, cpuProfile, memProfile    string
+	instanceID                         string
 	batchMaxRecords, maxInFlight       int
 	batchMaxBytes                      int
 	batchLinger                        time.Duration
@@ -49,6 +50,7 @@ func (p *pipelineFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.dlqTopic, "dlq-topic", "bronze.dlq", "DLQ topic")
 	fs.StringVar(&p.flagsTopic, "flags-topic", "control.flags", "control flags topic")
 	fs.StringVar(&p.opsAddr, "ops-addr", "127.0.0.1:0", "ops HTTP address (/metrics, /debug/pprof/)")
+	fs.StringVar(&p.instanceID, "instance-id", "", "static group membership, as sluice run --instance-id")
 	fs.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&p.memProfile, "memprofile", "", "write an allocation profile (allocs, all sizes) of the whole run to this file at exit")
 	fs.IntVar(&p.batchMaxRecords, "batch-max-records", 0, "run.Config.BatchMaxRecords (0: the pipeline's default)")
@@ -73,6 +75,9 @@ func (p *pipelineFlags) args() []string {
 	}
 	if p.cpuProfile != "" {
 		a = append(a, "--cpuprofile", p.cpuProfile)
+	}
+	if p.instanceID != "" {
+		a = append(a, "--instance-id", p.instanceID)
 	}
 	if p.memProfile != "" {
 		a = append(a, "--memprofile", p.memProfile)
@@ -142,7 +147,7 @@ func runPipeline(args []string) error {
 		return fmt.Errorf("postgres: %w", err)
 	}
 
-	env := pipelines.Env{Kafka: kopts, DB: pool, Registerer: reg, Logger: log, Ops: ops}
+	env := pipelines.Env{Kafka: kopts, DB: pool, Registerer: reg, Logger: log, Ops: ops, InstanceID: p.instanceID}
 	services, err := silver.Services(env, silver.Config{
 		Group: p.group, Topic: p.topic, DLQTopic: p.dlqTopic, FlagsTopic: p.flagsTopic,
 		Runtime: run.Config{

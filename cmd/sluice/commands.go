@@ -15,7 +15,10 @@ func subcommands(g *globalConfig) []*cobra.Command {
 		newDLQCmd(g),
 		newSmapCmd(g),
 		newIngestCmd(g),
+		newVersionCmd(g),
+		newConsoleCmd(g),
 		newTradesCmd(g),
+		newModulesCmd(g),
 	}
 }
 

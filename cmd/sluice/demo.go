@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/internal/console"
 	"github.com/sluicehq/sluice/internal/groupctl"
 	"github.com/sluicehq/sluice/internal/localsvc"
 	"github.com/sluicehq/sluice/internal/opshttp"
@@ -38,7 +40,9 @@ type demoOptions struct {
 	smapItems int
 	kafkaAddr string
 	opsAddr   string
-	timeout   time.Duration
+	// consoleAddr is where --keep serves the console ("" disables it).
+	consoleAddr string
+	timeout     time.Duration
 }
 
 func newDemoCmd(g *globalConfig) *cobra.Command {
@@ -51,7 +55,9 @@ cluster on 127.0.0.1:9092 (so kcat -b localhost:9092 works), miniredis, a local
 object-store directory and a local PostgreSQL from the installed binaries —
 ensures the topics, migrates the database, runs each pipeline's demo scenario
 with a progress bar and prints a summary. --keep leaves everything running
-until Ctrl-C for exploring with kcat.`,
+until Ctrl-C for exploring with kcat and the web console (sluice console, on
+--console-addr), and prints the exports that point sluice commands in
+another shell at the demo's services.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("log-level") && os.Getenv("LOG_LEVEL") == "" {
@@ -65,6 +71,7 @@ until Ctrl-C for exploring with kcat.`,
 	cmd.Flags().IntVar(&o.smapItems, "smap-items", 300, "smap: synthetic items in the demo project")
 	cmd.Flags().StringVar(&o.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "listen address of the embedded Kafka (when KAFKA_BROKERS is unset)")
 	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", "127.0.0.1:9464", "ops HTTP address (/metrics, /readyz, pipeline APIs); empty disables it")
+	cmd.Flags().StringVar(&o.consoleAddr, "console-addr", console.DefaultAddr, "with --keep: the web console's address (sluice console); empty disables it")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a scenario after this long")
 	return cmd
 }
@@ -73,6 +80,10 @@ until Ctrl-C for exploring with kcat.`,
 type demoRuntime struct {
 	stops []func()
 	used  [][2]string // service, what
+	// exports are the variables of the services the demo started (name,
+	// value); fromEnv names the variables the caller's environment set.
+	exports [][2]string
+	fromEnv []string
 }
 
 func (d *demoRuntime) close() {
@@ -97,8 +108,10 @@ func startEmbedded(ctx context.Context, g *globalConfig, o *demoOptions, out io.
 		d.stops = append(d.stops, c.Close)
 		g.Kafka.Brokers = c.ListenAddrs()
 		d.used = append(d.used, [2]string{"Kafka", "embedded kfake on " + strings.Join(g.Kafka.Brokers, ",")})
+		d.exports = append(d.exports, [2]string{"KAFKA_BROKERS", strings.Join(g.Kafka.Brokers, ",")})
 	} else {
 		d.used = append(d.used, [2]string{"Kafka", strings.Join(g.Kafka.Brokers, ",") + " (KAFKA_BROKERS)"})
+		d.fromEnv = append(d.fromEnv, "KAFKA_BROKERS")
 	}
 	if g.DatabaseURL == "" {
 		fmt.Fprintln(out, "starting a local PostgreSQL …")
@@ -116,8 +129,11 @@ func startEmbedded(ctx context.Context, g *globalConfig, o *demoOptions, out io.
 		}
 		g.DatabaseURL = url
 		d.used = append(d.used, [2]string{"PostgreSQL", fmt.Sprintf("local server on 127.0.0.1:%d (throwaway)", pg.Port)})
+		// Trust authentication: the URL holds no password.
+		d.exports = append(d.exports, [2]string{"DATABASE_URL", url})
 	} else {
 		d.used = append(d.used, [2]string{"PostgreSQL", "DATABASE_URL"})
+		d.fromEnv = append(d.fromEnv, "DATABASE_URL")
 	}
 	if g.RedisURL == "" {
 		mr, err := miniredis.Run()
@@ -127,13 +143,21 @@ func startEmbedded(ctx context.Context, g *globalConfig, o *demoOptions, out io.
 		d.stops = append(d.stops, mr.Close)
 		g.RedisURL = "redis://" + mr.Addr() + "/0"
 		d.used = append(d.used, [2]string{"Redis", "embedded miniredis on " + mr.Addr()})
+		d.exports = append(d.exports, [2]string{"REDIS_URL", g.RedisURL})
 	} else {
 		d.used = append(d.used, [2]string{"Redis", "REDIS_URL"})
+		d.fromEnv = append(d.fromEnv, "REDIS_URL")
 	}
 	if g.S3Endpoint == "" {
 		d.used = append(d.used, [2]string{"Object store", "directory " + g.ObjectStoreDir})
+		dir := g.ObjectStoreDir
+		if abs, err := filepath.Abs(dir); err == nil {
+			dir = abs
+		}
+		d.exports = append(d.exports, [2]string{"OBJECT_STORE_DIR", dir})
 	} else {
 		d.used = append(d.used, [2]string{"Object store", "S3 " + g.S3Endpoint + " bucket " + g.S3Bucket})
+		d.fromEnv = append(d.fromEnv, "S3_ENDPOINT", "S3_BUCKET", "S3_ACCESS_KEY", "S3_SECRET_KEY")
 	}
 	return d, nil
 }
@@ -280,11 +304,32 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 		if ops != nil {
 			hints += fmt.Sprintf("  curl -s http://%s/metrics | grep sluice_\n", dialAddr(ops))
 		}
+		hints += d.envBlock()
+		consoleDone := make(chan struct{})
+		consoleCtx, stopConsole := context.WithCancel(ctx)
+		if o.consoleAddr == "" {
+			close(consoleDone)
+		} else if c, ln, err := listenConsole(consoleConfig(env, specs), o.consoleAddr); err != nil {
+			// The demo is useful without it (another console may hold the port).
+			hints += fmt.Sprintf("\nconsole not started: %v\n", err)
+			close(consoleDone)
+		} else {
+			hints += "\n" + consoleLine(ln.Addr(), consoleToken() != "") + "\n"
+			go func() {
+				defer close(consoleDone)
+				defer c.Close()
+				if err := c.Serve(consoleCtx, ln); err != nil {
+					fmt.Fprintf(out, "console stopped: %v\n", err)
+				}
+			}()
+		}
 		fmt.Fprint(out, hints)
 		select {
 		case <-ctx.Done():
 		case <-pipeCtx.Done():
 		}
+		stopConsole()
+		<-consoleDone
 	}
 	perr := pipelinesFailed()
 	if err := stopAll(); err != nil {
@@ -295,6 +340,38 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 	}
 	fmt.Fprintln(out, "demo finished")
 	return nil
+}
+
+// envBlock is the shell text that points sluice commands in another
+// terminal at the services the demo started: one export line of their
+// variables (none holds a password: the local PostgreSQL trusts loopback
+// connections, miniredis has none), and a comment naming the variables
+// that came from the caller's environment, which are not printed because
+// they may hold secrets.
+func (d *demoRuntime) envBlock() string {
+	var b strings.Builder
+	b.WriteString("\nTo run sluice commands against this demo from another shell:\n")
+	if len(d.exports) > 0 {
+		b.WriteString("  export")
+		for _, e := range d.exports {
+			fmt.Fprintf(&b, " %s=%s", e[0], shellQuote(e[1]))
+		}
+		b.WriteString("\n")
+	}
+	if len(d.fromEnv) > 0 {
+		fmt.Fprintf(&b, "  # and the %s of this shell (not printed: they may hold secrets)\n", strings.Join(d.fromEnv, ", "))
+	}
+	b.WriteString("  then: sluice lag; sluice dlq inspect --limit 5; sluice migrate --status; sluice ingest status; sluice smap progress PROJECT_ID\n")
+	return b.String()
+}
+
+// shellQuote is s as one POSIX shell word: as is when it holds only
+// characters no shell treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // dialAddr is how a client on this machine reaches a listener bound to a:

@@ -98,28 +98,9 @@ func TestDemoKeepPrintsBoundOpsAddr(t *testing.T) {
 		t.Run("ops-addr="+opsAddr, func(t *testing.T) {
 			t.Parallel()
 			db := srv.Postgres(t)
-			root := newRootCmd()
-			out := &testkit.Buffer{}
-			root.SetOut(out)
-			root.SetErr(out)
-			root.SetArgs([]string{"demo", "--keep", "--brokers=", "--redis-url=", "--s3-endpoint=", "--object-store-dir", t.TempDir(),
-				"--database-url", db.URL, "--kafka-addr", "127.0.0.1:0", "--ops-addr", opsAddr,
-				"--records", "10", "--smap-items", "3", "--timeout", "90s"})
-			ctx, cancel := context.WithCancel(context.Background())
+			out, cancel, done := startKeptDemo(t, "Everything keeps running", "--object-store-dir", t.TempDir(),
+				"--database-url", db.URL, "--ops-addr", opsAddr, "--console-addr", "", "--records", "10")
 			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- execute(ctx, root) }()
-
-			deadline := time.After(2 * time.Minute)
-			for !strings.Contains(out.String(), "Everything keeps running") {
-				select {
-				case err := <-done:
-					t.Fatalf("demo returned before keeping running: %v\n%s", err, out)
-				case <-deadline:
-					t.Fatalf("demo did not finish its scenarios:\n%s", out)
-				case <-time.After(200 * time.Millisecond):
-				}
-			}
 			text := out.String()
 			// The produce hint keys records as sluice's producers do.
 			if !strings.Contains(text, "-P -t bronze.records -K: -X topic.partitioner=murmur2_random") {
@@ -159,6 +140,36 @@ func TestDemoKeepPrintsBoundOpsAddr(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startKeptDemo runs `sluice demo --keep` on an embedded Kafka on a free
+// port, embedded Redis and 3 smap items, with args added, until its output
+// holds ready; it fails the test if the demo returns first or takes more
+// than 3 minutes. Cancel the demo and read its result from done.
+func startKeptDemo(t *testing.T, ready string, args ...string) (*testkit.Buffer, context.CancelFunc, chan error) {
+	t.Helper()
+	root := newRootCmd()
+	out := &testkit.Buffer{}
+	root.SetOut(out)
+	root.SetErr(out)
+	root.SetArgs(append([]string{"demo", "--keep", "--brokers=", "--redis-url=", "--s3-endpoint=", "--kafka-addr", "127.0.0.1:0",
+		"--smap-items", "3", "--timeout", "90s"}, args...))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- execute(ctx, root) }()
+	deadline := time.After(3 * time.Minute)
+	for !strings.Contains(out.String(), ready) {
+		select {
+		case err := <-done:
+			cancel()
+			t.Fatalf("demo returned before keeping running: %v\n%s", err, out)
+		case <-deadline:
+			cancel()
+			t.Fatalf("demo did not finish its scenarios:\n%s", out)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return out, cancel, done
 }
 
 func TestDialAddr(t *testing.T) {

@@ -78,28 +78,9 @@ func (ff *dlqFilterFlags) scan(cmd *cobra.Command, g *globalConfig, topic string
 }
 
 func (ff *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
-	f := dlq.Filter{Reasons: ff.reasons, Rules: ff.rules, SourceTopic: ff.sourceTopic}
-	if ff.changed != nil && ff.changed("reason") && len(f.Reasons) == 0 {
-		f.Reasons = []string{""}
-	}
-	if ff.changed != nil && ff.changed("rule") && len(f.Rules) == 0 {
-		f.Rules = []string{""}
-	}
-	var err error
-	if ff.since != "" {
-		if f.Since, err = parseTimeArg(ff.since, now); err != nil {
-			return f, fmt.Errorf("invalid --since: %w", err)
-		}
-	}
-	if ff.until != "" {
-		if f.Until, err = parseTimeArg(ff.until, now); err != nil {
-			return f, fmt.Errorf("invalid --until: %w", err)
-		}
-	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
-		return f, fmt.Errorf("--until %s is not after --since %s", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
-	}
-	return f, nil
+	changed := func(flag string) bool { return ff.changed != nil && ff.changed(flag) }
+	return dlq.FilterArgs{Reasons: ff.reasons, Rules: ff.rules, ReasonsGiven: changed("reason"), RulesGiven: changed("rule"),
+		Since: ff.since, Until: ff.until, SourceTopic: ff.sourceTopic}.Filter(now, "--")
 }
 
 func newDLQInspectCmd(g *globalConfig) *cobra.Command {

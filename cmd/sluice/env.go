@@ -56,20 +56,11 @@ func (g *globalConfig) buildEnv(ctx context.Context, n needs) (pipelines.Env, fu
 		env.DB = pool
 	}
 	if n.redis {
-		if g.RedisURL == "" {
-			return env, closeAll, fmt.Errorf("no Redis: set REDIS_URL or --redis-url")
-		}
-		opt, err := parseRedisURL(g.RedisURL)
+		rc, err := connectRedis(ctx, g.RedisURL)
 		if err != nil {
 			return env, closeAll, err
 		}
-		rc := redis.NewClient(opt)
 		closers = append(closers, func() { _ = rc.Close() })
-		pctx, cancel := context.WithTimeout(ctx, connectTimeout)
-		defer cancel()
-		if err := rc.Ping(pctx).Err(); err != nil {
-			return env, closeAll, fmt.Errorf("redis at %s: %w", opt.Addr, err)
-		}
 		env.Redis = rc
 	}
 	if n.objects {
@@ -80,6 +71,26 @@ func (g *globalConfig) buildEnv(ctx context.Context, n needs) (pipelines.Env, fu
 		env.Objects = store
 	}
 	return env, closeAll, nil
+}
+
+// connectRedis opens a client on REDIS_URL and checks it answers PING;
+// the client is closed on error.
+func connectRedis(ctx context.Context, url string) (*redis.Client, error) {
+	if url == "" {
+		return nil, fmt.Errorf("no Redis: set REDIS_URL or --redis-url")
+	}
+	opt, err := parseRedisURL(url)
+	if err != nil {
+		return nil, err
+	}
+	rc := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := rc.Ping(pctx).Err(); err != nil {
+		_ = rc.Close()
+		return nil, fmt.Errorf("redis at %s: %w", opt.Addr, err)
+	}
+	return rc, nil
 }
 
 // parseRedisURL parses REDIS_URL. Its errors never contain the password:

@@ -95,22 +95,15 @@ func triggerKafka(ctx context.Context, g *globalConfig, o *ingestOptions, req ti
 	if err := errors.Join(ticks.ValidateSymbol(req.Symbol), ticks.ValidateDate(req.Date), ticks.ValidateAccount(req.AccountID)); err != nil {
 		return ticks.TriggerResult{}, err
 	}
-	kopts, err := kafkaOpts(ctx, g)
-	if err != nil {
-		return ticks.TriggerResult{}, err
-	}
-	cl, err := kgo.NewClient(kopts...)
-	if err != nil {
-		return ticks.TriggerResult{}, err
-	}
-	defer cl.Close()
-	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	return ticks.NewCoordinator(cl, kopts, o.config()).Trigger(tctx, req)
+	return withKafkaClient(ctx, g, func(ctx context.Context, cl *kgo.Client, kopts []kgo.Opt) (ticks.TriggerResult, error) {
+		return ticks.NewCoordinator(cl, kopts, o.config()).Trigger(ctx, req)
+	})
 }
 
 func triggerHTTP(ctx context.Context, base string, req ticks.TriggerRequest) (ticks.TriggerResult, error) {
-	return postAccepted[ticks.TriggerResult](ctx, base, "/api/v1/ingest/trigger", "trigger", req)
+	var res ticks.TriggerResult
+	err := postAPI(ctx, "trigger", base, "/api/v1/ingest/trigger", req, &res)
+	return res, err
 }
 
 func newIngestStatusCmd(g *globalConfig, o *ingestOptions) *cobra.Command {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/internal/groupctl"
+	"github.com/sluicehq/sluice/stages/dlq"
 )
 
 func newReplayCmd(g *globalConfig) *cobra.Command {
@@ -139,35 +140,13 @@ func replayTarget(cmd *cobra.Command, earliest, latest bool, offset int64, at st
 		}
 		return groupctl.Target{Kind: groupctl.Offset, Offset: offset}, nil
 	case cmd.Flags().Changed("to-time"):
-		t, err := parseTimeArg(at, now)
+		t, err := dlq.ParseTime(at, now)
 		if err != nil {
 			return groupctl.Target{}, fmt.Errorf("invalid --to-time: %w", err)
 		}
 		return groupctl.Target{Kind: groupctl.Timestamp, Time: t}, nil
 	}
 	return groupctl.Target{}, errors.New("one of --to-earliest, --to-latest, --to-offset, --to-time is required")
-}
-
-// parseTimeArg reads an RFC 3339 time, or a duration before now: "-1h" and
-// "1h" both mean one hour ago.
-func parseTimeArg(s string, now time.Time) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%q is neither RFC 3339 (2024-05-01T09:00:00Z) nor a duration ago (-1h)", s)
-	}
-	if d == 0 {
-		// "0" reads like the epoch or "from the start", but as a duration
-		// ago it is now: replay --to-time 0 would skip every record.
-		return time.Time{}, fmt.Errorf("%q is a zero duration, i.e. now: give RFC 3339 (2024-05-01T09:00:00Z) or a duration ago (-1h)", s)
-	}
-	if d > 0 {
-		d = -d
-	}
-	return now.Add(d), nil
 }
 
 // offsetText prints an offset, "-" for none.

@@ -188,32 +188,6 @@ func TestReplayAndLagCommands(t *testing.T) {
 	}
 }
 
-func TestParseTimeArg(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
-	cases := []struct {
-		in   string
-		want time.Time
-		ok   bool
-	}{
-		{"2024-05-01T09:00:00Z", time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC), true},
-		{"2024-05-01T16:00:00+07:00", time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC), true},
-		{"-1h", now.Add(-time.Hour), true},
-		{"90m", now.Add(-90 * time.Minute), true},
-		{"2024-05-01", time.Time{}, false},
-		{"soon", time.Time{}, false},
-		{"0", time.Time{}, false},
-		{"0s", time.Time{}, false},
-		{"-0h", time.Time{}, false},
-	}
-	for _, tc := range cases {
-		got, err := parseTimeArg(tc.in, now)
-		if (err == nil) != tc.ok || (tc.ok && !got.Equal(tc.want)) {
-			t.Errorf("parseTimeArg(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
-		}
-	}
-}
-
 // A pipeline named twice fails in one line before anything connects (it
 // would register its metrics and ops routes twice).
 func TestRunPipelineNamedTwice(t *testing.T) {

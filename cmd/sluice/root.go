@@ -44,6 +44,7 @@ func newRootCmd() *cobra.Command {
 		Short:         "Stream-processing pipelines over Kafka",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion(),
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			g.secretsFromEnv(cmd)
 			if err := g.boolsFromEnv(cmd); err != nil {
@@ -73,6 +74,7 @@ func newRootCmd() *cobra.Command {
 	f.BoolVar(&g.Kafka.TLS, "kafka-tls", g.Kafka.TLS, "connect to Kafka with TLS (env KAFKA_TLS)")
 	f.StringVar(&g.Kafka.TLSCAFile, "kafka-tls-ca-file", g.Kafka.TLSCAFile, "CA bundle for Kafka TLS; implies --kafka-tls (env KAFKA_TLS_CA_FILE)")
 
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(subcommands(g)...)
 	rejectUnknownSubcommands(root)
 	return root

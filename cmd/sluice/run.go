@@ -17,26 +17,34 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluicehq/sluice/internal/console"
 	"github.com/sluicehq/sluice/internal/opshttp"
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/modules"
 	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/ticks"
 	"github.com/sluicehq/sluice/pipelines/trades"
 	"github.com/sluicehq/sluice/stages/run"
+	"github.com/sluicehq/sluice/topics"
 )
 
 // runSpecs returns the declarations of every pipeline with o's settings.
 func runSpecs(o *runOptions) []pipelines.Spec {
+	tradesCfg, tradesErr := tradesSettings()
+	o.tradesErr = tradesErr
 	return registry.All(registry.Settings{
 		Silver: silver.Config{BacklogThreshold: o.backlogThreshold,
 			Runtime: run.Config{Window: run.WindowConfig{MaxKeys: o.silverWindowKeys, MaxTotalKeys: o.silverWindowTotalKeys}}},
-		Ticks:  ticks.Config{Supervisor: ticks.SupervisorConfig{Enabled: true}},
-		Trades: trades.Config{Getenv: os.Getenv},
+		Ticks:   ticks.Config{Supervisor: ticks.SupervisorConfig{Enabled: true}},
+		Trades:  tradesCfg,
+		Modules: modules.Config{Getenv: os.Getenv},
 	})
 }
 
 type runOptions struct {
+	// consoleAddr, when set, serves the web console alongside (sluice console).
+	consoleAddr           string
 	opsAddr               string
 	apiHosts              []string
 	insecureOpenAPI       bool
@@ -49,6 +57,7 @@ type runOptions struct {
 	silverWindowTotalKeys int
 	memoryBudget          byteSize // 0: derived (run.BudgetFor)
 	envErr                error    // an environment variable that is not a valid flag value
+	tradesErr             error    // the trades pipeline's environment (tradesSettings), reported when it runs
 }
 
 // envFlag sets flag from the environment variable env when it is set; an
@@ -109,8 +118,16 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 			if o.envErr != nil {
 				return o.envErr
 			}
+			if slices.Contains(args, trades.Name) && o.tradesErr != nil {
+				return o.tradesErr
+			}
 			if err := o.checkListen(); err != nil {
 				return err
+			}
+			if o.consoleAddr != "" {
+				if err := console.CheckAddr(o.consoleAddr, consoleToken()); err != nil {
+					return err
+				}
 			}
 			if err := checkInstanceID(o.instanceID); err != nil {
 				return err
@@ -145,6 +162,7 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 	cmd.Flags().Var(&o.memoryBudget, "memory-budget", fmt.Sprintf(
 		"memory for the records the pipelines hold (fetched, not yet processed) and their coalescing windows, shared by every pipeline of the process, e.g. 256MiB; when full, fetches pause and windows are written early (default: 35 %% of GOMEMLIMIT or of the cgroup's memory limit, whichever is lower, else %dMiB) (env MEMORY_BUDGET)", run.DefaultBudget>>20))
 	o.envFlag(cmd, "MEMORY_BUDGET", "memory-budget")
+	cmd.Flags().StringVar(&o.consoleAddr, "console", "", "also serve the web console (sluice console) on this address, e.g. 127.0.0.1:8080")
 	return cmd
 }
 
@@ -222,7 +240,27 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 		return err
 	}
 	defer set.Close()
-	return serve(ctx, env, o.listen(), set.Services, nil)
+	if o.consoleAddr == "" {
+		return serve(ctx, env, o.listen(), set.Services, nil)
+	}
+	named := make([]pipelines.Spec, len(specs))
+	for i, s := range specs {
+		named[i] = o.naming().Apply(s)
+	}
+	cfg := consoleConfig(env, named)
+	cfg.JobsTopic, cfg.FlagsTopic = o.naming().Topic(topics.IngestJobs), o.naming().Topic(topics.ControlFlags)
+	c, ln, err := listenConsole(cfg, o.consoleAddr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	env.Logger.Info("console", "url", "http://"+dialAddr(ln.Addr())+"/")
+	cctx, stopConsole := context.WithCancel(ctx)
+	consoleErr := make(chan error, 1)
+	go func() { consoleErr <- c.Serve(cctx, ln) }()
+	err = serve(ctx, env, o.listen(), set.Services, nil)
+	stopConsole()
+	return errors.Join(err, <-consoleErr)
 }
 
 // needsOf is what the pipelines of specs connect to together.

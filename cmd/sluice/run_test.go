@@ -93,6 +93,7 @@ func createTopics(t *testing.T, k *testkit.Kafka, partitions int32, prefix strin
 		if _, err := adm.CreateTopic(testkit.Context(t), partitions, -1, nil, prefix+name); err != nil {
 			t.Fatal(err)
 		}
+		k.WaitTopic(t, prefix+name, partitions)
 		t.Cleanup(func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -220,7 +221,7 @@ func TestRunListsRegisteredPipelines(t *testing.T) {
 		}
 	}
 	_, err = runCLI(t, "run", "silver", "bronze", "--brokers", "127.0.0.1:1")
-	singleLine(t, err, `unknown pipeline "bronze" (known: silver, smap, ticks, trades)`)
+	singleLine(t, err, `unknown pipeline "bronze" (known: modules, silver, smap, ticks, trades)`)
 }
 
 // Every pipeline checks the topics of its declaration, in catalog order,

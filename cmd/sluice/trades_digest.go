@@ -13,13 +13,6 @@ import (
 	"github.com/sluicehq/sluice/topics"
 )
 
-// newTradesCmd groups the trades commands. (The score and digest commands
-// below; trades-import's commands join them.)
-func newTradesCmd(g *globalConfig) *cobra.Command {
-	return commandGroup("trades", "trades pipeline commands (seed 004): scoring requests and weekly digests",
-		newTradesScoreCmd(g), newTradesDigestCmd(g), newTradesRebuildDigestsCmd(g))
-}
-
 // tradesRequester connects to Kafka and returns a requester on the trades
 // topics under prefix (sluice run --topic-prefix), and its closer.
 func tradesRequester(ctx context.Context, g *globalConfig, prefix string) (*trades.Requester, func(), error) {
@@ -115,7 +108,8 @@ with Authorization: Bearer $SLUICE_API_TOKEN when it is set.`,
 }
 
 func digestHTTP(ctx context.Context, base string, req trades.DigestsRequest) (trades.Sent, error) {
-	res, err := postAccepted[trades.DigestsAccepted](ctx, base, "/api/v1/trades/digests", "digest", req)
+	var res trades.DigestsAccepted
+	err := postAPI(ctx, "trades digest", base, "/api/v1/trades/digests", req, &res)
 	return res.Sent, err
 }
 

@@ -28,12 +28,16 @@ STACK_ENV_FILE="$STACK_DIR/env"
 STACK_SERVICES=(kafka postgres redis minio)
 
 # Loopback ports. 9092 is left free for the embedded demo broker (kfake).
-KAFKA_PORT=19092
-KAFKA_CONTROLLER_PORT=19093
-PG_PORT=15432
-REDIS_PORT=16379
-MINIO_PORT=19000
-MINIO_CONSOLE_PORT=19001
+# SLUICE_STACK_PORT_OFFSET shifts them all, for a second, private stack next
+# to this one (make chaos runs one under ~/.sluice-chaos at +10000, so that
+# restarting its services disturbs nobody).
+STACK_PORT_OFFSET=${SLUICE_STACK_PORT_OFFSET:-0}
+KAFKA_PORT=$((19092 + STACK_PORT_OFFSET))
+KAFKA_CONTROLLER_PORT=$((19093 + STACK_PORT_OFFSET))
+PG_PORT=$((15432 + STACK_PORT_OFFSET))
+REDIS_PORT=$((16379 + STACK_PORT_OFFSET))
+MINIO_PORT=$((19000 + STACK_PORT_OFFSET))
+MINIO_CONSOLE_PORT=$((19001 + STACK_PORT_OFFSET))
 
 # Test credentials (loopback only, never used outside this stack).
 PG_USER=sluice PG_PASSWORD=sluice PG_DB=sluice
@@ -260,6 +264,7 @@ stack_write_env() {
 		echo "# Written by deploy/stack (up.sh/down.sh) at $(date -u +%FT%TZ). Source it: . \"$STACK_ENV_FILE\""
 		echo "export SLUICE_STACK=real"
 		echo "export SLUICE_STACK_DIR=$STACK_DIR"
+		echo "export SLUICE_STACK_PORT_OFFSET=$STACK_PORT_OFFSET"
 		for svc in "${STACK_SERVICES[@]}"; do
 			if "${svc}_running" && "${svc}_healthy"; then
 				"${svc}_env"

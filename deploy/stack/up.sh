@@ -8,6 +8,7 @@
 #   postgres  PostgreSQL (distribution package)                127.0.0.1:15432 db/user/password sluice
 #   redis     Redis (distribution package)                     127.0.0.1:16379
 #   minio     MinIO (built with go install; optional)          127.0.0.1:19000 (console 19001)
+# With no service named it also installs chromium (apt), for the console's browser tests.
 #
 # What it does, for each requested service: installs what is missing (apt-get,
 # once, only when a package is missing; the Kafka classpath with maven; MinIO with
@@ -45,6 +46,9 @@ for svc in "${services[@]}"; do
 	read -r -a specs <<<"$("${svc}_apt")"
 	apt_specs+=("${specs[@]}")
 done
+# The console's browser tests (internal/console) drive Debian's chromium
+# headless: the whole stack (no service named, as CI runs it) installs it too.
+(($#)) || apt_specs+=("chromium:chromium")
 ((${#apt_specs[@]} == 0)) || stack_timed "provision apt packages" stack_apt_ensure "${apt_specs[@]}" || {
 	stack_log "FAILED: could not install the packages the stack needs"
 	exit 1

@@ -204,6 +204,18 @@ func (k *Kafka) Topic(t testing.TB, base string, partitions int32, configs ...ma
 	return name
 }
 
+// WaitTopic waits (up to 30 s) until the cluster's metadata lists topic
+// with partitions partitions (0: any number), each with a leader: real
+// brokers learn about a topic created by another client asynchronously.
+func (k *Kafka) WaitTopic(t testing.TB, topic string, partitions int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := waitTopic(ctx, k.Admin(t), topic, partitions); err != nil {
+		t.Fatalf("testkit: topic %s on %s: %v", topic, k, err)
+	}
+}
+
 // waitTopic polls metadata until topic has all its partitions with leaders.
 func waitTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
 	var last error

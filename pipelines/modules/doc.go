@@ -46,15 +46,40 @@
 //     (state_epoch, state_version).
 //   - The tables, views and get_or_create_job, in schemas/migrations
 //     (00007_modules.sql).
+//   - The services (service.go, refresher.go, pg.go): modules-refresh —
+//     rules, re-keying, the gate on the key's state (the runtime's state
+//     store over modules.state, restored with FoldState), a lease written
+//     with PutNow before a rate-limited upstream call, snapshot and
+//     analysis in one PostgreSQL transaction, then ready or error — and
+//     modules-mirror, which applies modules.state to ticker_data_modules
+//     with MirrorTable under a coalescing window. Declare (declare.go)
+//     registers them as the pipeline "modules" (sluice run modules).
+//   - Config (config.go) with ApplyEnv for MODULES_SOURCE, UW_BASE_URL,
+//     UW_API_KEY, MODULES_RATE_LIMIT, MODULES_ERROR_COOLDOWN,
+//     MODULES_SYNTHETIC_LATENCY and MODULES_SYNTHETIC_FAULTS; the Analyzer
+//     interface and one deterministic rule analyzer per module
+//     (analyzer.go); the sluice_modules_* metrics (metrics.go).
+//   - Assemble and the API (assemble.go, api.go, synth.go): Assembler
+//     reads ticker_modules_status, gets or creates the analysis job of the
+//     modules missing, stale, expired or absent (get_or_create_job with
+//     IdempotencyKey) and, only when it created the job, produces one
+//     refresh request per such module (reason assemble); it serves each
+//     module's snapshot and analysis when fresh or within max_stale, lists
+//     the others as missing, and adds a Synthesizer's text (Template, the
+//     deterministic one; Fallback tries another, an LLM say, in the time
+//     left and falls back to Template) unless it misses the budget
+//     (DefaultAssembleBudget), never waiting for a refresh. Routes mounts
+//     POST /api/v1/modules/refresh (alias POST /ingest/{module}),
+//     GET /api/v1/modules/status, POST /api/v1/modules/analysis (alias
+//     POST /ai/ticker-activity-analysis) and GET /api/v1/modules/jobs/{id};
+//     bad input is 400 with its rule id; MountAPI mounts them on the ops
+//     server with a producer of their own. The CLI is `sluice modules`.
+//
+// docs/pipelines/modules.md describes the pipeline as a whole,
+// docs/pipelines/modules-assemble.md assemble, the API and the CLI.
 //
 // # What is not built yet
 //
-// No consumer group, runner or topic is wired: there are no
-// modules-refresh and modules-mirror services (the refresh stage with its
-// lease written by PutNow, the rate limiter, the analyzers and the
-// Postgres transaction writing module_snapshots and unit_analyses), no
-// declaration in the pipeline registry, no topic in the catalog, no CLI
-// command, no API route or assemble, no Synthesizer, no metric, no JSON
-// Schema for these records, and nothing reads MODULES_* or UW_* from the
-// environment yet. The UW adapter reports no data date.
+// No LLM client (Fallback is the plumbing for one), no JSON Schema for
+// these records; the UW adapter reports no data date.
 package modules

@@ -233,13 +233,26 @@ func isDate(s string) bool {
 // changelog topic (modules.state, after the run's naming): JSON values as
 // DecodeState reads them, and a restore that keeps per key the state with
 // the greatest fencing token, not the last record (a revoked owner's late
-// record is ignored).
+// record is ignored): see FoldState.
 func StateStoreConfig(topic string) run.StoreConfig[State] {
 	return run.StoreConfig[State]{
 		Name:   "modules-state",
 		Topic:  topic,
 		Encode: func(s State) ([]byte, error) { return json.Marshal(s) },
 		Decode: func(b []byte) (State, error) { return DecodeState(nil, b) },
-		Fold:   run.KeepGreatest[State],
+		Fold:   FoldState,
 	}
+}
+
+// FoldState is the restore's fold of modules.state: next replaces cur
+// unless its token is smaller. Records the runtime wrote carry their token
+// in headers (run.KeepGreatest decides); a record without them (written by
+// hand or by another producer) is judged by the (epoch, version) of the
+// state it holds, which the refresh service always sets to the record's
+// token. A tombstone on either side is decided by run.KeepGreatest.
+func FoldState(cur, next run.Entry[State]) bool {
+	if (cur.Tokened && next.Tokened) || cur.Deleted || next.Deleted {
+		return run.KeepGreatest(cur, next)
+	}
+	return !next.Value.Token().Less(cur.Value.Token())
 }

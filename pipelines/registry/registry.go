@@ -6,6 +6,7 @@ package registry
 
 import (
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/modules"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/pipelines/ticks"
@@ -20,6 +21,8 @@ type Settings struct {
 	Ticks  ticks.Config
 	Smap   smap.Config
 	Trades trades.Config
+	// Modules reads MODULES_* and UW_* when its Getenv is set.
+	Modules modules.Config
 }
 
 // All returns the declaration of every pipeline, in a fixed order (the
@@ -30,5 +33,6 @@ func All(s Settings) []pipelines.Spec {
 		ticks.Declare(s.Ticks),
 		smap.Declare(s.Smap),
 		trades.Declare(s.Trades),
+		modules.Declare(s.Modules),
 	}
 }

@@ -1,18 +1,18 @@
 package ticks
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/opshttp"
 )
 
 // TriggerRequest is the body of POST /api/v1/ingest/trigger.
@@ -152,59 +152,38 @@ func (c *Coordinator) Routes() map[string]http.Handler {
 	}
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
 func (c *Coordinator) handleTrigger(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "read body: " + err.Error()})
-		return
-	}
 	var req TriggerRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body must be JSON {symbol, date, account_id}: " + err.Error()})
+	if !opshttp.DecodeBody(w, r, &req, "{symbol, date, account_id}") {
 		return
 	}
 	res, err := c.Trigger(r.Context(), req)
 	var ie *InputError
-	switch {
-	case errors.As(err, &ie):
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": ie.Error()})
-	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
-	default:
-		writeJSON(w, http.StatusAccepted, res)
-	}
+	opshttp.WriteAccepted(w, res, err, errors.As(err, &ie))
 }
 
 func (c *Coordinator) handleJobs(w http.ResponseWriter, r *http.Request) {
 	jobs, err := c.Jobs(r.Context())
 	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		opshttp.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, jobs)
+	opshttp.WriteJSON(w, http.StatusOK, jobs)
 }
 
 func (c *Coordinator) handleJob(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("job")
 	if _, _, err := SplitJobKey(key); err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		opshttp.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
 	st, err := ReadJob(r.Context(), c.kopts, c.jobs, key)
 	switch {
 	case err != nil:
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		opshttp.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 	case st == nil:
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no job " + key})
+		opshttp.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "no job " + key})
 	default:
-		writeJSON(w, http.StatusOK, st)
+		opshttp.WriteJSON(w, http.StatusOK, st)
 	}
 }

@@ -24,27 +24,39 @@
 //     window's contributions (Aggregate).
 //   - AES-GCM sealing of broker tokens under BROKER_TOKEN_KEY (tokens.go).
 //   - The BrokerAdapter interface with the classification of fetch errors
-//     (broker.go) and the deterministic synthetic broker with its fault
-//     options (synthetic.go); the coinbase and binance adapters are not
-//     written.
+//     (broker.go), the deterministic synthetic broker with its fault
+//     options (synthetic.go) and the coinbase and binance HTTP adapters
+//     (coinbase.go, binance.go: the subset of each API they use is in
+//     their doc comments).
+//   - The trades-import service (importer.go, service.go): the import
+//     state in the runtime's state store (ImportState, changelog
+//     trades.import.state), runs chained page by page, trades upserted in
+//     one transaction per page, events on trades.events, failures in
+//     trades.dlq; its metrics (sluice_trades_*); the imports API and
+//     client (Imports: POST /api/v1/trades/imports, GET
+//     /api/v1/trades/imports/{import_id}); the declaration (Declare, the
+//     pipeline "trades" of sluice run). docs/pipelines/trades.md describes
+//     it.
 //   - The HMAC-signed AI coach client (coach.go).
+//   - The sim (sim.go, marketdata.go, sim_http.go): hold vs actual P/L of
+//     one trade over 1–90 days from the 1 h closes of market_bars or of the
+//     deterministic synthetic vendor behind the marketdata rate limiter,
+//     cached in Redis, with its API route (Sim.Routes) and metrics
+//     sluice_trades_sim_requests_total and
+//     sluice_trades_vendor_429_total (NewVendor429Counter, shared).
+//   - The services trades-score (scoresvc.go: import.completed and
+//     score.request into bias_tags, trade.scored and coach.reflect) and
+//     trades-digest (digestsvc.go: weekly windows in the runtime's state
+//     store, changelog trades.digest.state, emitted as digest objects,
+//     digests rows and digest.ready by a periodic timer or a
+//     digest.request), declared in Declare's list; requests.go sends their
+//     requests (CLI, POST /api/v1/trades/digests).
+//     docs/pipelines/trades-score-digest.md states their contracts.
 //   - The tables, in schemas/migrations (trades, broker_connections,
 //     bias_tags, digests, market_bars).
 //
-// # Services
-//
-// trades-score (scoresvc.go) turns import.completed and score.request into
-// bias_tags, trade.scored and coach.reflect; trades-digest (digestsvc.go)
-// keeps weekly windows in the runtime's state store (trades.digest.state)
-// and emits digest objects, digests rows and digest.ready from a periodic
-// timer or a digest.request. Declare (declare.go) declares them as the
-// pipeline "trades"; requests.go sends their requests (CLI, POST
-// /api/v1/trades/digests). docs/pipelines/trades-score-digest.md states
-// their contracts.
-//
 // # What is not built yet
 //
-// The trades-import service and its state (trades.import.state), the
-// coinbase and binance adapters, JSON Schemas of these records, market
-// data beyond the market_bars table, and sim.
+// JSON Schemas for these records and market data beyond market_bars
+// (the score's sparkline and the coach's series read market_bars only).
 package trades

@@ -30,18 +30,19 @@ func envLogger(env pipelines.Env) *slog.Logger {
 	return env.Logger
 }
 
-// buildScore builds trades-score: env.DB (with the trades migration) is
-// required; the AI coach is used when cfg.Score.Coach.BaseURL is set.
-func buildScore(env pipelines.Env, cfg Config, s pipelines.Spec, r *pipelines.Resources) (pipelines.Service, error) {
-	sc := cfg.Score.withDefaults()
-	in := consumerOf(s, ScoreName)
-	sc.BiasTopic = consumerOf(s, DigestName).Input
-	sc.ReflectTopic = topicOf(s.Outputs, topics.CoachReflect)
+// buildScore builds trades-score with the run's names (see
+// declaredNames): env.DB (with the trades migration) is required; the AI
+// coach is used when cfg.Score.Coach.BaseURL (or AI_BASE_URL through
+// cfg.Getenv) is set.
+func buildScore(env pipelines.Env, cfg Config, names func(string) string, r *pipelines.Resources) ([]pipelines.Service, error) {
+	sc, _, err := scoreDigestEnv(cfg.Score, cfg.Digest, cfg.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	sc = sc.withDefaults()
+	sc.BiasTopic, sc.ReflectTopic = names(topics.TradesBias), names(topics.CoachReflect)
 	if env.DB == nil {
 		return nil, errors.New(ScoreName + " needs a PostgreSQL pool (DATABASE_URL)")
-	}
-	if in.Group == "" || sc.BiasTopic == "" || sc.ReflectTopic == "" {
-		return nil, errors.New(ScoreName + ": the declaration lacks its consumer or topics")
 	}
 	m, err := newScoreMetrics(env.Registerer)
 	if err != nil {
@@ -61,7 +62,7 @@ func buildScore(env pipelines.Env, cfg Config, s pipelines.Spec, r *pipelines.Re
 		return nil, err
 	}
 	rc := sc.Runtime
-	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = ScoreName, in.Group, []string{in.Input}, in.DLQ
+	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = ScoreName, names(ScoreName), []string{names(topics.TradesEvents)}, names(topics.TradesDLQ)
 	st := &scorer{cfg: sc, db: env.DB, coach: coach, m: m}
 	runner, err := run.New(rc, decodeScoreIn, st.stage, &scoreSink{cfg: sc, db: env.DB, prod: prod, m: m},
 		run.WithKafkaOpts(env.GroupKafka(rc.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(envLogger(env)),
@@ -72,22 +73,22 @@ func buildScore(env pipelines.Env, cfg Config, s pipelines.Spec, r *pipelines.Re
 	if env.Ops != nil {
 		env.Ops.AddReadiness(ScoreName, runner.Ready)
 	}
-	return runner, nil
+	return []pipelines.Service{runner}, nil
 }
 
-// buildDigest builds trades-digest: env.DB (with the trades migration) and
-// env.Objects are required. When env.Ops is set, POST
-// /api/v1/trades/digests is mounted on it (DigestsRoute).
-func buildDigest(env pipelines.Env, cfg Config, s pipelines.Spec, r *pipelines.Resources) (pipelines.Service, error) {
-	dc := cfg.Digest.withDefaults()
-	in := consumerOf(s, DigestName)
-	dc.StateTopic = topicOf(s.Stores, topics.TradesDigestState)
-	dc.ReadyTopic = topicOf(s.Outputs, topics.DigestReady)
+// buildDigest builds trades-digest with the run's names (see
+// declaredNames): env.DB (with the trades migration) and env.Objects are
+// required. When env.Ops is set, POST /api/v1/trades/digests is mounted on
+// it (DigestsRoute).
+func buildDigest(env pipelines.Env, cfg Config, names func(string) string, r *pipelines.Resources) ([]pipelines.Service, error) {
+	_, dc, err := scoreDigestEnv(cfg.Score, cfg.Digest, cfg.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	dc = dc.withDefaults()
+	dc.StateTopic, dc.ReadyTopic = names(topics.TradesDigestState), names(topics.DigestReady)
 	if env.DB == nil || env.Objects == nil {
 		return nil, errors.New(DigestName + " needs a PostgreSQL pool (DATABASE_URL) and an object store")
-	}
-	if in.Group == "" || dc.StateTopic == "" || dc.ReadyTopic == "" {
-		return nil, errors.New(DigestName + ": the declaration lacks its consumer or topics")
 	}
 	store, err := NewDigestStore(dc.StateTopic)
 	if err != nil {
@@ -106,7 +107,7 @@ func buildDigest(env pipelines.Env, cfg Config, s pipelines.Spec, r *pipelines.R
 		return nil, err
 	}
 	rc := dc.Runtime
-	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = DigestName, in.Group, []string{in.Input}, in.DLQ
+	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = DigestName, names(DigestName), []string{names(topics.TradesBias)}, names(topics.TradesDLQ)
 	sink := &digestSink{cfg: dc, db: env.DB, objects: objects, prod: prod, m: d.m}
 	runner, err := run.New(rc, decodeDigestIn, d.stage, sink,
 		run.WithKafkaOpts(env.GroupKafka(rc.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(envLogger(env)),
@@ -117,7 +118,7 @@ func buildDigest(env pipelines.Env, cfg Config, s pipelines.Spec, r *pipelines.R
 	}
 	if env.Ops != nil {
 		env.Ops.AddReadiness(DigestName, runner.Ready)
-		env.Ops.Handle(DigestsRoute, DigestsHandler(NewRequester(prod, consumerOf(s, ScoreName).Input, in.Input), dc.Now))
+		env.Ops.Handle(DigestsRoute, DigestsHandler(NewRequester(prod, names(topics.TradesEvents), names(topics.TradesBias)), dc.Now))
 	}
-	return runner, nil
+	return []pipelines.Service{runner}, nil
 }

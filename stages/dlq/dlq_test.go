@@ -151,6 +151,7 @@ func TestFilterMatch(t *testing.T) {
 	t.Parallel()
 	r := dlq.Record{Reason: "sanity_fail", Rule: "ta.price", SourceTopic: "bronze.records", FailedAt: t0}
 	noFailedAt := dlq.Record{Reason: "decode_error", Timestamp: t0}
+	atP2O7 := dlq.Record{Partition: 2, Offset: 7}
 	cases := []struct {
 		name string
 		f    dlq.Filter
@@ -172,6 +173,8 @@ func TestFilterMatch(t *testing.T) {
 		{"one criterion fails", dlq.Filter{Reasons: []string{"sanity_fail"}, Rules: []string{"ta.symbol"}, Since: t0.Add(-time.Hour)}, r, false},
 		{"time falls back to timestamp", dlq.Filter{Since: t0.Add(-time.Second), Until: t0.Add(time.Second)}, noFailedAt, true},
 		{"time falls back to timestamp, outside", dlq.Filter{Since: t0.Add(time.Second)}, noFailedAt, false},
+		{"at its position", dlq.Filter{At: []dlq.Position{{Partition: 0, Offset: 9}, {Partition: 2, Offset: 7}}}, atP2O7, true},
+		{"same offset, other partition", dlq.Filter{At: []dlq.Position{{Partition: 0, Offset: 7}}}, atP2O7, false},
 	}
 	for _, tc := range cases {
 		if got := tc.f.Match(tc.r); got != tc.want {

@@ -202,6 +202,15 @@ type Filter struct {
 	Since, Until time.Time
 	// SourceTopic matches records whose dlq.source.topic is this.
 	SourceTopic string
+	// At matches the records at these coordinates of the DLQ topic (a
+	// selection made in the console).
+	At []Position
+}
+
+// Position is a record's partition and offset in its topic.
+type Position struct {
+	Partition int32
+	Offset    int64
 }
 
 // Match reports whether r passes every set criterion of f.
@@ -220,6 +229,9 @@ func (f Filter) Match(r Record) bool {
 		return false
 	}
 	if f.SourceTopic != "" && r.SourceTopic != f.SourceTopic {
+		return false
+	}
+	if len(f.At) > 0 && !slices.Contains(f.At, Position{r.Partition, r.Offset}) {
 		return false
 	}
 	return true

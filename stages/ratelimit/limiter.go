@@ -5,8 +5,10 @@
 // # Algorithm
 //
 // Every (source, account) pair has one Redis sorted set per window, keyed
-// "rate_limit:{source}:{kind}:{account}:{window}" (kind defaults to
-// "historical", window is the window's name such as "10m", "1m", "1s").
+// "rate_limit:SOURCE:KIND:{ACCOUNT}:WINDOW" (KIND defaults to "historical",
+// WINDOW is the window's name such as "10m", "1m", "1s"), and a guard hash
+// "rate_limit:SOURCE:KIND:{ACCOUNT}:guard". The braces are a Redis Cluster
+// hash tag: every key of a pair hashes to one slot, as one script needs.
 // One Lua script checks all windows of a pair atomically:
 //
 //  1. it reads the Redis server's clock (TIME, microseconds), so every
@@ -24,9 +26,22 @@
 // the server lost its script cache (restart, SCRIPT FLUSH, failover) the
 // call falls back to EVAL, which reloads it (go-redis Script.Run).
 //
-// The windows of one pair live in different keys; on Redis Cluster they
-// must hash to one slot, which needs a hash tag in the source or account
-// name. The limiter targets a single Redis server or a replicated primary.
+// # Lost state
+//
+// A Redis restarted without persistence (or a crash that loses the
+// append-only file's last second, a failover to a lagging replica, an
+// evicted key) forgets grants that still count, and a limiter that trusted
+// the empty windows would grant up to twice a window's limit. The guard
+// detects it: it holds an id and the server time of the pair's last grant,
+// and each Limiter remembers, per account, the guard id it last saw and the
+// time of its own last grant. When that grant is younger than the longest
+// window but the guard is missing, has another id or an older last grant,
+// the script starts a hold: every call of the pair is denied until the
+// longest window has passed, after which nothing granted before the loss
+// can count (sluice_ratelimit_state_lost_total counts these). A process
+// that never granted before the loss cannot detect it; run Redis with its
+// append-only file (appendfsync everysec) so that a restart loses nothing
+// but, at worst, the last second, which the guard then detects.
 //
 // # Thread safety
 //
@@ -40,7 +55,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -155,8 +172,20 @@ type Limiter struct {
 	rdb    redis.Scripter
 	cfg    Config
 	script *redis.Script
-	args   []any // window sizes (µs), limits and TTLs (ms), after the request id
+	hold   int64 // µs: the longest window, the hold after a detected loss
+	gttl   int64 // ms: the guard's TTL after a grant
+	args   []any // window sizes (µs), limits and TTLs (ms), after the guard arguments
 	m      *metrics
+
+	mu   sync.Mutex
+	seen map[string]seenGuard // account → what this limiter last saw
+}
+
+// seenGuard is what a Limiter remembers of one account's guard: its id and
+// the server time (µs) of the limiter's own last grant.
+type seenGuard struct {
+	id   string
+	last int64
 }
 
 // New returns a limiter on rdb and loads its script (SCRIPT LOAD). Metrics
@@ -183,10 +212,13 @@ func New(ctx context.Context, rdb redis.Scripter, cfg Config, reg prometheus.Reg
 	for _, d := range []string{"allowed", "denied"} {
 		m.decisions.WithLabelValues(cfg.Source, d)
 	}
-	l := &Limiter{rdb: rdb, cfg: cfg, script: redis.NewScript(scriptSrc), m: m}
+	m.lost.WithLabelValues(cfg.Source)
+	l := &Limiter{rdb: rdb, cfg: cfg, script: redis.NewScript(scriptSrc), m: m, seen: map[string]seenGuard{}}
 	for _, w := range cfg.Windows {
 		l.args = append(l.args, w.Size.Microseconds(), w.Limit, (w.Size + cfg.TTLBuffer).Milliseconds())
+		l.hold = max(l.hold, w.Size.Microseconds())
 	}
+	l.gttl = l.hold/1000 + cfg.TTLBuffer.Milliseconds()
 	if err := l.script.Load(ctx, rdb).Err(); err != nil {
 		return nil, fmt.Errorf("ratelimit: load script: %w", err)
 	}
@@ -203,9 +235,45 @@ func (l *Limiter) Windows() []Window { return append([]Window(nil), l.cfg.Window
 func (l *Limiter) Keys(account string) []string {
 	keys := make([]string, len(l.cfg.Windows))
 	for i, w := range l.cfg.Windows {
-		keys[i] = fmt.Sprintf("%srate_limit:%s:%s:%s:%s", l.cfg.KeyPrefix, l.cfg.Source, l.cfg.Kind, account, w.Name)
+		keys[i] = l.key(account, w.Name)
 	}
 	return keys
+}
+
+// GuardKey returns the Redis key of account's guard (see Lost state).
+func (l *Limiter) GuardKey(account string) string { return l.key(account, "guard") }
+
+func (l *Limiter) key(account, suffix string) string {
+	return fmt.Sprintf("%srate_limit:%s:%s:{%s}:%s", l.cfg.KeyPrefix, l.cfg.Source, l.cfg.Kind, account, suffix)
+}
+
+// guardArgs returns what the limiter last saw of account's guard.
+func (l *Limiter) guardArgs(account string) seenGuard {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen[account]
+}
+
+// remember records account's guard id and, when granted, the grant's
+// server time now (µs). Entries whose last grant left the longest window are
+// dropped as the map grows (they can no longer reveal a loss), so it holds
+// about the accounts active within that window.
+func (l *Limiter) remember(account, id string, now int64, granted bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g := l.seen[account]
+	g.id = id
+	if granted {
+		g.last = now
+	}
+	if _, ok := l.seen[account]; !ok && len(l.seen) >= 1024 && len(l.seen)%1024 == 0 {
+		for a, s := range l.seen {
+			if now-s.last >= l.hold {
+				delete(l.seen, a)
+			}
+		}
+	}
+	l.seen[account] = g
 }
 
 // Allow asks for one request of account. A granted request is recorded in
@@ -223,17 +291,19 @@ func (l *Limiter) Allow(ctx context.Context, account string) (Decision, error) {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	args := make([]any, 0, 1+len(l.args))
-	args = append(args, hex.EncodeToString(id[:]))
+	seen := l.guardArgs(account)
+	args := make([]any, 0, 5+len(l.args))
+	args = append(args, hex.EncodeToString(id[:]), seen.id, seen.last, l.hold, l.gttl)
 	args = append(args, l.args...)
+	keys := append(l.Keys(account), l.GuardKey(account))
 	type reply struct {
-		res []int64
+		res []any
 		err error
 	}
 	done := make(chan reply, 1) // buffered: an abandoned call does not leak its goroutine
 	t0 := time.Now()
 	go func() {
-		res, err := l.script.Run(ctx, l.rdb, l.Keys(account), args...).Int64Slice()
+		res, err := l.script.Run(ctx, l.rdb, keys, args...).Slice()
 		l.m.latency.Observe(time.Since(t0).Seconds())
 		done <- reply{res, err}
 	}()
@@ -251,22 +321,65 @@ func (l *Limiter) Allow(ctx context.Context, account string) (Decision, error) {
 		l.m.errors.WithLabelValues(l.cfg.Source).Inc()
 		return Decision{}, fmt.Errorf("ratelimit: %s/%s: %w", l.cfg.Source, account, err)
 	}
-	if len(res) != 3 {
-		return Decision{}, fmt.Errorf("ratelimit: unexpected script reply %v", res)
+	r, err := parseReply(res)
+	if err != nil {
+		return Decision{}, fmt.Errorf("ratelimit: %s/%s: %w", l.cfg.Source, account, err)
 	}
-	d := Decision{Allowed: res[0] == 1, At: time.UnixMicro(res[2])}
+	d := Decision{Allowed: r.allowed, At: time.UnixMicro(r.at)}
+	if r.lost {
+		l.m.lost.WithLabelValues(l.cfg.Source).Inc()
+	}
 	if d.Allowed {
+		l.remember(account, r.guard, r.at, true)
 		l.m.decisions.WithLabelValues(l.cfg.Source, "allowed").Inc()
 		return d, nil
 	}
-	d.Wait = max(time.Duration(res[1])*time.Microsecond, time.Microsecond)
+	l.remember(account, r.guard, r.at, false)
+	d.Wait = max(time.Duration(r.wait)*time.Microsecond, time.Microsecond)
 	l.m.decisions.WithLabelValues(l.cfg.Source, "denied").Inc()
 	return d, nil
+}
+
+// scriptReply is the script's answer.
+type scriptReply struct {
+	allowed  bool
+	wait, at int64 // µs
+	guard    string
+	lost     bool
+}
+
+// parseReply reads {allowed, wait µs, server time µs, guard id, lost}.
+func parseReply(res []any) (scriptReply, error) {
+	var r scriptReply
+	if len(res) != 5 {
+		return r, fmt.Errorf("unexpected script reply %v", res)
+	}
+	ints := [4]int64{}
+	for i, j := range []int{0, 1, 2, 4} {
+		switch v := res[j].(type) {
+		case int64:
+			ints[i] = v
+		case string:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return r, fmt.Errorf("unexpected script reply %v: %w", res, err)
+			}
+			ints[i] = n
+		default:
+			return r, fmt.Errorf("unexpected script reply %v", res)
+		}
+	}
+	g, ok := res[3].(string)
+	if !ok {
+		return r, fmt.Errorf("unexpected script reply %v", res)
+	}
+	return scriptReply{allowed: ints[0] == 1, wait: ints[1], at: ints[2], guard: g, lost: ints[3] == 1}, nil
 }
 
 type metrics struct {
 	decisions *prometheus.CounterVec
 	errors    *prometheus.CounterVec
+	lost      *prometheus.CounterVec
 	latency   prometheus.Histogram
 }
 
@@ -278,6 +391,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		decisions: f.CounterVec("sluice_ratelimit_decisions_total", "Rate limiter decisions, per source and decision (allowed, denied).", "source", "decision"),
 		errors:    f.CounterVec("sluice_ratelimit_errors_total", "Rate limiter calls that failed (Redis errors), per source.", "source"),
+		lost:      f.CounterVec("sluice_ratelimit_state_lost_total", "Times the limiter found a pair's Redis state lost (restart without persistence, lost writes, eviction) and held its grants for the longest window, per source.", "source"),
 		latency:   f.Histogram("sluice_ratelimit_call_duration_seconds", "Latency of one limiter script call.", prometheus.ExponentialBuckets(0.00005, 2, 14)),
 	}
 	if err := f.Err(); err != nil {

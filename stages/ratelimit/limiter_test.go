@@ -69,7 +69,7 @@ func TestDefaultKeysAndTTL(t *testing.T) {
 	t.Parallel()
 	r := realRedis(t)
 	l := newLimiter(t, r, nil)
-	want := []string{r.Prefix + "rate_limit:ib:historical:U12345:10m", r.Prefix + "rate_limit:ib:historical:U12345:1m", r.Prefix + "rate_limit:ib:historical:U12345:1s"}
+	want := []string{r.Prefix + "rate_limit:ib:historical:{U12345}:10m", r.Prefix + "rate_limit:ib:historical:{U12345}:1m", r.Prefix + "rate_limit:ib:historical:{U12345}:1s"}
 	if got := l.Keys("U12345"); !slices.Equal(got, want) {
 		t.Fatalf("Keys = %v, want %v", got, want)
 	}

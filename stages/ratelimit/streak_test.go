@@ -31,15 +31,15 @@ func (f *fakeScripter) ScriptLoad(_ context.Context, _ string) *redis.StringCmd 
 }
 
 func (f *fakeScripter) EvalSha(_ context.Context, _ string, keys []string, _ ...any) *redis.Cmd {
-	// keys[0] is "rate_limit:{source}:{kind}:{account}:{window}".
+	// keys[0] is "rate_limit:SOURCE:KIND:{ACCOUNT}:WINDOW".
 	parts := strings.Split(keys[0], ":")
-	account := parts[len(parts)-2]
+	account := strings.Trim(parts[len(parts)-2], "{}")
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.grant[account] {
-		return redis.NewCmdResult([]any{int64(1), int64(0), int64(1)}, nil)
+		return redis.NewCmdResult([]any{int64(1), int64(0), int64(1), "g", int64(0)}, nil)
 	}
-	return redis.NewCmdResult([]any{int64(0), int64(time.Second / time.Microsecond), int64(1)}, nil)
+	return redis.NewCmdResult([]any{int64(0), int64(time.Second / time.Microsecond), int64(1), "g", int64(0)}, nil)
 }
 
 func (f *fakeScripter) Eval(ctx context.Context, _ string, keys []string, args ...any) *redis.Cmd {

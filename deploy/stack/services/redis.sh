@@ -22,7 +22,7 @@ redis_start() {
 	stack_rotate_log "$REDIS_LOG"
 	stack_start_bg "$REDIS_PIDFILE" "$REDIS_LOG" \
 		redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --daemonize no \
-		--dir "$REDIS_HOME" --save '' --appendonly no --databases 16
+		--dir "$REDIS_HOME" --save '' --appendonly yes --appendfsync everysec --databases 16
 }
 
 redis_healthy() { [[ $(timeout 5 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
