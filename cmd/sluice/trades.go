@@ -51,6 +51,8 @@ func tradesSettings() (trades.Config, error) {
 		}
 		c.Import.TokenKey = key
 	}
+	// AI_* and TRADES_DIGEST_* are read when the pipeline is built.
+	c.Getenv = os.Getenv
 	return c, errors.Join(errs...)
 }
 
@@ -71,8 +73,9 @@ func (o *tradesOptions) config() trades.ImportConfig {
 
 func newTradesCmd(g *globalConfig) *cobra.Command {
 	o := &tradesOptions{}
-	cmd := commandGroup("trades", "Import users' broker trades and inspect imports (pipeline trades)",
-		newTradesImportCmd(g, o), newTradesStatusCmd(g, o), newTradesSimCmd(g))
+	cmd := commandGroup("trades", "Import users' broker trades, inspect imports, ask for scores, digests and sims (pipeline trades)",
+		newTradesImportCmd(g, o), newTradesStatusCmd(g, o),
+		newTradesScoreCmd(g), newTradesDigestCmd(g), newTradesRebuildDigestsCmd(g), newTradesSimCmd(g))
 	o.register(cmd)
 	return cmd
 }

@@ -11,6 +11,12 @@ import (
 // fields take the defaults documented on each field.
 type Config struct {
 	Import ImportConfig
+	Score  ScoreConfig
+	Digest DigestConfig
+	// Getenv, when set, fills the Score and Digest settings left zero from
+	// the environment through it (AI_*, TRADES_DIGEST_*; see
+	// scoreDigestEnv).
+	Getenv func(string) string
 }
 
 // ImportConfig configures the trades-import service.

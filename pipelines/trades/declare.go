@@ -30,6 +30,8 @@ type consumerDecl struct {
 func consumers() []consumerDecl {
 	return []consumerDecl{
 		importDecl(),
+		scoreDecl(),
+		digestDecl(),
 	}
 }
 
@@ -39,8 +41,8 @@ func Declare(cfg Config) pipelines.Spec {
 	decls := consumers()
 	s := pipelines.Spec{
 		Name:  Name,
-		Doc:   "imports users' broker trades page by page into Postgres and trades.events (trades-import)",
-		Needs: pipelines.Needs{DB: true},
+		Doc:   "imports users' broker trades into Postgres (trades-import), scores them for behavioural biases (trades-score) and sums them up in weekly digests (trades-digest)",
+		Needs: pipelines.Needs{DB: true, Objects: true},
 	}
 	var inputs []string
 	for _, d := range decls {
@@ -125,4 +127,41 @@ func (c ImportConfig) named(names func(string) string, keep bool) ImportConfig {
 		&c.EventsTopic: names(topics.TradesEvents), &c.DLQTopic: names(topics.TradesDLQ),
 	})
 	return c
+}
+
+// scoreDecl declares trades-score.
+func scoreDecl() consumerDecl {
+	return consumerDecl{
+		consumer: pipelines.Consumer{
+			Group:   ScoreName,
+			Input:   topics.TradesEvents,
+			Decoder: "decodeScoreIn: import.completed and score.request; other event types are skipped",
+			Stage:   ScoreName + ": load the user's history, label the trades since the request's date, prepare coach.reflect",
+			Sink:    "bias_tags in one transaction, then trade.scored (trades.bias) and coach.reflect, then reflected_at",
+			DLQ:     topics.TradesDLQ,
+		},
+		outputs: []string{topics.TradesBias, topics.CoachReflect},
+		build: func(env pipelines.Env, cfg Config, names func(string) string, r *pipelines.Resources) ([]pipelines.Service, error) {
+			return buildScore(env, cfg, names, r)
+		},
+	}
+}
+
+// digestDecl declares trades-digest.
+func digestDecl() consumerDecl {
+	return consumerDecl{
+		consumer: pipelines.Consumer{
+			Group:   DigestName,
+			Input:   topics.TradesBias,
+			Decoder: "decodeDigestIn: trade.scored (rule trades.scored) and digest.request",
+			Stage:   DigestName + ": contributions and window states in the store (trades.digest.state); a 10 s timer emits due windows",
+			Sink:    "the digest object, the digests row (guarded by revision), then digest.ready",
+			DLQ:     topics.TradesDLQ,
+		},
+		stores:  []string{topics.TradesDigestState},
+		outputs: []string{topics.DigestReady},
+		build: func(env pipelines.Env, cfg Config, names func(string) string, r *pipelines.Resources) ([]pipelines.Service, error) {
+			return buildDigest(env, cfg, names, r)
+		},
+	}
 }

@@ -25,26 +25,32 @@ import (
 	"github.com/sluicehq/sluice/topics"
 )
 
-// The declaration names trades-import's group, input, state, output and
-// DLQ topics, and needs Postgres.
+// The declaration names the groups, inputs, states, outputs and DLQ of
+// trades-import, trades-score and trades-digest, and needs Postgres and
+// the object store.
 func TestDeclare(t *testing.T) {
 	t.Parallel()
 	s := trades.Declare(trades.Config{})
-	if s.Name != "trades" || !s.Needs.DB || len(s.Consumers) != 1 {
+	if s.Name != "trades" || !s.Needs.DB || !s.Needs.Objects || len(s.Consumers) != 3 {
 		t.Fatalf("spec %+v", s)
 	}
-	c := s.Consumers[0]
-	if c.Group != trades.ImportName || c.Input != topics.TradesImport || c.DLQ != topics.TradesDLQ {
-		t.Fatalf("consumer %+v", c)
+	for i, want := range [][2]string{
+		{trades.ImportName, topics.TradesImport}, {trades.ScoreName, topics.TradesEvents}, {trades.DigestName, topics.TradesBias},
+	} {
+		if c := s.Consumers[i]; c.Group != want[0] || c.Input != want[1] || c.DLQ != topics.TradesDLQ {
+			t.Fatalf("consumer %d %+v, want %v", i, c, want)
+		}
 	}
-	if !slices.Equal(s.Stores, []string{topics.TradesImportState}) || !slices.Equal(s.Outputs, []string{topics.TradesEvents}) {
+	if !slices.Equal(s.Stores, []string{topics.TradesImportState, topics.TradesDigestState}) ||
+		!slices.Equal(s.Outputs, []string{topics.CoachReflect, topics.DigestReady}) {
 		t.Fatalf("stores %v outputs %v", s.Stores, s.Outputs)
 	}
 }
 
 // sluice run trades: the registry's declaration, built under a run's
 // prefixes, runs trades-import on the prefixed topics and group and
-// mounts the imports API on the ops server.
+// mounts the imports API on the ops server; trades-score scores the
+// completed import.
 func TestRunFromRegistry(t *testing.T) {
 	t.Parallel()
 	k := testkit.NewKafka(t, testkit.ForceFake())
@@ -66,7 +72,7 @@ func TestRunFromRegistry(t *testing.T) {
 	adm := kadm.NewClient(k.Client(t))
 	for _, tp := range all[i].Topics() {
 		cfgs := map[string]*string{}
-		if tp == topics.TradesImportState {
+		if tp == topics.TradesImportState || tp == topics.TradesDigestState {
 			cfgs["cleanup.policy"] = ptr("compact")
 		}
 		if _, err := adm.CreateTopic(ctx, 3, 1, cfgs, naming.Topic(tp)); err != nil {
@@ -75,7 +81,8 @@ func TestRunFromRegistry(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(&testkit.Buffer{}, nil))
-	env := pipelines.Env{Kafka: append(k.Opts(t), kgo.FetchMaxWait(100*time.Millisecond)), DB: pg.Pool, Registerer: reg, Logger: log, Ops: opshttp.New(reg, log)}
+	env := pipelines.Env{Kafka: append(k.Opts(t), kgo.FetchMaxWait(100*time.Millisecond)), DB: pg.Pool, Registerer: reg, Logger: log, Ops: opshttp.New(reg, log),
+		Objects: testkit.NewObjectStore(t, testkit.FakeOK()).Store(t)}
 	set, err := pipelines.Build(env, naming, []pipelines.Spec{all[i]})
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +123,10 @@ func TestRunFromRegistry(t *testing.T) {
 	if st.Status != trades.StatusCompleted || st.Stored != 20 {
 		t.Fatalf("GET: %d %+v", resp.StatusCode, st)
 	}
+	// trades-score took the import.completed: every trade is scored.
+	testkit.WaitFor(t, 30*time.Second, "the trades scored", func() bool {
+		return len(k.ReadTopic(t, naming.Topic(topics.TradesBias))) == 20
+	})
 	// The run's group consumed the run's input topic.
 	testkit.WaitFor(t, 30*time.Second, "commits of the prefixed group", func() bool {
 		offs, err := adm.FetchOffsets(ctx, naming.Group(trades.ImportName))

@@ -61,12 +61,18 @@ type DigestObject struct {
 }
 
 // WindowState is the value of a window's key in the digest store
-// (WindowStateKey): the revision of its contributions, the last revision
-// emitted and when a contribution last changed it.
+// (WindowStateKey): the revision of its contributions (above
+// EmittedRevision while a change is pending), the last revision emitted
+// and when a contribution last changed it. EmittedAgg (a hash of the
+// emitted aggregate) and EmittedPartial describe the last emission, so
+// that changes that leave the aggregate as emitted make no revision and a
+// partial emission is followed by a final one.
 type WindowState struct {
 	Revision        int       `json:"revision"`
 	EmittedRevision int       `json:"emitted_revision"`
 	LastChange      time.Time `json:"last_change"`
+	EmittedAgg      string    `json:"emitted_agg,omitempty"`
+	EmittedPartial  bool      `json:"emitted_partial,omitempty"`
 }
 
 // Aggregate computes the digest of window w from the contributions of one

@@ -44,13 +44,19 @@
 //     cached in Redis, with its API route (Sim.Routes) and metrics
 //     sluice_trades_sim_requests_total and
 //     sluice_trades_vendor_429_total (NewVendor429Counter, shared).
+//   - The services trades-score (scoresvc.go: import.completed and
+//     score.request into bias_tags, trade.scored and coach.reflect) and
+//     trades-digest (digestsvc.go: weekly windows in the runtime's state
+//     store, changelog trades.digest.state, emitted as digest objects,
+//     digests rows and digest.ready by a periodic timer or a
+//     digest.request), declared in Declare's list; requests.go sends their
+//     requests (CLI, POST /api/v1/trades/digests).
+//     docs/pipelines/trades-score-digest.md states their contracts.
 //   - The tables, in schemas/migrations (trades, broker_connections,
 //     bias_tags, digests, market_bars).
 //
 // # What is not built yet
 //
-// The services trades-score and trades-digest (their consumers are added
-// to Declare's list, consumers()), the state store trades.digest.state,
-// JSON Schemas for these records, the object-store sink of digests, market
-// data and sim.
+// JSON Schemas for these records and market data beyond market_bars
+// (the score's sparkline and the coach's series read market_bars only).
 package trades

@@ -1,0 +1,479 @@
+package trades
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/sinks/objstore"
+	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/run"
+)
+
+// digestEntry is a value of the digest store: a window's state (key
+// W|user|start) or a trade's contribution (key T|user|trade_id). Exactly
+// one is set; on the changelog each is its own JSON object.
+type digestEntry struct {
+	Window *WindowState
+	Trade  *TradeScored
+}
+
+func encodeDigestEntry(e digestEntry) ([]byte, error) {
+	if e.Window != nil {
+		return json.Marshal(e.Window)
+	}
+	if e.Trade != nil {
+		return json.Marshal(e.Trade)
+	}
+	return nil, errors.New("digest store: empty entry")
+}
+
+func decodeDigestEntry(b []byte) (digestEntry, error) {
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return digestEntry{}, fmt.Errorf("digest store entry: %w", err)
+	}
+	if _, ok := probe["trade_id"]; ok {
+		var t TradeScored
+		if err := json.Unmarshal(b, &t); err != nil {
+			return digestEntry{}, fmt.Errorf("digest store contribution: %w", err)
+		}
+		return digestEntry{Trade: &t}, nil
+	}
+	var w WindowState
+	if err := json.Unmarshal(b, &w); err != nil {
+		return digestEntry{}, fmt.Errorf("digest store window: %w", err)
+	}
+	return digestEntry{Window: &w}, nil
+}
+
+// NewDigestStore declares the digest store on its changelog topic
+// (compacted, co-partitioned with trades.bias). Among the records of a key
+// a restore keeps the one with the greatest fencing token.
+func NewDigestStore(topic string) (*run.Store[digestEntry], error) {
+	return run.NewStore(run.StoreConfig[digestEntry]{
+		Name: "digest", Topic: topic, Encode: encodeDigestEntry, Decode: decodeDigestEntry,
+		Fold: run.KeepGreatest[digestEntry],
+	})
+}
+
+// digestIn is a decoded trades.bias record.
+type digestIn struct {
+	skip    bool
+	scored  *TradeScored
+	request *DigestRequest
+}
+
+// decodeDigestIn decodes trades.bias for trades-digest: trade.scored
+// (rule trades.scored) and digest.request; other known types are skipped.
+func decodeDigestIn(_, value []byte) (digestIn, error) {
+	e, err := DecodeEvent(value)
+	if err != nil {
+		return digestIn{}, err
+	}
+	switch e.Type {
+	case TypeTradeScored:
+		s, err := DecodeTradeScored(e.Payload)
+		if err != nil {
+			return digestIn{}, err
+		}
+		return digestIn{scored: &s}, nil
+	case TypeDigestRequest:
+		r, err := DecodePayload[DigestRequest](e)
+		if err != nil {
+			return digestIn{}, err
+		}
+		return digestIn{request: &r}, nil
+	}
+	return digestIn{skip: true}, nil
+}
+
+// Emission kinds (label kind of sluice_trades_digests_emitted_total).
+const (
+	emitFirst     = "first"
+	emitRevision  = "revision"
+	emitRequested = "requested"
+)
+
+// digestOut is one digest to emit: the object, the digests row and
+// digest.ready, in that order (digestSink).
+type digestOut struct {
+	userID   string
+	window   Window
+	revision int
+	partial  bool
+	agg      Agg
+	kind     string
+}
+
+// digester is trades-digest's stage and timer. It is safe for concurrent
+// use (each partition's calls come from its worker, one at a time).
+type digester struct {
+	cfg   DigestConfig
+	store *run.Store[digestEntry]
+	m     *digestMetrics
+
+	mu      sync.Mutex
+	windows map[int32]int // windows per owned partition (digest_windows)
+}
+
+// stage applies one trade.scored or digest.request. A trade.scored
+// replaces the trade's contribution; when it changes, the trade's window
+// (and the window it left, if its ts moved) gets a pending revision and
+// its last change is now. A trade.scored equal to the stored contribution
+// changes nothing. A digest.request emits the window at once.
+func (d *digester) stage(ctx context.Context, m stages.Msg[digestIn]) ([]digestOut, error) {
+	in := m.Value
+	if in.skip {
+		return nil, nil
+	}
+	part, err := d.store.Of(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := d.cfg.Now().UTC()
+	if in.request != nil {
+		return d.request(part, m.Key, *in.request, now)
+	}
+	c := *in.scored
+	if c.UserID == "" {
+		c.UserID = m.Key
+	}
+	if err := CheckUserID(c.UserID); err != nil {
+		return nil, err
+	}
+	if err := CheckKey(m.Key, c.UserID); err != nil {
+		return nil, err
+	}
+	c.TS = c.TS.UTC()
+	w := WeekOf(c.TS)
+	if err := CheckWindowOpen(w, now, d.cfg.Horizon); err != nil {
+		return nil, err
+	}
+	key := ContributionKey(c.UserID, c.TradeID)
+	newJSON, err := json.Marshal(c)
+	if err != nil {
+		return nil, stages.DeadLetter(stages.ReasonException, "", fmt.Errorf("encode contribution %s: %w", c.TradeID, err))
+	}
+	old, had := part.Get(key)
+	if had && old.Trade != nil {
+		if oldJSON, err := json.Marshal(old.Trade); err == nil && string(oldJSON) == string(newJSON) {
+			return nil, nil // a redelivery or a re-score that changed nothing
+		}
+	}
+	if err := part.Put(key, digestEntry{Trade: &c}); err != nil {
+		return nil, err
+	}
+	touched := []Window{w}
+	if had && old.Trade != nil {
+		if ow := WeekOf(old.Trade.TS); !ow.Start.Equal(w.Start) && CheckWindowOpen(ow, now, d.cfg.Horizon) == nil {
+			touched = append(touched, ow)
+		}
+	}
+	for _, tw := range touched {
+		st := d.window(part, c.UserID, tw)
+		if st.Revision <= st.EmittedRevision {
+			st.Revision = st.EmittedRevision + 1
+		}
+		st.LastChange = now
+		if err := part.Put(WindowStateKey(c.UserID, tw), digestEntry{Window: &st}); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// window returns the state of the user's window w (zero when none).
+func (d *digester) window(part *run.Partition[digestEntry], userID string, w Window) WindowState {
+	e, ok := part.Get(WindowStateKey(userID, w))
+	if !ok || e.Window == nil {
+		return WindowState{}
+	}
+	return *e.Window
+}
+
+// request emits the window a digest.request names at once: partial when
+// the week has not ended, all zeros when it has no trades. A request that
+// finds the window as last emitted re-emits that revision (same event
+// id); otherwise it emits the next one.
+func (d *digester) request(part *run.Partition[digestEntry], key string, r DigestRequest, now time.Time) ([]digestOut, error) {
+	if r.UserID == "" {
+		r.UserID = key
+	}
+	if err := CheckUserID(r.UserID); err != nil {
+		return nil, err
+	}
+	if err := CheckKey(key, r.UserID); err != nil {
+		return nil, err
+	}
+	w, err := WindowStarting(r.PeriodStart)
+	if err != nil {
+		return nil, stages.DeadLetter(stages.ReasonSanityFail, "", fmt.Errorf("digest.request: %w", err))
+	}
+	if err := CheckWindowOpen(w, now, d.cfg.Horizon); err != nil {
+		return nil, err
+	}
+	out, err := d.emit(part, r.UserID, w, now, true)
+	if err != nil || out == nil {
+		return nil, err
+	}
+	return []digestOut{*out}, nil
+}
+
+// emit computes the user's window w and records its emission in the
+// window's state (written to the changelog after the sink wrote the
+// emission). Without force (the timer) an aggregate and partial flag
+// equal to the last emitted ones emit nothing: the pending revision is
+// dropped. With force (a request) they re-emit the last revision.
+func (d *digester) emit(part *run.Partition[digestEntry], userID string, w Window, now time.Time, force bool) (*digestOut, error) {
+	contribs := map[string]TradeScored{}
+	part.Range("T|"+userID+"|", func(_ string, e digestEntry) bool {
+		if e.Trade != nil && w.Contains(e.Trade.TS) {
+			contribs[e.Trade.TradeID] = *e.Trade
+		}
+		return true
+	})
+	agg := Aggregate(w, contribs)
+	aj, err := json.Marshal(agg)
+	if err != nil {
+		return nil, fmt.Errorf("encode the digest of %s %s: %w", userID, w.StartDate(), err)
+	}
+	sum := sha256.Sum256(aj)
+	hash := hex.EncodeToString(sum[:16])
+	partial := now.Before(w.End)
+	st := d.window(part, userID, w)
+	same := st.EmittedRevision > 0 && st.EmittedAgg == hash && st.EmittedPartial == partial
+	kind := emitRequested
+	switch {
+	case same && !force:
+		st.Revision = st.EmittedRevision
+		return nil, part.Put(WindowStateKey(userID, w), digestEntry{Window: &st})
+	case same:
+		// re-emit the last revision as it was
+	case st.EmittedRevision == 0:
+		st.EmittedRevision = 1
+		if !force {
+			kind = emitFirst
+		}
+	default:
+		st.EmittedRevision++
+		if !force {
+			kind = emitRevision
+		}
+	}
+	st.Revision, st.EmittedAgg, st.EmittedPartial = st.EmittedRevision, hash, partial
+	if st.LastChange.IsZero() {
+		st.LastChange = now
+	}
+	if err := part.Put(WindowStateKey(userID, w), digestEntry{Window: &st}); err != nil {
+		return nil, err
+	}
+	return &digestOut{userID: userID, window: w, revision: st.Revision, partial: partial, agg: agg, kind: kind}, nil
+}
+
+// tick is the partition's periodic timer: it emits every window that is
+// due (now ≥ end + Grace, its last change Settle old, and a pending
+// revision or a partial last emission) and forgets windows Horizon past
+// their end, with their contributions.
+func (d *digester) tick(ctx context.Context, _ run.Firing) ([]digestOut, error) {
+	part, err := d.store.Of(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := d.cfg.Now().UTC()
+	type win struct {
+		user string
+		w    Window
+		st   WindowState
+	}
+	var wins []win
+	part.Range("W|", func(key string, e digestEntry) bool {
+		user, start, ok := splitWindowKey(key)
+		if !ok || e.Window == nil {
+			return true
+		}
+		w, err := WindowStarting(start)
+		if err != nil {
+			return true
+		}
+		wins = append(wins, win{user, w, *e.Window})
+		return true
+	})
+	var outs []digestOut
+	kept := 0
+	for _, x := range wins {
+		if !now.Before(x.w.End.Add(d.cfg.Horizon)) {
+			if err := d.forget(part, x.user, x.w); err != nil {
+				return outs, err
+			}
+			continue
+		}
+		kept++
+		due := !now.Before(x.w.End.Add(d.cfg.Grace)) && now.Sub(x.st.LastChange) >= d.cfg.Settle &&
+			(x.st.Revision > x.st.EmittedRevision || x.st.EmittedPartial)
+		if !due {
+			continue
+		}
+		out, err := d.emit(part, x.user, x.w, now, false)
+		if err != nil {
+			return outs, err
+		}
+		if out != nil {
+			outs = append(outs, *out)
+		}
+	}
+	d.mu.Lock()
+	d.windows[part.Partition()] = kept
+	d.mu.Unlock()
+	return outs, nil
+}
+
+// forget tombstones the user's window w and the contributions in it.
+func (d *digester) forget(part *run.Partition[digestEntry], userID string, w Window) error {
+	var keys []string
+	part.Range("T|"+userID+"|", func(key string, e digestEntry) bool {
+		if e.Trade == nil || w.Contains(e.Trade.TS) {
+			keys = append(keys, key)
+		}
+		return true
+	})
+	keys = append(keys, WindowStateKey(userID, w))
+	for _, k := range keys {
+		if err := part.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// revoked drops the window counts of partitions this member lost.
+func (d *digester) revoked(_ context.Context, revoked map[string][]int32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ps := range revoked {
+		for _, p := range ps {
+			delete(d.windows, p)
+		}
+	}
+}
+
+// windowCount is the digest_windows gauge: the windows of the owned
+// partitions, as their last timer firing counted them.
+func (d *digester) windowCount() float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, c := range d.windows {
+		n += c
+	}
+	return float64(n)
+}
+
+// splitWindowKey splits "W|user|start".
+func splitWindowKey(key string) (user, start string, ok bool) {
+	rest, ok := strings.CutPrefix(key, "W|")
+	if !ok {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(rest, '|')
+	if i <= 0 {
+		return "", "", false
+	}
+	return rest[:i], rest[i+1:], true
+}
+
+// digestSink emits digests in the order that makes a crash repeat, never
+// lose, an emission: the object (digests/{user}/{start}-{end}.json), the
+// digests row (upserted unless it holds a later revision), digest.ready
+// (event id dr-{user}-{start}-r{rev}, acknowledged); the runtime then
+// writes the window's emitted_revision to the changelog.
+type digestSink struct {
+	cfg     DigestConfig
+	db      *pgxpool.Pool
+	objects objstore.Store
+	prod    *kgo.Client
+	m       *digestMetrics
+}
+
+func (s *digestSink) Write(ctx context.Context, batch []digestOut) error {
+	var rej stages.Rejections
+	var recs []*kgo.Record
+	var kinds []string
+	for i, o := range batch {
+		rec, err := s.write(ctx, o)
+		var pe *pgconn.PgError
+		switch {
+		case err == nil:
+			recs, kinds = append(recs, rec), append(kinds, o.kind)
+		case errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23")):
+			rej.Items = append(rej.Items, stages.Rejection{Index: i, Rule: "pg." + pe.Code, Err: err})
+		default:
+			return err
+		}
+	}
+	if len(recs) > 0 {
+		if err := s.prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return fmt.Errorf("produce %d digest.ready: %w", len(recs), err)
+		}
+	}
+	for _, k := range kinds {
+		s.m.emitted.WithLabelValues(k).Inc()
+	}
+	if len(rej.Items) > 0 {
+		return &rej
+	}
+	return nil
+}
+
+// write stores o's object and row and returns its digest.ready record.
+func (s *digestSink) write(ctx context.Context, o digestOut) (*kgo.Record, error) {
+	key := DigestObjectKey(o.userID, o.window)
+	body, err := json.Marshal(DigestObject{UserID: o.userID, Period: o.window.Period(), Revision: o.revision, Partial: o.partial, Agg: o.agg})
+	if err != nil {
+		return nil, fmt.Errorf("encode digest %s: %w", key, err)
+	}
+	if err := s.objects.Put(ctx, key, body, "application/json"); err != nil {
+		if fatal := pipelines.StoreConfigError(DigestName, "digest "+key, err); fatal != nil {
+			return nil, fatal
+		}
+		return nil, fmt.Errorf("put digest %s: %w", key, err)
+	}
+	aj, err := json.Marshal(o.agg)
+	if err != nil {
+		return nil, fmt.Errorf("encode digest %s: %w", key, err)
+	}
+	var id int64
+	err = s.db.QueryRow(ctx, `INSERT INTO digests (user_id, period_start, period_end, revision, partial, agg, object_key, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+		ON CONFLICT (user_id, period_start) DO UPDATE SET period_end = EXCLUDED.period_end, revision = EXCLUDED.revision,
+			partial = EXCLUDED.partial, agg = EXCLUDED.agg, object_key = EXCLUDED.object_key, updated_at = now()
+		WHERE digests.revision <= EXCLUDED.revision
+		RETURNING id`, o.userID, o.window.Start, o.window.End, o.revision, o.partial, string(aj), key).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The row holds a later revision (a replay behind a newer emission).
+		err = s.db.QueryRow(ctx, `SELECT id FROM digests WHERE user_id = $1 AND period_start = $2`, o.userID, o.window.Start).Scan(&id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("upsert digest %s r%d: %w", key, o.revision, err)
+	}
+	v, err := json.Marshal(Event[DigestReady]{
+		EventID: DigestReadyEventID(o.userID, o.window.StartDate(), o.revision), Type: TypeDigestReady, Timestamp: s.cfg.Now().UTC(),
+		Payload: DigestReady{DigestID: id, UserID: o.userID, Period: o.window.Period(), Revision: o.revision, ObjectKey: key, Partial: o.partial},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encode digest.ready %s: %w", key, err)
+	}
+	return &kgo.Record{Topic: s.cfg.ReadyTopic, Key: []byte(o.userID), Value: v}, nil
+}
