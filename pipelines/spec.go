@@ -147,6 +147,30 @@ func (n Naming) Apply(s Spec) Spec {
 	return s
 }
 
+// Renames maps every group and topic name of declared to its name in
+// renamed (the same Spec with a run's Naming applied); a name declared does
+// not hold maps to itself. A pipeline whose Config has several groups names
+// them with it.
+func Renames(declared, renamed Spec) func(string) string {
+	m := map[string]string{}
+	for i, c := range declared.Consumers {
+		rc := renamed.Consumers[i]
+		m[c.Group], m[c.Input], m[c.DLQ] = rc.Group, rc.Input, rc.DLQ
+	}
+	for i, st := range declared.Stores {
+		m[st] = renamed.Stores[i]
+	}
+	for i, o := range declared.Outputs {
+		m[o] = renamed.Outputs[i]
+	}
+	return func(n string) string {
+		if v, ok := m[n]; ok {
+			return v
+		}
+		return n
+	}
+}
+
 // AssignNames sets each string a key of names points to (a group or topic
 // field of a pipeline's Config) to its value, the name from the pipeline's
 // Spec; with keep, only the fields that are still empty.

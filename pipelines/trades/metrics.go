@@ -32,15 +32,20 @@ func newImportMetrics(reg prometheus.Registerer) (*importMetrics, error) {
 		pages:     f.CounterVec("sluice_trades_import_pages_total", "Import pages by broker and result: stored, retried (failed fetch retried), rate_limited (429), failed (the run failed).", "broker", "result"),
 		trades:    f.CounterVec("sluice_trades_trades_total", "Trades of import pages by broker and result: stored (upserted) or rejected (a rule failed; dead-lettered).", "broker", "result"),
 		imports:   f.CounterVec("sluice_trades_imports_total", "Import and push commands by outcome: started, completed, failed, deduped.", "outcome"),
-		vendor429: f.CounterVec("sluice_trades_vendor_429_total", "HTTP 429 answers by source (broker: a broker's trades API).", "source"),
 	}
 	if err := f.Err(); err != nil {
 		return nil, err
 	}
+	// One collector with the sim's (source vendor).
+	v, err := NewVendor429Counter(reg)
+	if err != nil {
+		return nil, err
+	}
+	m.vendor429 = v
 	for _, o := range []string{"started", "completed", "failed", "deduped"} {
 		m.imports.WithLabelValues(o)
 	}
-	m.vendor429.WithLabelValues("broker")
+	m.vendor429.WithLabelValues(Vendor429Broker)
 	for _, b := range []string{BrokerSynthetic, BrokerCoinbase, BrokerBinance} {
 		for _, r := range []string{pageStored, pageRetried, pageRateLimited, pageFailed} {
 			m.pages.WithLabelValues(b, r)

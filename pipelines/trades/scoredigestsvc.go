@@ -31,7 +31,7 @@ func envLogger(env pipelines.Env) *slog.Logger {
 }
 
 // buildScore builds trades-score with the run's names (see
-// declaredNames): env.DB (with the trades migration) is required; the AI
+// pipelines.Renames): env.DB (with the trades migration) is required; the AI
 // coach is used when cfg.Score.Coach.BaseURL (or AI_BASE_URL through
 // cfg.Getenv) is set.
 func buildScore(env pipelines.Env, cfg Config, names func(string) string, r *pipelines.Resources) ([]pipelines.Service, error) {
@@ -77,7 +77,7 @@ func buildScore(env pipelines.Env, cfg Config, names func(string) string, r *pip
 }
 
 // buildDigest builds trades-digest with the run's names (see
-// declaredNames): env.DB (with the trades migration) and env.Objects are
+// pipelines.Renames): env.DB (with the trades migration) and env.Objects are
 // required. When env.Ops is set, POST /api/v1/trades/digests is mounted on
 // it (DigestsRoute).
 func buildDigest(env pipelines.Env, cfg Config, names func(string) string, r *pipelines.Resources) ([]pipelines.Service, error) {
