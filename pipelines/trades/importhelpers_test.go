@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 
@@ -196,17 +197,33 @@ func header(r *kgo.Record, key string) string {
 
 func (f *importFixture) state(t *testing.T, importID string) trades.ImportState {
 	t.Helper()
+	// The runtime writes a batch's state after its outputs: a test that
+	// saw an event may read the state a moment before it lands. Read until
+	// two reads 200 ms apart agree.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	all, err := trades.ReadImports(ctx, f.k.Opts(t), f.cfg.StateTopic)
-	if err != nil {
-		t.Fatal(err)
+	var prev *trades.ImportState
+	for {
+		all, err := trades.ReadImports(ctx, f.k.Opts(t), f.cfg.StateTopic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, ok := all[importID]
+		if ok && prev != nil && reflect.DeepEqual(*prev, st) {
+			return st
+		}
+		if ok {
+			prev = &st
+		}
+		select {
+		case <-ctx.Done():
+			if prev == nil {
+				t.Fatalf("no state for import %s", importID)
+			}
+			return *prev
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	st, ok := all[importID]
-	if !ok {
-		t.Fatalf("no state for import %s", importID)
-	}
-	return st
 }
 
 // rowCount counts the trades rows of user.
