@@ -543,11 +543,9 @@ func (w *worker[In, Out]) closeWindow() error {
 	if w.lost.Load() {
 		return errAbandoned
 	}
-	last := win.last
-	r.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
-		last.Topic: {last.Partition: {Epoch: last.LeaderEpoch, Offset: last.Offset + 1}},
-	})
-	r.m.committed.WithLabelValues(last.Topic).Add(float64(win.records))
+	if err := w.markDone(win.last, win.records); err != nil {
+		return err
+	}
 	win.reset()
 	return nil
 }
