@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -68,14 +69,18 @@ type txnCommitter struct {
 	kick    chan struct{} // cap 1: pending passed txnKickBytes
 	freed   chan struct{} // closed and replaced after every commit (submit waits on it)
 
-	cmu sync.Mutex // one commit at a time
+	turn chan struct{} // cap 1: held by the commit under way (one at a time)
+	open bool          // a transaction is open (guarded by turn)
 }
 
-// txnOwner identifies the worker of a submission: its entries commit only
-// while it is neither abandoned nor lost.
+// txnOwner identifies the worker of a submission. Its entries are dropped
+// instead of committed once it is gone: abandoned, its partition lost, or
+// revoked (after the revoke's commit, which the entries missed when it
+// failed: the partition belongs to the next owner then, which processes
+// those records again).
 type txnOwner struct {
 	tp   tp
-	gone func() bool
+	gone atomic.Bool
 }
 
 // txnEntry is what one worker submitted since the last commit.
@@ -93,6 +98,13 @@ const (
 	txnKickBytes = 4 << 20
 	txnMaxBytes  = 32 << 20
 )
+
+// txnCommitTimeout bounds one periodic commit of the committer.
+const txnCommitTimeout = 15 * time.Second
+
+// txnAbortTimeout bounds the abort of a failed transaction: one left open
+// is aborted by the broker after the transaction timeout.
+const txnAbortTimeout = 5 * time.Second
 
 // txnTimeout is the default transaction timeout of the dead-letter
 // producer (kgo.TransactionTimeout in WithKafkaOpts overrides it): how long
@@ -121,7 +133,7 @@ func newTxnCommitter(cfg Config, kopts []kgo.Opt, group *kgo.Client, log *slog.L
 		return nil, fmt.Errorf("dead-letter transactional client: %w", err)
 	}
 	return &txnCommitter{cl: cl, group: group, txnID: id, groupID: cfg.Group, dlqTopic: cfg.DLQTopic, log: log, m: m, periodic: periodic,
-		pending: map[*txnOwner]*txnEntry{}, kick: make(chan struct{}, 1), freed: make(chan struct{})}, nil
+		pending: map[*txnOwner]*txnEntry{}, kick: make(chan struct{}, 1), freed: make(chan struct{}), turn: make(chan struct{}, 1)}, nil
 }
 
 func (c *txnCommitter) close() { c.cl.Close() }
@@ -167,7 +179,9 @@ func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOff
 	return true
 }
 
-// loop commits every interval and when kicked, until ctx is done.
+// loop commits every interval and when kicked, until ctx is done. Each
+// commit may take up to txnCommitTimeout (a broker outage), so that a
+// revoke's commit waits at most that long for its turn.
 func (c *txnCommitter) loop(ctx context.Context, interval time.Duration, fatal func(error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -178,7 +192,10 @@ func (c *txnCommitter) loop(ctx context.Context, interval time.Duration, fatal f
 		case <-t.C:
 		case <-c.kick:
 		}
-		if err := c.commit(ctx, true); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, txnCommitTimeout)
+		err := c.commit(cctx, true)
+		cancel()
+		if err != nil {
 			if stages.Classify(err).Kind == stages.KindFatal {
 				fatal(err)
 				return
@@ -200,8 +217,17 @@ var errReported = errors.New("reported")
 // whose end failed is aborted; when the group's committed offsets then
 // show it committed after all, it counts as committed.
 func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
-	c.cmu.Lock()
-	defer c.cmu.Unlock()
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the commit under way: %w", ctx.Err())
+	}
+	defer func() { <-c.turn }()
+	if c.open { // left open by a commit whose ctx ended
+		if err := c.finishAbort(ctx); err != nil {
+			return fmt.Errorf("dead-letter transaction left open: %w", err)
+		}
+	}
 	c.mu.Lock()
 	batch := c.pending
 	c.pending = map[*txnOwner]*txnEntry{}
@@ -210,7 +236,7 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	var recs []*kgo.Record
 	for o, e := range batch {
-		if o.gone() {
+		if o.gone.Load() {
 			delete(batch, o) // abandoned or lost: the next owner redoes it
 			continue
 		}
@@ -298,43 +324,60 @@ func (c *txnCommitter) commitPlain(ctx context.Context, offsets map[string]map[i
 	return nil
 }
 
-// transact produces recs and commits offsets in one transaction.
-func (c *txnCommitter) transact(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) (err error) {
+// transact produces recs and commits offsets in one transaction. A
+// failure aborts it, except when ctx ended first (a broker not answering):
+// the transaction is then left open, for the next commit to abort
+// (finishAbort) or, if the process ends first, for the broker to abort
+// after the transaction timeout; nothing of it is visible either way.
+func (c *txnCommitter) transact(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) error {
 	if err := c.cl.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	ended := false
-	defer func() {
-		if ended {
-			return
-		}
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), txnTimeout)
-		defer cancel()
-		if aerr := c.cl.EndTransaction(actx, kgo.TryAbort); aerr != nil {
-			err = fmt.Errorf("%w; abort: %w", err, aerr)
-		}
-	}()
+	c.open = true
 	if err := c.produce(ctx, recs); err != nil {
-		return err
+		return c.abort(ctx, err)
 	}
 	if err := c.commitOffsets(ctx, offsets); err != nil {
-		return err
+		return c.abort(ctx, err)
 	}
-	ended = true
-	if err := c.cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryCommit); err != nil {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), txnTimeout)
-		defer cancel()
-		if aerr := c.cl.EndTransaction(actx, kgo.TryAbort); aerr != nil {
-			return fmt.Errorf("end transaction: %w; abort: %w", err, aerr)
-		}
-		// The abort reloaded the producer id, which completes the
-		// transaction either way: its offsets tell which.
-		if c.committedAll(actx, offsets) {
-			c.log.Info("dead-letter transaction committed although its end reported an error", "err", err)
-			return nil
-		}
-		return fmt.Errorf("end transaction: %w", err)
+	err := c.cl.EndTransaction(ctx, kgo.TryCommit)
+	if err == nil {
+		c.open = false
+		return nil
 	}
+	err = c.abort(ctx, fmt.Errorf("end transaction: %w", err))
+	// The abort reloaded the producer id, which completes the
+	// transaction either way: its offsets tell which.
+	if !c.open && c.committedAll(ctx, offsets) {
+		c.log.Info("dead-letter transaction committed although its end reported an error", "err", err)
+		return nil
+	}
+	return err
+}
+
+// abort aborts the open transaction after cause (unless ctx ended) and
+// returns cause, with the abort's error if it failed too.
+func (c *txnCommitter) abort(ctx context.Context, cause error) error {
+	if ctx.Err() != nil {
+		return cause
+	}
+	if err := c.finishAbort(ctx); err != nil {
+		return fmt.Errorf("%w; abort: %w", cause, err)
+	}
+	return cause
+}
+
+// finishAbort aborts the open transaction, within txnAbortTimeout.
+func (c *txnCommitter) finishAbort(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, txnAbortTimeout)
+	defer cancel()
+	if err := c.cl.AbortBufferedRecords(ctx); err != nil {
+		return fmt.Errorf("abort buffered dead letters: %w", err)
+	}
+	if err := c.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		return fmt.Errorf("abort transaction: %w", err)
+	}
+	c.open = false
 	return nil
 }
 
@@ -343,20 +386,53 @@ func (c *txnCommitter) transact(ctx context.Context, recs []*kgo.Record, offsets
 // other failure fails the transaction: kgo would commit it without the
 // failed records.
 func (c *txnCommitter) produce(ctx context.Context, recs []*kgo.Record) error {
-	for _, res := range c.cl.ProduceSync(ctx, recs...) {
+	errs, err := c.send(ctx, recs)
+	if err != nil {
+		return err
+	}
+	for i, err := range errs {
 		switch {
-		case res.Err == nil:
-		case tooLarge(res.Err):
-			if err := produceDeadLetter(ctx, c.cl, c.log, c.dlqTopic, res.Record, func(rec *kgo.Record) error {
-				return c.cl.ProduceSync(ctx, rec).FirstErr()
+		case err == nil:
+		case tooLarge(err):
+			if err := produceDeadLetter(ctx, c.cl, c.log, c.dlqTopic, recs[i], func(rec *kgo.Record) error {
+				errs, err := c.send(ctx, []*kgo.Record{rec})
+				if err != nil {
+					return err
+				}
+				return errs[0]
 			}); err != nil {
 				return err
 			}
 		default:
-			return fmt.Errorf("produce dead letters to %s: %w", c.dlqTopic, res.Err)
+			return fmt.Errorf("produce dead letters to %s: %w", c.dlqTopic, err)
 		}
 	}
 	return nil
+}
+
+// send produces recs in the open transaction and returns the outcome of
+// each (nil: acknowledged), or ctx's error as soon as ctx ends, even with
+// produces still in flight (a broker not answering).
+func (c *txnCommitter) send(ctx context.Context, recs []*kgo.Record) ([]error, error) {
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, len(recs))
+	for i, rec := range recs {
+		rec.Context = nil // kgo keeps the ctx of an earlier (aborted) produce of rec, and would fail it with that ctx's end
+		c.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) { results <- result{i, err} })
+	}
+	errs := make([]error, len(recs))
+	for range recs {
+		select {
+		case res := <-results:
+			errs[res.i] = res.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("produce dead letters to %s: %w", c.dlqTopic, ctx.Err())
+		}
+	}
+	return errs, nil
 }
 
 // commitOffsets adds the group's offsets to the open transaction

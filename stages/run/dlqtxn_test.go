@@ -318,3 +318,65 @@ func TestDLQTransactionStubTooLargeIsFatal(t *testing.T) {
 		t.Errorf("fatal errors = %v, want 1", got)
 	}
 }
+
+// A DLQ topic whose produces hang (its partition leader gone) neither
+// hangs the shutdown nor leaves a dead letter visible twice: the commit
+// under way is abandoned and aborted, nothing of it is committed, and the
+// member that runs once the broker answers again dead-letters every poison
+// record exactly once.
+func TestDLQTransactionBrokerOutage(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 2)
+	cfg.BatchMaxRecords = 10
+	cfg.RevokeTimeout = 500 * time.Millisecond
+	cl, adm := k.Client(t), k.Admin(t)
+	const n = 140
+	recs := produce(t, cl, cfg.Topics[0], n, 10, poisonEvery)
+	topics, err := adm.ListTopics(testkit.Context(t), cfg.DLQTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlqID := topics[cfg.DLQTopic].ID // Produce v13 names topics by ID
+	var outage atomic.Bool
+	outage.Store(true)
+	hung, release := make(chan struct{}, 1), make(chan struct{})
+	k.Fake().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		for _, topic := range req.(*kmsg.ProduceRequest).Topics {
+			if (topic.Topic == cfg.DLQTopic || topic.TopicID == dlqID) && outage.Load() {
+				select {
+				case hung <- struct{}{}:
+				default:
+				}
+				k.Fake().SleepControl(func() { <-release })
+			}
+		}
+		return nil, nil, false
+	})
+	first := memsink.New[msg]()
+	_, stop := start(t, k, cfg, poisonStage, first)
+	select {
+	case <-hung:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no dead letter produced")
+	}
+	stopped := time.Now()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(stopped); d > 20*time.Second {
+		t.Errorf("the shutdown took %s with the DLQ produce hanging", d)
+	}
+	outage.Store(false)
+	close(release)
+	second := memsink.New[msg]()
+	_, stop = start(t, k, cfg, poisonStage, second)
+	testkit.WaitFor(t, 60*time.Second, "every offset committed", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+}

@@ -64,6 +64,9 @@ func (r *Runner[In, Out]) onRevoked(ctx context.Context, cl *kgo.Client, revoked
 		r.m.errors.WithLabelValues("commit").Inc()
 		r.o.log.Error("commit on revoke failed", "err", err)
 	}
+	for _, w := range ws {
+		w.owner.gone.Store(true) // what the revoke did not commit is the next owner's
+	}
 	if r.o.onRevoked != nil && len(revoked) > 0 {
 		r.o.onRevoked(ctx, revoked)
 	}
@@ -76,6 +79,7 @@ func (r *Runner[In, Out]) onLost(ctx context.Context, cl *kgo.Client, lost map[s
 	ws := r.detach(lost)
 	for _, w := range ws {
 		w.lost.Store(true)
+		w.owner.gone.Store(true)
 	}
 	r.awaitWorkers(ws, 0)
 	if r.o.onRevoked != nil && len(lost) > 0 {

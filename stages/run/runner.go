@@ -290,13 +290,13 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	r.stopWorkers(all)
+	stopCommits() // a periodic commit under way is cancelled; the final one follows
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RevokeTimeout)
 	if err := r.commitNow(cctx); err != nil {
 		r.m.errors.WithLabelValues("commit").Inc()
 		r.o.log.Error("final commit failed", "err", err)
 	}
 	ccancel()
-	stopCommits()
 	if r.txn != nil {
 		r.txn.close()
 	}

@@ -120,7 +120,7 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 		next: -1,
 	}
 	w.sctx = stages.WithStopping(ctx, w.stopping)
-	w.owner = &txnOwner{tp: k, gone: w.lost.Load}
+	w.owner = &txnOwner{tp: k}
 	if r.merger != nil {
 		w.win = newWindow(r.merger, &r.m.windowKeys, r.mem)
 	}
@@ -213,6 +213,7 @@ func (w *worker[In, Out]) setPause(reason uint8, on bool) {
 // WindowConfig.MaxTotalKeys.
 func (w *worker[In, Out]) abandon() {
 	w.lost.Store(true)
+	w.owner.gone.Store(true)
 	if w.st != nil {
 		w.st.close() // its stage's later writes fail
 	}
