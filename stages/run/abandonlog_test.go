@@ -24,27 +24,7 @@ func TestAbandonLogNamesDLQProduce(t *testing.T) {
 	cfg.RevokeTimeout = 300 * time.Millisecond
 	cl, adm := k.Client(t), k.Admin(t)
 	produce(t, cl, cfg.Topics[0], 20, 3, poisonEvery)
-	topics, err := adm.ListTopics(testkit.Context(t), cfg.DLQTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dlqID := topics[cfg.DLQTopic].ID // Produce v13 names topics by ID
-	entered, release := make(chan struct{}), make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	k.Fake().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.Fake().KeepControl()
-		for _, topic := range req.(*kmsg.ProduceRequest).Topics {
-			if topic.Topic == cfg.DLQTopic || topic.TopicID == dlqID {
-				select {
-				case <-entered:
-				default:
-					close(entered)
-				}
-				k.Fake().SleepControl(func() { <-release })
-			}
-		}
-		return nil, nil, false
-	})
+	entered := hangDLQProduce(t, k, cfg.DLQTopic, func() bool { return true })
 	reg := prometheus.NewRegistry()
 	var logs logBuffer
 	_, stop := start(t, k, cfg, poisonStage, memsink.New[msg](), run.WithRegisterer(reg), run.WithLogger(logs.logger()))
@@ -68,4 +48,33 @@ func TestAbandonLogNamesDLQProduce(t *testing.T) {
 	if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
 		t.Errorf("committed %v although the batch's dead letters were never acknowledged", c)
 	}
+}
+
+// hangDLQProduce makes the kfake broker of k hold every produce request
+// to dlqTopic while hang returns true, until the test ends (a partition
+// leader that does not answer). The channel receives a value when a
+// produce is held (it holds one value at most).
+func hangDLQProduce(t *testing.T, k *testkit.Kafka, dlqTopic string, hang func() bool) <-chan struct{} {
+	t.Helper()
+	topics, err := k.Admin(t).ListTopics(testkit.Context(t), dlqTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlqID := topics[dlqTopic].ID // Produce v13 names topics by ID
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	k.Fake().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		for _, topic := range req.(*kmsg.ProduceRequest).Topics {
+			if (topic.Topic == dlqTopic || topic.TopicID == dlqID) && hang() {
+				select {
+				case held <- struct{}{}:
+				default:
+				}
+				k.Fake().SleepControl(func() { <-release })
+			}
+		}
+		return nil, nil, false
+	})
+	return held
 }

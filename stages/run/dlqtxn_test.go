@@ -333,27 +333,9 @@ func TestDLQTransactionBrokerOutage(t *testing.T) {
 	cl, adm := k.Client(t), k.Admin(t)
 	const n = 140
 	recs := produce(t, cl, cfg.Topics[0], n, 10, poisonEvery)
-	topics, err := adm.ListTopics(testkit.Context(t), cfg.DLQTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dlqID := topics[cfg.DLQTopic].ID // Produce v13 names topics by ID
 	var outage atomic.Bool
 	outage.Store(true)
-	hung, release := make(chan struct{}, 1), make(chan struct{})
-	k.Fake().ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.Fake().KeepControl()
-		for _, topic := range req.(*kmsg.ProduceRequest).Topics {
-			if (topic.Topic == cfg.DLQTopic || topic.TopicID == dlqID) && outage.Load() {
-				select {
-				case hung <- struct{}{}:
-				default:
-				}
-				k.Fake().SleepControl(func() { <-release })
-			}
-		}
-		return nil, nil, false
-	})
+	hung := hangDLQProduce(t, k, cfg.DLQTopic, outage.Load)
 	first := memsink.New[msg]()
 	_, stop := start(t, k, cfg, poisonStage, first)
 	select {
@@ -368,8 +350,7 @@ func TestDLQTransactionBrokerOutage(t *testing.T) {
 	if d := time.Since(stopped); d > 20*time.Second {
 		t.Errorf("the shutdown took %s with the DLQ produce hanging", d)
 	}
-	outage.Store(false)
-	close(release)
+	outage.Store(false) // the held produces stay held; new ones pass
 	second := memsink.New[msg]()
 	_, stop = start(t, k, cfg, poisonStage, second)
 	testkit.WaitFor(t, 60*time.Second, "every offset committed", func() bool {
