@@ -302,7 +302,7 @@ func TestMigrationDDL(t *testing.T) {
 			"idx_dlq_archive_reason_rule": "CREATE INDEX idx_dlq_archive_reason_rule ON dlq_archive USING btree (reason, rule_id)",
 			"idx_dlq_archive_created_at":  "CREATE INDEX idx_dlq_archive_created_at ON dlq_archive USING btree (created_at)",
 			"dlq_archive_source_record_key": "CREATE UNIQUE INDEX dlq_archive_source_record_key ON dlq_archive USING btree " +
-				"(dlq_topic, source_topic, source_partition, source_offset, redrive_count)",
+				"(dlq_topic, dlq_topic_id, source_topic, source_partition, source_offset, redrive_count)",
 		},
 		"unit_analyses": {
 			"unique_unit_analysis_hash": "CREATE UNIQUE INDEX unique_unit_analysis_hash ON unit_analyses USING btree (ticker, module_id, input_hash) WHERE (input_hash IS NOT NULL)",

@@ -383,9 +383,10 @@ func archiveTable() pgsink.Table[archiveRow] {
 				r.reason, r.rule, r.errMsg, r.stage, r.attempts, r.key, r.payload, r.json, r.failedAt,
 				pgtype.UUID{Bytes: r.topicID, Valid: true}, r.redrives}
 		},
-		// A second copy of a source record's dead letter (same source
-		// coordinates and redrive count, another DLQ offset) is skipped
-		// on the index dlq_archive_source_record_key.
+		// A second copy of a source record's dead letter in the same DLQ
+		// topic incarnation (same source coordinates and redrive count,
+		// another DLQ offset) is skipped on the unique index
+		// dlq_archive_source_record_key.
 		AnyConflict: true,
 		Where:       notArchivedBefore,
 		Fallback: func(r archiveRow, refusal error) (archiveRow, bool) {
