@@ -1,9 +1,7 @@
 package schemas_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice/schemas"
 )
@@ -14,17 +12,7 @@ import (
 // stay, and a further copy is refused by the new unique index.
 func TestDLQArchiveUniqueMigrationDedupes(t *testing.T) {
 	t.Parallel()
-	_, dbURL, _ := freshSchema(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db, err := schemas.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := schemas.MigrateUpTo(ctx, db, 7); err != nil {
-		t.Fatal(err)
-	}
+	ctx, db := migratedUpTo(t, 7)
 	if _, err := db.ExecContext(ctx, `INSERT INTO dlq_archive (dlq_topic, dlq_partition, dlq_offset, source_topic, source_partition, source_offset, reason, payload)
 		VALUES ('bronze.dlq', 0, 0, 'bronze.ta', 1, 5, 'sanity_fail', 'a'),
 		       ('bronze.dlq', 0, 1, 'bronze.ta', 1, 6, 'sanity_fail', 'b'),
