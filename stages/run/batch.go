@@ -298,6 +298,7 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 func (w *worker[In, Out]) markDone(last *kgo.Record, records int) error {
 	r := w.r
 	off := kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+	w.pos.Store(off.Offset)
 	if r.txn == nil {
 		r.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{last.Topic: {last.Partition: off}})
 		r.m.committed.WithLabelValues(last.Topic).Add(float64(records))

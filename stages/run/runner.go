@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,6 +111,9 @@ func setup(cfg Config, opts []Option) (options, *metrics, error) {
 	}
 	if o.topicCheck <= 0 {
 		o.topicCheck = topicCheckInterval
+	}
+	if o.lagEvery <= 0 {
+		o.lagEvery = lagInterval
 	}
 	m, err := newMetrics(o.reg, cfg.Name, cfg.Topics)
 	if err != nil {
@@ -239,6 +241,12 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	if r.end != nil {
 		go r.end.run(runCtx, cl, r.o.log, func() { stop(nil) })
 	}
+	lagDone := make(chan struct{})
+	go func() {
+		defer close(lagDone)
+		r.watchLag(runCtx)
+	}()
+	defer func() { <-lagDone }()
 
 	for runCtx.Err() == nil {
 		r.waitForCapacity(runCtx)
@@ -264,7 +272,6 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 				return
 			}
 			last := p.Records[len(p.Records)-1]
-			r.m.lag.WithLabelValues(p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - last.Offset - 1))
 			r.mu.Lock()
 			w := r.workers[tp{p.Topic, p.Partition}]
 			r.mu.Unlock()

@@ -48,6 +48,10 @@ type worker[In, Out any] struct {
 	// next is the offset after the last record pushed, -1 before the first
 	// push; used by the poll loop only (see Runner.noteSkipped).
 	next int64
+	// pos is the partition's position for the lag gauge: the offset after
+	// the last batch marked done, or the first record pushed before that;
+	// -1 before the first push (see Runner.watchLag).
+	pos atomic.Int64
 
 	win *window[Out] // open coalescing window; nil when windows are off
 	rec recordHold   // memory budget: bytes of the records pushed and not yet processed
@@ -119,6 +123,7 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 		done: make(chan struct{}),
 		next: -1,
 	}
+	w.pos.Store(-1)
 	w.sctx = stages.WithStopping(ctx, w.stopping)
 	w.owner = &txnOwner{tp: k}
 	if r.merger != nil {
@@ -154,6 +159,9 @@ func (w *worker[In, Out]) ownership() Ownership {
 func (w *worker[In, Out]) push(recs []*kgo.Record, hwm int64) {
 	w.hwm.Store(hwm)
 	n := recordsBytes(recs)
+	if len(recs) > 0 {
+		w.pos.CompareAndSwap(-1, recs[0].Offset)
+	}
 	w.holdRecords(n) // memory budget
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
