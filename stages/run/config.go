@@ -35,8 +35,9 @@ type Config struct {
 	// (or windows) behind an offset commit in one Kafka transaction with
 	// that commit, so a read_committed reader of the DLQ topic sees exactly
 	// one dead letter per bad record across crashes, rebalances and broker
-	// restarts; dead letters become visible at the commit (every
-	// CommitInterval) instead of at the end of their batch, and a member
+	// restarts; the runner's committer starts that commit as soon as it is
+	// handed dead letters (a few round trips after their batch, or after
+	// their window is written), and a member
 	// killed mid-commit leaves a transaction open for up to 20s, which
 	// holds back read_committed readers of the DLQ topic and the next
 	// owner's start until the broker aborts it. DLQAtLeastOnce produces

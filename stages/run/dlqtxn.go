@@ -37,8 +37,10 @@ const (
 // txnCommitter is the one committer of a runner in DLQTransactional mode:
 // the workers hand it, per partition, the offset after their last durable
 // batch (or window) and the dead letters of the batches behind it
-// (submit), and it commits them every Config.CommitInterval, or sooner when
-// the dead letters it holds pass txnKickBytes. A commit with dead letters
+// (submit), and it commits them every Config.CommitInterval, and at once
+// when it is handed dead letters (what was handed meanwhile goes with
+// them: under a stream of dead letters the transactions follow one
+// another, each with all that is pending). A commit with dead letters
 // is one transaction of a transactional client of its own: the dead
 // letters are produced, the offsets are committed for the group with
 // TxnOffsetCommit carrying the member's id and generation (KIP-447: a member
@@ -66,7 +68,7 @@ type txnCommitter struct {
 	mu      sync.Mutex
 	pending map[*txnOwner]*txnEntry
 	bytes   int64         // dead-letter bytes in pending
-	kick    chan struct{} // cap 1: pending passed txnKickBytes
+	kick    chan struct{} // cap 1: dead letters were handed over, or submit waits for a commit
 	freed   chan struct{} // closed and replaced after every commit (submit waits on it)
 
 	turn chan struct{} // cap 1: held by the commit under way (one at a time)
@@ -92,12 +94,9 @@ type txnEntry struct {
 	bytes   int64
 }
 
-// Bounds of the dead letters a committer holds: past txnKickBytes it
-// commits at once; past txnMaxBytes submit waits for a commit.
-const (
-	txnKickBytes = 4 << 20
-	txnMaxBytes  = 32 << 20
-)
+// txnMaxBytes bounds the dead letters a committer holds: past it, submit
+// waits for a commit.
+const txnMaxBytes = 32 << 20
 
 // txnCommitTimeout bounds one periodic commit of the committer.
 const txnCommitTimeout = 15 * time.Second
@@ -168,7 +167,7 @@ func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOff
 	e.dlq, e.labels = append(e.dlq, dlq...), append(e.labels, labels...)
 	e.bytes += n
 	c.bytes += n
-	kick := c.bytes > txnKickBytes
+	kick := n > 0 // dead letters are committed at once, not at the interval
 	c.mu.Unlock()
 	if kick {
 		select {

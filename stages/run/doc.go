@@ -68,7 +68,8 @@
 //
 // Dead letters commit with the offsets behind them (Config.DLQCommit):
 // by default the runner's committer produces them in one Kafka transaction
-// with the group's offset commit that covers their records (every
+// with the group's offset commit that covers their records (started as
+// soon as the committer is handed dead letters; offsets alone commit every
 // Config.CommitInterval, on revoke and on shutdown), so a read_committed
 // reader of the DLQ topic sees exactly one dead letter per record across
 // crashes, rebalances and broker outages; a failed transaction is aborted
