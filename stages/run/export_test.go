@@ -7,3 +7,9 @@ import "time"
 func WithTopicCheckInterval(d time.Duration) Option {
 	return func(o *options) { o.topicCheck = d }
 }
+
+// WithLagInterval sets the period of the lag gauge's end-offset listing
+// (see watchLag), so that tests see the gauge move quickly.
+func WithLagInterval(d time.Duration) Option {
+	return func(o *options) { o.lagEvery = d }
+}
