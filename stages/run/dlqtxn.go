@@ -113,14 +113,10 @@ const txnAbortTimeout = 5 * time.Second
 const txnTimeout = 20 * time.Second
 
 // newTxnCommitter connects the transactional producer. Its transactional
-// id is the group's name, the host name and a random suffix: unique per
-// member, so that two members never fence each other.
+// id is txnID's.
 func newTxnCommitter(cfg Config, kopts []kgo.Opt, group *kgo.Client, log *slog.Logger, m *metrics,
 	periodic func(*kgo.Client, *kmsg.OffsetCommitRequest, *kmsg.OffsetCommitResponse, error)) (*txnCommitter, error) {
-	host, _ := os.Hostname()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	id := cfg.Group + "/dlq/" + host + "/" + hex.EncodeToString(b[:])
+	id := txnID(cfg.Group, group)
 	// TxnOffsetCommit v5+ assumes KIP-890 part 2 and v6 topic ids; the
 	// requests below are v3/v4 (KIP-447), after an explicit AddOffsetsToTxn.
 	versions := kversion.Stable()
@@ -133,6 +129,25 @@ func newTxnCommitter(cfg Config, kopts []kgo.Opt, group *kgo.Client, log *slog.L
 	}
 	return &txnCommitter{cl: cl, group: group, txnID: id, groupID: cfg.Group, dlqTopic: cfg.DLQTopic, log: log, m: m, periodic: periodic,
 		pending: map[*txnOwner]*txnEntry{}, kick: make(chan struct{}, 1), freed: make(chan struct{}), turn: make(chan struct{}, 1)}, nil
+}
+
+// txnID returns the dead-letter producer's transactional id for group,
+// whose member client is cl. With static membership (kgo.InstanceID, sluice
+// run --instance-id) it is the group and the instance id: stable across
+// restarts, so a restarted member's producer fences its killed
+// predecessor's and the broker aborts the transaction that one left open
+// at once (read_committed readers of the DLQ topic and the next offset
+// fetch would wait for the transaction timeout otherwise). Without it, the
+// group, the host name and a random suffix: unique per member, so that two
+// members never fence each other.
+func txnID(group string, cl *kgo.Client) string {
+	if iid, _ := cl.OptValue(kgo.InstanceID).(string); iid != "" {
+		return group + "/dlq/static/" + iid
+	}
+	host, _ := os.Hostname()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return group + "/dlq/" + host + "/" + hex.EncodeToString(b[:])
 }
 
 func (c *txnCommitter) close() { c.cl.Close() }

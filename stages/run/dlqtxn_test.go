@@ -361,3 +361,32 @@ func TestDLQTransactionBrokerOutage(t *testing.T) {
 	}
 	checkOnePerPoison(t, k, cfg.DLQTopic, recs)
 }
+
+// With static membership the dead-letter producer's transactional id is
+// stable across restarts (the instance id), so a restarted member fences
+// the transaction its killed predecessor left open; without it, every
+// member's id is its own.
+func TestDLQTransactionalIDFollowsStaticMembership(t *testing.T) {
+	t.Parallel()
+	static, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.InstanceID("pod-0-silver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer static.Close()
+	again, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.InstanceID("pod-0-silver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if a, b := run.TxnID("silver", static), run.TxnID("silver", again); a != b || a != "silver/dlq/static/pod-0-silver" {
+		t.Errorf("static ids %q and %q, want both silver/dlq/static/pod-0-silver", a, b)
+	}
+	dyn, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dyn.Close()
+	if a, b := run.TxnID("silver", dyn), run.TxnID("silver", dyn); a == b || !strings.HasPrefix(a, "silver/dlq/") {
+		t.Errorf("dynamic ids %q and %q, want two distinct silver/dlq/… ids", a, b)
+	}
+}

@@ -1,6 +1,10 @@
 package run
 
-import "time"
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
 
 // WithTopicCheckInterval sets the period of the input-topic watch (see
 // watchTopics), so that tests see a deleted or recreated topic quickly.
@@ -13,3 +17,6 @@ func WithTopicCheckInterval(d time.Duration) Option {
 func WithLagInterval(d time.Duration) Option {
 	return func(o *options) { o.lagEvery = d }
 }
+
+// TxnID exposes txnID.
+func TxnID(group string, cl *kgo.Client) string { return txnID(group, cl) }
