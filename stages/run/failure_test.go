@@ -276,7 +276,7 @@ func TestDLQProduceFollowsLeaderMove(t *testing.T) {
 	}
 	checkLanded(t, sink.Items(), good, nil)
 	count := map[string]int{}
-	for _, d := range k.ReadTopic(t, cfg.DLQTopic) {
+	for _, d := range k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted()) {
 		count[string(d.Value)]++
 	}
 	for _, r := range recs {
@@ -760,7 +760,7 @@ func TestDLQStubTooLargeIsFatal(t *testing.T) {
 	if sink.Len() != 2 {
 		t.Errorf("sink has %d records, want 2", sink.Len())
 	}
-	if got := len(k.ReadTopic(t, cfg.DLQTopic)); got != 0 {
+	if got := len(k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())); got != 0 {
 		t.Errorf("DLQ has %d records, want none", got)
 	}
 	if got := testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "fatal"); got != 1 {
