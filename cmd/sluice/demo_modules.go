@@ -76,12 +76,13 @@ func printModulesDemo(out io.Writer, r modules.DemoResult) {
 }
 
 // modulesHint is the --keep hint of the modules API on the ops server at
-// addr: an assemble of NVDA (with the bearer header when a token guards
-// writes; the token itself is never printed).
+// addr: an assemble of NVDA, with the Content-Type the ops server requires
+// of writes and the bearer header when a token guards them (the token
+// itself is never printed).
 func modulesHint(addr string, token bool) string {
 	auth := ""
 	if token {
 		auth = ` -H "Authorization: Bearer $SLUICE_API_TOKEN"`
 	}
-	return fmt.Sprintf("  curl -s -XPOST%s http://%s/api/v1/modules/analysis -d '{\"ticker\":\"NVDA\"}'\n", auth, addr)
+	return fmt.Sprintf("  curl -s -XPOST%s http://%s/api/v1/modules/analysis -H 'Content-Type: application/json' -d '{\"ticker\":\"NVDA\"}'\n", auth, addr)
 }

@@ -26,7 +26,7 @@ func checkModulesDemo(t *testing.T, text string, withOps bool) {
 			t.Errorf("the summary lacks a row matching %q:\n%s", row, text)
 		}
 	}
-	hint := regexp.MustCompile(`curl -s -XPOST http://(\S+)/api/v1/modules/analysis -d '(.*)'`).FindStringSubmatch(text)
+	hint := regexp.MustCompile(`curl -s -XPOST (http://\S+/api/v1/modules/analysis) -H '([^:']+): ([^']+)' -d '(.*)'`).FindStringSubmatch(text)
 	if !withOps {
 		if hint != nil {
 			t.Errorf("ops server disabled, yet an assemble hint: %s", hint[0])
@@ -36,7 +36,12 @@ func checkModulesDemo(t *testing.T, text string, withOps bool) {
 	if hint == nil {
 		t.Fatalf("no assemble hint:\n%s", text)
 	}
-	resp, err := http.Post("http://"+hint[1]+"/api/v1/modules/analysis", "application/json", strings.NewReader(hint[2]))
+	req, err := http.NewRequest(http.MethodPost, hint[1], strings.NewReader(hint[4]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(hint[2], hint[3])
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("POST the assemble hint: %v", err)
 	}
