@@ -358,6 +358,13 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 		return res
 	}
 	res.rows, res.rowsEqual = got.ta.rows+got.sa.rows, got == want
+	// A transaction left open by a killed member holds read_committed
+	// readers back until it is aborted: count once every DLQ partition is
+	// stable.
+	if err := awaitStable(ctx, adm, ts.dlq, time.Minute); err != nil {
+		res.err = err
+		return res
+	}
 	if res.dlqRecords, res.dlqUniq, err = dlqCoordinates(ctx, cfg.kopts, ts.dlq); err != nil {
 		res.err = err
 		return res
@@ -410,6 +417,31 @@ func loadReference(ctx context.Context, url string, p *prepared) error {
 	}
 	_, err = runVariantC(ctx, conn)
 	return err
+}
+
+// awaitStable waits until topic's last stable offset equals its high
+// watermark on every partition: no transaction is open on it.
+func awaitStable(ctx context.Context, adm *kadm.Client, topic string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		hw, err1 := adm.ListEndOffsets(ctx, topic)
+		lso, err2 := adm.ListCommittedOffsets(ctx, topic)
+		open := 0
+		if err1 == nil && err2 == nil {
+			hw.Each(func(o kadm.ListedOffset) {
+				if l, ok := lso.Lookup(o.Topic, o.Partition); !ok || l.Offset != o.Offset {
+					open++
+				}
+			})
+			if open == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d partition(s) with an open transaction after %s (%v, %v)", topic, open, limit, err1, err2)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // dlqCoordinates reads topic with read_committed until it has been idle

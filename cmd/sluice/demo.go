@@ -305,7 +305,7 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 		// One write, so that a reader seeing the first line sees them all.
 		hints := fmt.Sprintf("\nEverything keeps running; Ctrl-C to stop. Try:\n"+
 			"  kcat -b %[1]s -L\n"+
-			"  kcat -b %[1]s -C -t %[2]s -f '%%k %%h\\n%%s\\n\\n' -e\n"+
+			"  kcat -b %[1]s -C -t %[2]s -X isolation.level=read_committed -f '%%k %%h\\n%%s\\n\\n' -e\n"+
 			"  echo 'VNM:{\"task_type\":\"ta.bar\",\"payload\":{\"symbol\":\"VNM\",\"trade_date\":\"2024-05-02\",\"open\":1,\"high\":2,\"low\":1,\"close\":2,\"volume\":10}}' | kcat -b %[1]s -P -t %[3]s -K: -X topic.partitioner=murmur2_random\n",
 			strings.Join(g.Kafka.Brokers, ","), topics.BronzeDLQ, topics.BronzeRecords)
 		if ops != nil {
