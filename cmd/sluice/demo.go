@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/localsvc"
 	"github.com/sluicehq/sluice/internal/opshttp"
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/modules"
 	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/smap"
@@ -43,6 +44,9 @@ type demoOptions struct {
 	// consoleAddr is where --keep serves the console ("" disables it).
 	consoleAddr string
 	timeout     time.Duration
+
+	// modulesRequests is the size of the modules demo's stampede.
+	modulesRequests int
 }
 
 func newDemoCmd(g *globalConfig) *cobra.Command {
@@ -69,6 +73,7 @@ another shell at the demo's services.`,
 	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep the services and pipelines running after the scenarios (Ctrl-C to stop)")
 	cmd.Flags().IntVar(&o.records, "records", 20000, "silver: bronze records to produce (10% invalid)")
 	cmd.Flags().IntVar(&o.smapItems, "smap-items", 300, "smap: synthetic items in the demo project")
+	cmd.Flags().IntVar(&o.modulesRequests, "modules-requests", 50, "modules: refresh requests of one key sent at once")
 	cmd.Flags().StringVar(&o.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "listen address of the embedded Kafka (when KAFKA_BROKERS is unset)")
 	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", "127.0.0.1:9464", "ops HTTP address (/metrics, /readyz, pipeline APIs); empty disables it")
 	cmd.Flags().StringVar(&o.consoleAddr, "console-addr", console.DefaultAddr, "with --keep: the web console's address (sluice console); empty disables it")
@@ -170,6 +175,8 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 		return fmt.Errorf("invalid --records %d (want ≥ 1)", o.records)
 	case o.smapItems < 1:
 		return fmt.Errorf("invalid --smap-items %d (want ≥ 1)", o.smapItems)
+	case o.modulesRequests < 1:
+		return fmt.Errorf("invalid --modules-requests %d (want ≥ 1)", o.modulesRequests)
 	case o.timeout <= 0:
 		return fmt.Errorf("invalid --timeout %v (want > 0)", o.timeout)
 	}
@@ -303,6 +310,7 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 			strings.Join(g.Kafka.Brokers, ","), topics.BronzeDLQ, topics.BronzeRecords)
 		if ops != nil {
 			hints += fmt.Sprintf("  curl -s http://%s/metrics | grep sluice_\n", dialAddr(ops))
+			hints += modulesHint(dialAddr(ops), apiToken() != "")
 		}
 		hints += d.envBlock()
 		consoleDone := make(chan struct{})
@@ -404,7 +412,8 @@ type demoScenario struct {
 // demoScenarios returns the scenarios by pipeline name; they run in the
 // registry's order. A pipeline without one runs without a scenario.
 func demoScenarios(o *demoOptions) map[string]demoScenario {
-	return map[string]demoScenario{silver.Name: silverDemo(o), ticks.Name: ticksDemo(o), smap.Name: smapDemo(o)}
+	return map[string]demoScenario{silver.Name: silverDemo(o), ticks.Name: ticksDemo(o), smap.Name: smapDemo(o),
+		modules.Name: modulesDemo(o)}
 }
 
 // ticksDemo fetches a short synthetic session for a few symbols, segment by
