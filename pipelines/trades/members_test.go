@@ -53,6 +53,18 @@ type memberSpec struct {
 	// HangPutAfter > 0: every object Put after the first HangPutAfter
 	// hangs until its context ends.
 	HangPutAfter int
+	// HangProduceTopic, when set: producing a record to this topic hangs
+	// for ever (the member is killed there).
+	HangProduceTopic string
+}
+
+// produceHang hangs the producer of every record to topic.
+type produceHang struct{ topic string }
+
+func (h produceHang) OnProduceRecordBuffered(r *kgo.Record) {
+	if r.Topic == h.topic {
+		select {}
+	}
 }
 
 // memberSpec returns the spec of a member process of h's deployment.
@@ -118,8 +130,12 @@ func childMember(raw string) int {
 	if s.HangPutAfter > 0 {
 		objects = &hangingStore{Store: objects, after: int64(s.HangPutAfter)}
 	}
+	kopts = append(kopts, memberKillOpts()...)
+	if s.HangProduceTopic != "" {
+		kopts = append(kopts, kgo.WithHooks(produceHang{s.HangProduceTopic}))
+	}
 	env := pipelines.Env{
-		Kafka: append(kopts, memberKillOpts()...), DB: pool, Objects: objects, Registerer: prometheus.NewRegistry(),
+		Kafka: kopts, DB: pool, Objects: objects, Registerer: prometheus.NewRegistry(),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	cfg := fastConfig(func() time.Time { return time.Now().Add(s.ClockOffset) })
@@ -415,21 +431,50 @@ func TestRealStackImportKilled(t *testing.T) {
 	t.Logf("killed with %d of %d trades stored", atKill, SyntheticTrades)
 }
 
-// On the real stack: a member process whose digest timer emits the
-// windows of two users in one firing is killed (SIGKILL) while the second
-// window's object is being written (the first one's object and row are
-// written, no digest.ready is published yet); a new member restores the
-// window store and emits both: one digest.ready per (user, period,
-// revision) — revision 1 — and rows and objects equal to the aggregates.
+// Kill points of TestRealStackDigestKilled.
+const (
+	// killBetweenWindows: the timer emits two windows in one firing; the
+	// member dies while the second window's object is written (the first
+	// one's object and row are written, no digest.ready published).
+	killBetweenWindows = "between windows"
+	// killBeforeReady: digest.request emits both windows; the member dies
+	// after both objects and rows are written, before digest.ready is
+	// produced.
+	killBeforeReady = "request emitted, before digest.ready"
+)
+
+// On the real stack: a member process is killed (SIGKILL) in the middle
+// of emitting the week0 digests of two users (see the kill points); a new
+// member restores the window store and finishes: one digest.ready per
+// (user, period, revision) — revision 1 — and rows and objects equal to
+// the aggregates of the scored trades.
 func TestRealStackDigestKilled(t *testing.T) {
 	t.Parallel()
+	for _, point := range []string{killBetweenWindows, killBeforeReady} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			digestKilled(t, point)
+		})
+	}
+}
+
+func digestKilled(t *testing.T, point string) {
 	h := newSvcHarness(t)
 	testkit.RequireReal(t, h.k, h.pg, h.store)
 	offset := time.Until(scoreNow)
 	now := func() time.Time { return time.Now().Add(offset) }
-	const settle = 2 * time.Second
+	// The timer path settles in 2 s; the request path keeps the timer out
+	// of the way (a window is emitted once, by the request).
+	settle := 2 * time.Second
 	spec := h.memberSpec(offset)
-	spec.Settle, spec.HangPutAfter = settle, 1
+	switch point {
+	case killBetweenWindows:
+		spec.HangPutAfter = 1
+	case killBeforeReady:
+		settle = time.Hour
+		spec.HangProduceTopic = h.topic(topics.DigestReady)
+	}
+	spec.Settle = settle
 	child := testkit.StartChild(t, memberEnv, spec)
 	h.waitMembers(DigestName, 1)
 
@@ -451,17 +496,33 @@ func TestRealStackDigestKilled(t *testing.T) {
 			recs = append(recs, rec)
 		}
 	}
+	if point == killBeforeReady {
+		for _, u := range []string{"u1", "u2"} {
+			v, err := json.Marshal(Event[DigestRequest]{EventID: "dq-" + u, Type: TypeDigestRequest, Timestamp: now(),
+				Payload: DigestRequest{UserID: u, PeriodStart: week0.StartDate()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, &kgo.Record{Topic: h.topic(topics.TradesBias), Key: []byte(u), Value: v})
+		}
+	}
 	// One batch: both windows change together and are due in one firing.
 	if err := h.cl.ProduceSync(testkit.Context(t), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 60*time.Second, "the first window's row", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "the emission under way", func() bool {
 		_, ok1 := h.digestRow("u1", week0)
 		_, ok2 := h.digestRow("u2", week0)
+		if point == killBeforeReady {
+			return ok1 && ok2
+		}
 		return ok1 || ok2
 	})
 	before := len(h.events(topics.DigestReady))
 	child.Kill(t)
+	if before != 0 {
+		t.Fatalf("%d digest.ready before the kill: the kill came too late", before)
+	}
 
 	cfg := h.cfg
 	cfg.Score.Now, cfg.Digest.Now, cfg.Digest.Settle = now, now, settle
@@ -477,5 +538,5 @@ func TestRealStackDigestKilled(t *testing.T) {
 		}
 		h.expectDigests(u, history, time.Time{}, ready)
 	}
-	t.Logf("%d digest.ready before the kill, %v after", before, ids(ready))
+	t.Logf("digest.ready after the restart: %v", ids(ready))
 }
