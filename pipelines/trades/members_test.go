@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -324,13 +325,52 @@ func recordsDone(t *testing.T, pipeline string, ds ...*deployment) float64 {
 	return n
 }
 
+// waitIdle waits until every group of the deployments has processed every
+// record of its input topic, twice in a row over the same end offsets:
+// nothing is in flight any more.
+func (h *svcHarness) waitIdle(ds ...*deployment) {
+	h.t.Helper()
+	t, adm := h.t, h.adm()
+	inputs := [][2]string{{ImportName, topics.TradesImport}, {ScoreName, topics.TradesEvents}, {DigestName, topics.TradesBias}}
+	var last string
+	testkit.WaitFor(t, 120*time.Second, "every group idle", func() bool {
+		state := ""
+		for _, in := range inputs {
+			var end int64
+			for _, o := range testkit.EndOffsets(t, adm, h.topic(in[1])) {
+				end += o
+			}
+			if recordsDone(t, in[0], ds...) < float64(end) {
+				return false
+			}
+			state += fmt.Sprintf("%s=%d ", in[1], end)
+		}
+		idle := state == last
+		last = state
+		return idle
+	})
+}
+
+// pushItems is a push of the score corpus's eight trades shifted by
+// shift, on symbol: on their own, a02 is revenge trading and a07 size
+// escalation.
+func pushItems(symbol string, shift time.Duration) json.RawMessage {
+	var items []string
+	for _, tr := range scoreCorpus() {
+		items = append(items, fmt.Sprintf(`{"id":%q,"symbol":%q,"side":%q,"qty":%q,"price":%q,"fee":%q,"ts":%q}`,
+			tr.ExtID, symbol, tr.Side, exactString(tr.Qty), exactString(tr.Price), exactString(tr.Fee), tr.TS.Add(shift).Format(time.RFC3339)))
+	}
+	return json.RawMessage("[" + strings.Join(items, ",") + "]")
+}
+
 // On the real stack: two members (two deployments in one process, each
 // with its own clients, so distinct members of every group) share the
-// synthetic imports of six users whose keys cover every partition. Each
-// member holds partitions of the three groups and processes records of
-// each; every user's trades, bias_tags, digest rows, objects and
-// digest.ready are exactly the reference's (Score and Aggregate over the
-// stored trades), i.e. what one member gives.
+// synthetic imports of six users whose keys cover every partition, then a
+// push of eight trades with known labels for each. Each member holds
+// partitions of the three groups and processes records of each; every
+// user's trades, bias_tags, digest rows, objects and digest.ready are
+// exactly the reference's (Score and Aggregate over the stored trades),
+// i.e. what one member gives.
 func TestRealStackTwoMembersSplit(t *testing.T) {
 	t.Parallel()
 	h := newSvcHarnessParts(t, 3)
@@ -357,26 +397,43 @@ func TestRealStackTwoMembersSplit(t *testing.T) {
 	for _, u := range users {
 		h.produce(h.topic(topics.TradesImport), u, ImportCommand{UserID: u, Since: "2025-01-06", Broker: BrokerSynthetic, Options: opts})
 	}
-	testkit.WaitFor(t, 120*time.Second, "every trade.scored digested", func() bool {
-		return recordsDone(t, DigestName, d1, d2) >= float64(len(users)*n)
-	})
+	h.waitIdle(d1, d2)
+	for _, u := range users {
+		h.produce(h.topic(topics.TradesImport), u, PushCommand{UserID: u, Broker: BrokerCoinbase, PushID: "p1", Trades: pushItems("DOGE-USD", 8*24*time.Hour)})
+	}
+	h.waitIdle(d1, d2)
 	h.clock.Set(scoreNow.Add(time.Minute))
-	h.waitEvents(topics.DigestReady, len(users))
+	if dl := h.dlq(); len(dl) > 0 {
+		t.Fatalf("dead letters: %v", dl)
+	}
+	h.waitEvents(topics.DigestReady, 2*len(users))
 	moreFirings(t, d1, d2)
+	h.waitIdle(d1, d2)
 
 	ready := h.events(topics.DigestReady)
 	since := time.Date(2025, 1, 6, 0, 0, 0, 0, time.UTC)
+	wantExt := syntheticExtIDs(n)
+	for _, tr := range scoreCorpus() {
+		wantExt = append(wantExt, tr.ExtID)
+	}
+	sort.Strings(wantExt)
 	labels := 0
 	for _, u := range users {
 		history := h.userTrades(u)
-		if got := extIDs(history); !slices.Equal(got, syntheticExtIDs(n)) {
-			t.Fatalf("%s: %d trades stored, want the synthetic %d", u, len(got), n)
+		if got := extIDs(history); !slices.Equal(got, wantExt) {
+			t.Fatalf("%s: %d trades stored, want the synthetic %d and the push's 8", u, len(got), n)
+		}
+		pushed := 0
+		for _, sc := range Score(history, since) {
+			if sc.Trade.Symbol == "DOGE-USD" {
+				pushed += len(sc.LabelNames())
+			}
+		}
+		if pushed == 0 {
+			t.Errorf("%s: the push's trades have no label in the reference: their bias_tags prove nothing", u)
 		}
 		labels += h.expectTags(u, history, since)
 		h.expectDigests(u, history, since, ready, false)
-	}
-	if labels == 0 {
-		t.Errorf("the synthetic trades have no label: bias_tags prove nothing")
 	}
 	for _, p := range []string{ImportName, ScoreName, DigestName} {
 		for i, d := range []*deployment{d1, d2} {
@@ -386,6 +443,40 @@ func TestRealStackTwoMembersSplit(t *testing.T) {
 		}
 	}
 	t.Logf("%d users, %d labels, %d digest.ready", len(users), labels, len(ready))
+}
+
+// A push is scored: its import.completed carries the UTC date of its
+// earliest trade as since (an empty since was dead-lettered by
+// trades-score as trades.since, and the pushed trades never scored), and
+// its trades get the score corpus's labels and week0's digest.
+func TestPushScored(t *testing.T) {
+	t.Parallel()
+	h := newSvcHarness(t, testkit.ForceFake())
+	h.clock.Set(scoreNow)
+	d := h.start(h.cfg)
+	push := PushCommand{UserID: "u1", Broker: BrokerCoinbase, PushID: "p1", Trades: pushItems("BTC", 0)}
+	h.produce(h.topic(topics.TradesImport), "u1", push)
+	reflects := h.waitEvents(topics.CoachReflect, 2)
+	done := h.importDone(push.ImportID())
+	if len(done) != 1 || done[0].Since != "2025-01-06" || done[0].Stored != 8 {
+		t.Fatalf("import.completed %+v, want one of 8 trades since 2025-01-06", done)
+	}
+	corpus := scoreCorpus()
+	a02, a07 := corpus[2].ID, corpus[7].ID
+	if got, want := ids(reflects), []string{ReflectEventID(a02, []string{LabelRevengeTrading}), ReflectEventID(a07, []string{LabelSizeEscalation})}; !slices.Equal(got, want) {
+		t.Errorf("coach.reflect %v, want %v", got, want)
+	}
+	if got := h.expectTags("u1", h.userTrades("u1"), time.Time{}); got != 2 {
+		t.Errorf("%d labels, want 2", got)
+	}
+	if dl := h.dlq(); len(dl) != 0 {
+		t.Errorf("dead letters %v", dl)
+	}
+	d.settle(t, len(corpus))
+	h.clock.Set(scoreNow.Add(time.Minute))
+	h.waitEvents(topics.DigestReady, 1)
+	d.settle(t, len(corpus))
+	h.expectDigests("u1", h.userTrades("u1"), time.Time{}, h.events(topics.DigestReady), false)
 }
 
 // importDone returns the import.completed payloads of importID.
