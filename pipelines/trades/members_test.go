@@ -542,16 +542,16 @@ func TestRealStackImportKilled(t *testing.T) {
 
 // Kill points of TestRealStackDigestKilled.
 const (
-	// killBetweenWindows: the timer emits two windows in one firing; the
-	// member dies while the second window's object is written (the first
-	// one's object and row are written, no digest.ready published).
+	// killBetweenWindows: the timer emits two windows (in one firing,
+	// usually); the member dies while the second window's object is
+	// written (the first one's object and row are written).
 	killBetweenWindows = "between windows"
 	// killBeforeReady: digest.request emits both windows; the member dies
-	// after both objects and rows are written, before digest.ready is
+	// after an object and row are written, before digest.ready is
 	// produced.
 	killBeforeReady = "request emitted, before digest.ready"
-	// killBeforeMark: the timer emits both windows; the member dies after
-	// digest.ready is acknowledged, before the windows' emitted revision
+	// killBeforeMark: the timer emits the windows; the member dies after
+	// a digest.ready is acknowledged, before the window's emitted revision
 	// reaches the changelog. Without Kafka transactions the next member
 	// cannot know digest.ready went out: by contract (at-least-once,
 	// "once per (user, period, revision) in normal operation") it repeats
@@ -629,20 +629,20 @@ func digestKilled(t *testing.T, point string) {
 	if err := h.cl.ProduceSync(testkit.Context(t), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+	// Both windows are usually emitted in one firing (or one batch of
+	// requests), but may be split over two: the wait only needs the first
+	// one under way.
 	testkit.WaitFor(t, 60*time.Second, "the emission under way", func() bool {
+		if point == killBeforeMark {
+			return len(h.events(topics.DigestReady)) >= 1
+		}
 		_, ok1 := h.digestRow("u1", week0)
 		_, ok2 := h.digestRow("u2", week0)
-		switch point {
-		case killBeforeReady:
-			return ok1 && ok2
-		case killBeforeMark:
-			return len(h.events(topics.DigestReady)) >= 2
-		}
 		return ok1 || ok2
 	})
 	before := len(h.events(topics.DigestReady))
 	child.Kill(t)
-	if before != 0 && point != killBeforeMark {
+	if point != killBeforeMark && before >= 2 {
 		t.Fatalf("%d digest.ready before the kill: the kill came too late", before)
 	}
 
