@@ -1,6 +1,7 @@
 package run
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,9 +62,12 @@ func designReasons() []stages.Reason {
 // non-DLQ headers, plus the DLQ headers (see DLQHeaders). A redrive count header
 // from an earlier redrive is kept for the redrive loop guard.
 func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts int, stage string) dlqItem {
+	// The dead letter is held until its batch (or window) commits: copy
+	// what it takes from the source record, whose bytes point into the
+	// fetched batch and would keep the whole batch alive until then.
 	own := make([]stages.Header, len(rec.Headers))
 	for i, h := range rec.Headers {
-		own[i] = stages.Header{Key: h.Key, Value: h.Value}
+		own[i] = stages.Header{Key: strings.Clone(h.Key), Value: bytes.Clone(h.Value)}
 	}
 	msg := ""
 	if c.Err != nil {
@@ -74,7 +78,7 @@ func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts i
 		Source:   stages.Source{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp},
 		Attempts: attempts, FailedAt: time.Now(),
 	})
-	return dlqItem{rec: &kgo.Record{Topic: w.r.cfg.DLQTopic, Key: rec.Key, Value: rec.Value, Headers: hs}, reason: c.Reason, rule: c.Rule}
+	return dlqItem{rec: &kgo.Record{Topic: w.r.cfg.DLQTopic, Key: bytes.Clone(rec.Key), Value: bytes.Clone(rec.Value), Headers: hs}, reason: c.Reason, rule: c.Rule}
 }
 
 // maxDLQError bounds the dlq.error header: an error message that quotes its
