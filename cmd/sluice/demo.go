@@ -29,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/pipelines/ticks"
+	"github.com/sluicehq/sluice/pipelines/trades"
 	"github.com/sluicehq/sluice/schemas"
 	"github.com/sluicehq/sluice/stages/dlq"
 	"github.com/sluicehq/sluice/topics"
@@ -404,7 +405,7 @@ type demoScenario struct {
 // demoScenarios returns the scenarios by pipeline name; they run in the
 // registry's order. A pipeline without one runs without a scenario.
 func demoScenarios(o *demoOptions) map[string]demoScenario {
-	return map[string]demoScenario{silver.Name: silverDemo(o), ticks.Name: ticksDemo(o), smap.Name: smapDemo(o)}
+	return map[string]demoScenario{silver.Name: silverDemo(o), ticks.Name: ticksDemo(o), smap.Name: smapDemo(o), trades.Name: tradesDemo(o)}
 }
 
 // ticksDemo fetches a short synthetic session for a few symbols, segment by
