@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -18,7 +19,8 @@ import (
 // trades are scored.
 func tradesDemo(_ *demoOptions) demoScenario {
 	return demoScenario{
-		about:     "a synthetic import (12 trades) and a push of 12 trades with a known bias pattern → trades, bias_tags, a digest.request per user → digests",
+		about: fmt.Sprintf("a synthetic import (12 trades) and a push of %d trades with a known bias pattern → trades, bias_tags, a digest.request per user → digests",
+			len(trades.DemoPushTrades(time.Time{}))),
 		configure: func(s *registry.Settings) { s.Trades = trades.Config{} },
 		run: func(ctx context.Context, _ pipelines.Spec, env pipelines.Env, _ *kadm.Client, _ *kgo.Client, out io.Writer) ([]demoRow, error) {
 			sum, err := trades.DemoScenario(ctx, env, trades.Config{}, trades.DemoOptions{})

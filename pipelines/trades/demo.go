@@ -23,7 +23,10 @@ type DemoOptions struct {
 	// in ms, so that every run has new users).
 	Prefix string
 	// ImportTrades is the number of trades of the synthetic import (default
-	// 12: one burst of the synthetic broker, 4 minutes apart).
+	// 12: one burst of the synthetic broker, 4 minutes apart). At most 12
+	// and at least OvertradingMin: the scenario knows a user is scored when
+	// the bias_tags rows Score expects are reflected, so the import's trades
+	// must carry labels, and one burst keeps them in one week.
 	ImportTrades int
 	// Poll is the polling period of the waits (default 200ms).
 	Poll time.Duration
@@ -118,8 +121,11 @@ func DemoScenario(ctx context.Context, env pipelines.Env, cfg Config, o DemoOpti
 	if o.Prefix == "" {
 		o.Prefix = fmt.Sprintf("demo-%d", o.Now().UnixMilli())
 	}
-	if o.ImportTrades <= 0 {
+	if o.ImportTrades == 0 {
 		o.ImportTrades = 12
+	}
+	if o.ImportTrades < OvertradingMin || o.ImportTrades > 12 {
+		return DemoSummary{}, fmt.Errorf("trades demo: %d import trades (want %d to 12)", o.ImportTrades, OvertradingMin)
 	}
 	if o.Poll <= 0 {
 		o.Poll = 200 * time.Millisecond
