@@ -2,6 +2,7 @@ package schemas_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
@@ -12,19 +13,27 @@ import (
 // they get the zero topic ID and stay unique by coordinates, while a row of
 // a recreated topic (another ID) at the same coordinates is accepted; its
 // Down keeps the earliest row of each coordinates.
-func TestDLQTopicIDMigrationOverOldRows(t *testing.T) {
-	t.Parallel()
+// migratedUpTo returns a connection to a fresh schema migrated up to
+// version, closed when the test ends, and a context of a minute.
+func migratedUpTo(t *testing.T, version int64) (context.Context, *sql.DB) {
+	t.Helper()
 	_, dbURL, _ := freshSchema(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	db, err := schemas.Open(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	if err := schemas.MigrateUpTo(ctx, db, 4); err != nil {
+	t.Cleanup(func() { db.Close() })
+	if err := schemas.MigrateUpTo(ctx, db, version); err != nil {
 		t.Fatal(err)
 	}
+	return ctx, db
+}
+
+func TestDLQTopicIDMigrationOverOldRows(t *testing.T) {
+	t.Parallel()
+	ctx, db := migratedUpTo(t, 4)
 	if _, err := db.ExecContext(ctx, `INSERT INTO dlq_archive (dlq_topic, dlq_partition, dlq_offset, reason, payload)
 		VALUES ('bronze.dlq', 0, 0, 'sanity_fail', 'a'), ('bronze.dlq', 0, 1, 'sanity_fail', 'b')`); err != nil {
 		t.Fatal(err)

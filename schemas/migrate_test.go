@@ -152,7 +152,7 @@ func TestMigrateCreatesTablesInSearchPathSchema(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Migrate: %v", err)
 			}
-			if want := schemas.MigrationNames(); !slices.Equal(applied, want) || len(want) != 7 {
+			if want := schemas.MigrationNames(); !slices.Equal(applied, want) || len(want) != 8 {
 				t.Fatalf("applied %v, want %v", applied, want)
 			}
 			want := []string{"analysis_catalog", "analysis_jobs", "analysis_jobs_status", "bias_tags", "broker_connections",
@@ -213,8 +213,9 @@ func TestMigrationDDL(t *testing.T) {
 			"reason": "text not null", "rule_id": "text not null default ''::text", "error_msg": "text not null default ''::text",
 			"stage": "text not null default ''::text", "attempts": "integer not null default 0", "record_key": "text",
 			"payload": "bytea not null", "payload_json": "jsonb", "failed_at": "timestamp with time zone",
-			"created_at":   "timestamp with time zone not null default now()",
-			"dlq_topic_id": "uuid not null default '00000000-0000-0000-0000-000000000000'::uuid",
+			"created_at":    "timestamp with time zone not null default now()",
+			"dlq_topic_id":  "uuid not null default '00000000-0000-0000-0000-000000000000'::uuid",
+			"redrive_count": "integer not null default 0",
 		},
 		"post_analytics": {
 			"project_id": "text not null", "item_id": "text not null", "platform": "text",
@@ -300,6 +301,8 @@ func TestMigrationDDL(t *testing.T) {
 		"dlq_archive": {
 			"idx_dlq_archive_reason_rule": "CREATE INDEX idx_dlq_archive_reason_rule ON dlq_archive USING btree (reason, rule_id)",
 			"idx_dlq_archive_created_at":  "CREATE INDEX idx_dlq_archive_created_at ON dlq_archive USING btree (created_at)",
+			"dlq_archive_source_record_key": "CREATE UNIQUE INDEX dlq_archive_source_record_key ON dlq_archive USING btree " +
+				"(dlq_topic, dlq_topic_id, source_topic, source_partition, source_offset, redrive_count)",
 		},
 		"unit_analyses": {
 			"unique_unit_analysis_hash": "CREATE UNIQUE INDEX unique_unit_analysis_hash ON unit_analyses USING btree (ticker, module_id, input_hash) WHERE (input_hash IS NOT NULL)",

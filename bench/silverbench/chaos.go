@@ -358,7 +358,7 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 		return res
 	}
 	res.rows, res.rowsEqual = got.ta.rows+got.sa.rows, got == want
-	if res.dlqRecords, res.dlqUniq, err = dlqCoordinates(ctx, cfg.kopts, ts.dlq); err != nil {
+	if res.dlqRecords, res.dlqUniq, err = dlqCoordinates(ctx, adm, cfg.kopts, ts.dlq); err != nil {
 		res.err = err
 		return res
 	}
@@ -412,26 +412,78 @@ func loadReference(ctx context.Context, url string, p *prepared) error {
 	return err
 }
 
-// dlqCoordinates reads topic with read_committed until it has been idle
-// for 3 s and returns the number of records and of distinct source
-// coordinates (dlq.source.topic/partition/offset headers).
-func dlqCoordinates(ctx context.Context, kopts []kgo.Opt, topic string) (records, distinct int, err error) {
+// awaitStable waits until topic's last stable offset equals its high
+// watermark on every partition: no transaction is open on it.
+func awaitStable(ctx context.Context, adm *kadm.Client, topic string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		hw, err1 := adm.ListEndOffsets(ctx, topic)
+		lso, err2 := adm.ListCommittedOffsets(ctx, topic)
+		open := 0
+		if err1 == nil && err2 == nil {
+			hw.Each(func(o kadm.ListedOffset) {
+				if l, ok := lso.Lookup(o.Topic, o.Partition); !ok || l.Offset != o.Offset {
+					open++
+				}
+			})
+			if open == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d partition(s) with an open transaction after %s (%v, %v)", topic, open, limit, err1, err2)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// dlqCoordinates reads topic (see readCommitted) and returns the number of
+// records and of distinct source coordinates (dlq.source.topic/partition/
+// offset headers).
+func dlqCoordinates(ctx context.Context, adm *kadm.Client, kopts []kgo.Opt, topic string) (records, distinct int, err error) {
+	seen := map[string]bool{}
+	err = readCommitted(ctx, adm, kopts, topic, func(r *kgo.Record) {
+		records++
+		var coord [3]string
+		for _, h := range r.Headers {
+			switch h.Key {
+			case stages.HeaderSourceTopic:
+				coord[0] = string(h.Value)
+			case stages.HeaderSourcePartition:
+				coord[1] = string(h.Value)
+			case stages.HeaderSourceOffset:
+				coord[2] = string(h.Value)
+			}
+		}
+		seen[strings.Join(coord[:], "/")] = true
+	})
+	return records, len(seen), err
+}
+
+// readCommitted waits (up to a minute) until no transaction is open on
+// topic — a killed member's holds read_committed readers back until it is
+// aborted — then calls fn for every committed record of topic, from the
+// start, until a poll has been idle for 3 s. The runtime writes dead
+// letters in transactions: their end offsets hold markers, so a reader
+// cannot stop at "the record before the end offset".
+func readCommitted(ctx context.Context, adm *kadm.Client, kopts []kgo.Opt, topic string, fn func(*kgo.Record)) error {
+	if err := awaitStable(ctx, adm, topic, time.Minute); err != nil {
+		return err
+	}
 	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...),
 		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
 	defer cl.Close()
-	seen := map[string]bool{}
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		fs := cl.PollFetches(pctx)
 		cancel()
 		if fs.IsClientClosed() {
-			return 0, 0, errors.New("client closed")
+			return errors.New("client closed")
 		}
-		n := 0
 		var ferr error
 		fs.EachError(func(_ string, _ int32, e error) {
 			if !errors.Is(e, context.DeadlineExceeded) {
@@ -439,26 +491,15 @@ func dlqCoordinates(ctx context.Context, kopts []kgo.Opt, topic string) (records
 			}
 		})
 		if ferr != nil {
-			return 0, 0, fmt.Errorf("read %s: %w", topic, ferr)
+			return fmt.Errorf("read %s: %w", topic, ferr)
 		}
+		n := 0
 		fs.EachRecord(func(r *kgo.Record) {
 			n++
-			records++
-			var coord [3]string
-			for _, h := range r.Headers {
-				switch h.Key {
-				case stages.HeaderSourceTopic:
-					coord[0] = string(h.Value)
-				case stages.HeaderSourcePartition:
-					coord[1] = string(h.Value)
-				case stages.HeaderSourceOffset:
-					coord[2] = string(h.Value)
-				}
-			}
-			seen[strings.Join(coord[:], "/")] = true
+			fn(r)
 		})
 		if n == 0 {
-			return records, len(seen), nil
+			return nil
 		}
 	}
 }

@@ -374,62 +374,26 @@ func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (int64
 	return lag, ferr
 }
 
-// dlqStats reads the whole DLQ topic and counts records by their dlq.reason
-// and dlq.rule headers.
+// dlqStats reads the whole DLQ topic (committed records: see
+// readCommitted) and counts records by their dlq.reason and dlq.rule
+// headers.
 func dlqStats(ctx context.Context, adm *kadm.Client, kopts []kgo.Opt, topic string) (map[string]int, int, error) {
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return nil, 0, err
-	}
-	want := map[int32]int64{}
-	parts := map[int32]kgo.Offset{}
-	ends.Each(func(e kadm.ListedOffset) {
-		if e.Offset > 0 {
-			want[e.Partition] = e.Offset
-			parts[e.Partition] = kgo.NewOffset().AtStart()
-		}
-	})
 	out := map[string]int{}
-	if len(parts) == 0 {
-		return out, 0, nil
-	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer cl.Close()
 	total := 0
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for len(want) > 0 {
-		fs := cl.PollFetches(rctx)
-		if err := rctx.Err(); err != nil {
-			return nil, 0, fmt.Errorf("read DLQ %s: %w", topic, err)
-		}
-		fs.EachError(func(_ string, _ int32, e error) { err = e })
-		if err != nil {
-			return nil, 0, fmt.Errorf("read DLQ %s: %w", topic, err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			var reason, rule string
-			for _, h := range r.Headers {
-				switch h.Key {
-				case stages.HeaderReason:
-					reason = string(h.Value)
-				case stages.HeaderRule:
-					rule = string(h.Value)
-				}
+	err := readCommitted(ctx, adm, kopts, topic, func(r *kgo.Record) {
+		var reason, rule string
+		for _, h := range r.Headers {
+			switch h.Key {
+			case stages.HeaderReason:
+				reason = string(h.Value)
+			case stages.HeaderRule:
+				rule = string(h.Value)
 			}
-			out[dlqKey(stages.Reason(reason), rule)]++
-			total++
-			if r.Offset+1 >= want[r.Partition] {
-				delete(want, r.Partition)
-			}
-		})
-	}
-	return out, total, nil
+		}
+		out[dlqKey(stages.Reason(reason), rule)]++
+		total++
+	})
+	return out, total, err
 }
 
 // procStatusKB returns a "kB" field of /proc/PID/status (e.g. VmHWM), or -1.

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/localsvc"
 	"github.com/sluicehq/sluice/internal/opshttp"
 	"github.com/sluicehq/sluice/pipelines"
+	"github.com/sluicehq/sluice/pipelines/modules"
 	"github.com/sluicehq/sluice/pipelines/registry"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/smap"
@@ -44,6 +45,9 @@ type demoOptions struct {
 	// consoleAddr is where --keep serves the console ("" disables it).
 	consoleAddr string
 	timeout     time.Duration
+
+	// modulesRequests is the size of the modules demo's stampede.
+	modulesRequests int
 }
 
 func newDemoCmd(g *globalConfig) *cobra.Command {
@@ -70,6 +74,7 @@ another shell at the demo's services.`,
 	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep the services and pipelines running after the scenarios (Ctrl-C to stop)")
 	cmd.Flags().IntVar(&o.records, "records", 20000, "silver: bronze records to produce (10% invalid)")
 	cmd.Flags().IntVar(&o.smapItems, "smap-items", 300, "smap: synthetic items in the demo project")
+	cmd.Flags().IntVar(&o.modulesRequests, "modules-requests", 50, "modules: refresh requests of one key sent at once")
 	cmd.Flags().StringVar(&o.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "listen address of the embedded Kafka (when KAFKA_BROKERS is unset)")
 	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", "127.0.0.1:9464", "ops HTTP address (/metrics, /readyz, pipeline APIs); empty disables it")
 	cmd.Flags().StringVar(&o.consoleAddr, "console-addr", console.DefaultAddr, "with --keep: the web console's address (sluice console); empty disables it")
@@ -171,6 +176,8 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 		return fmt.Errorf("invalid --records %d (want ≥ 1)", o.records)
 	case o.smapItems < 1:
 		return fmt.Errorf("invalid --smap-items %d (want ≥ 1)", o.smapItems)
+	case o.modulesRequests < 1:
+		return fmt.Errorf("invalid --modules-requests %d (want ≥ 1)", o.modulesRequests)
 	case o.timeout <= 0:
 		return fmt.Errorf("invalid --timeout %v (want > 0)", o.timeout)
 	}
@@ -299,11 +306,12 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 		// One write, so that a reader seeing the first line sees them all.
 		hints := fmt.Sprintf("\nEverything keeps running; Ctrl-C to stop. Try:\n"+
 			"  kcat -b %[1]s -L\n"+
-			"  kcat -b %[1]s -C -t %[2]s -f '%%k %%h\\n%%s\\n\\n' -e\n"+
+			"  kcat -b %[1]s -C -t %[2]s -X isolation.level=read_committed -f '%%k %%h\\n%%s\\n\\n' -e\n"+
 			"  echo 'VNM:{\"task_type\":\"ta.bar\",\"payload\":{\"symbol\":\"VNM\",\"trade_date\":\"2024-05-02\",\"open\":1,\"high\":2,\"low\":1,\"close\":2,\"volume\":10}}' | kcat -b %[1]s -P -t %[3]s -K: -X topic.partitioner=murmur2_random\n",
 			strings.Join(g.Kafka.Brokers, ","), topics.BronzeDLQ, topics.BronzeRecords)
 		if ops != nil {
 			hints += fmt.Sprintf("  curl -s http://%s/metrics | grep sluice_\n", dialAddr(ops))
+			hints += modulesHint(dialAddr(ops), apiToken() != "")
 		}
 		hints += d.envBlock()
 		consoleDone := make(chan struct{})
@@ -405,7 +413,8 @@ type demoScenario struct {
 // demoScenarios returns the scenarios by pipeline name; they run in the
 // registry's order. A pipeline without one runs without a scenario.
 func demoScenarios(o *demoOptions) map[string]demoScenario {
-	return map[string]demoScenario{silver.Name: silverDemo(o), ticks.Name: ticksDemo(o), smap.Name: smapDemo(o), trades.Name: tradesDemo(o)}
+	return map[string]demoScenario{silver.Name: silverDemo(o), ticks.Name: ticksDemo(o), smap.Name: smapDemo(o),
+		modules.Name: modulesDemo(o), trades.Name: tradesDemo(o)}
 }
 
 // ticksDemo fetches a short synthetic session for a few symbols, segment by

@@ -27,6 +27,7 @@ func TestDemoBadFlags(t *testing.T) {
 		{[]string{"--records", "-3"}, "invalid --records -3 (want ≥ 1)"},
 		{[]string{"--smap-items", "0"}, "invalid --smap-items 0 (want ≥ 1)"},
 		{[]string{"--smap-items", "-5"}, "invalid --smap-items -5 (want ≥ 1)"},
+		{[]string{"--modules-requests", "0"}, "invalid --modules-requests 0 (want ≥ 1)"},
 		{[]string{"--timeout", "0s"}, "invalid --timeout 0s (want > 0)"},
 	}
 	for _, tc := range cases {
@@ -129,6 +130,7 @@ func TestDemoKeepPrintsBoundOpsAddr(t *testing.T) {
 					t.Fatalf("GET http://%s/metrics: %s\n%.500s", curl[1], resp.Status, body)
 				}
 			}
+			checkModulesDemo(t, text, opsAddr != "")
 			cancel()
 			select {
 			case err := <-done:

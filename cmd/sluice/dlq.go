@@ -378,8 +378,9 @@ second).`,
 				verb = "would send"
 			}
 			fmt.Fprintf(out, "%s: %d\nskipped by filter: %d\nrefused by loop guard (redrive count ≥ %d): %d\nunroutable (no dlq.source.topic, or that topic does not exist): %d\n"+
-				"not re-driven, value omitted (the original is only at its dlq.source.* coordinates): %d\n",
-				verb, res.Sent, res.Filtered, maxRedrives, res.Refused, res.Unroutable, res.Omitted)
+				"not re-driven, value omitted (the original is only at its dlq.source.* coordinates): %d\n"+
+				"duplicate dead letters of a source record already sent in this run: %d\n",
+				verb, res.Sent, res.Filtered, maxRedrives, res.Refused, res.Unroutable, res.Omitted, res.Duplicates)
 			if err != nil {
 				return err
 			}

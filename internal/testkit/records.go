@@ -94,6 +94,12 @@ func (k *Kafka) ReadTopic(t testing.TB, topic string, opts ...kgo.Opt) []*kgo.Re
 	return out
 }
 
+// ReadCommitted is the ReadTopic option of a reader that sees committed
+// records only (read_committed): the runtime writes dead letters in
+// transactions, and an aborted attempt leaves copies that only
+// read_uncommitted sees.
+func ReadCommitted() kgo.Opt { return kgo.FetchIsolationLevel(kgo.ReadCommitted()) }
+
 // EndOffsets returns the end offset (high watermark) of every partition of
 // topic; an empty partition has 0. The test fails if the offsets cannot be
 // listed.

@@ -74,6 +74,9 @@
 //     POST /ai/ticker-activity-analysis) and GET /api/v1/modules/jobs/{id};
 //     bad input is 400 with its rule id; MountAPI mounts them on the ops
 //     server with a producer of their own. The CLI is `sluice modules`.
+//   - DemoScenario (demo.go), the part of `sluice demo`: a stampede of
+//     refresh requests of one key (one upstream call), then an assemble of
+//     its ticker and the job it created.
 //
 // docs/pipelines/modules.md describes the pipeline as a whole,
 // docs/pipelines/modules-assemble.md assemble, the API and the CLI.

@@ -256,7 +256,7 @@ func (f *svcFixture) count(t *testing.T, sql string, args ...any) int {
 // dlq returns the dead letters, keyed by their original key.
 func (f *svcFixture) dlq(t *testing.T) []*kgo.Record {
 	t.Helper()
-	return f.k.ReadTopic(t, f.cfg.DLQTopic)
+	return f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted())
 }
 
 func header(r *kgo.Record, key string) string {

@@ -196,7 +196,7 @@ func TestSilverSurvivesPostgresChaos(t *testing.T) {
 	}
 	checkRows(t, check, wantTA, wantSA)
 	checkDLQ(t, k, dlq, wantDLQ)
-	if n := len(k.ReadTopic(t, dlq)); n != len(wantDLQ) {
+	if n := len(k.ReadTopic(t, dlq, testkit.ReadCommitted())); n != len(wantDLQ) {
 		t.Errorf("DLQ holds %d records for %d invalid records: a record was dead-lettered twice", n, len(wantDLQ))
 	}
 	for _, reason := range []stages.Reason{stages.ReasonSinkRejected, stages.ReasonRetriesExhausted} {

@@ -39,7 +39,7 @@ func TestSegmentDeadLettersCounted(t *testing.T) {
 		want[res.JobKey] = w
 	}
 	var dlq []*kgo.Record
-	testkit.WaitFor(t, 10*time.Second, "two dead letters", func() bool { dlq = f.k.ReadTopic(t, f.cfg.DLQTopic); return len(dlq) >= 2 })
+	testkit.WaitFor(t, 10*time.Second, "two dead letters", func() bool { dlq = f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted()); return len(dlq) >= 2 })
 	if len(dlq) != 2 {
 		t.Fatalf("DLQ holds %d records, want 2", len(dlq))
 	}
@@ -90,7 +90,7 @@ func TestRateLimitDenialsSpendNoAttempt(t *testing.T) {
 	res := f.trigger(t, "RL")
 	f.waitJob(t, res.JobKey, 90*time.Second, "COMPLETED", func(s *ticks.JobState) bool { return s.Status == ticks.StatusCompleted })
 	f.checkExact(t, "RL", 0)
-	if n := len(f.k.ReadTopic(t, f.cfg.DLQTopic)); n != 0 {
+	if n := len(f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted())); n != 0 {
 		t.Errorf("%d DLQ records, want none", n)
 	}
 	if got := testkit.Metric(t, f.reg, "sluice_runtime_waits_total", "pipeline", "ticks"); got < 1 {

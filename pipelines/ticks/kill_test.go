@@ -394,7 +394,7 @@ func TestKilledWorkerResumesFromCursor(t *testing.T) {
 			if first := decodeState(t, after[0]); first.LastStart != mid.Cursor+1 {
 				t.Errorf("first segment done after the kill starts at %d, want cursor+1 = %d", first.LastStart, mid.Cursor+1)
 			}
-			if n := len(f.k.ReadTopic(t, f.cfg.DLQTopic)); n != 0 {
+			if n := len(f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted())); n != 0 {
 				t.Errorf("%d DLQ records", n)
 			}
 		})

@@ -95,7 +95,7 @@ func TestBadTasksDeadLetteredWithoutBlocking(t *testing.T) {
 	}
 	var dlq []*kgo.Record
 	testkit.WaitFor(t, 20*time.Second, "every bad record dead-lettered", func() bool {
-		dlq = f.k.ReadTopic(t, f.cfg.DLQTopic, kgo.FetchMaxBytes(8<<20))
+		dlq = f.k.ReadTopic(t, f.cfg.DLQTopic, kgo.FetchMaxBytes(8<<20), testkit.ReadCommitted())
 		return len(dlq) >= len(want)
 	})
 	checkDeadLetters(t, dlq, want, func(c badTask, r *kgo.Record, h map[string]string) {

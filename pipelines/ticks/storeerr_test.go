@@ -70,7 +70,7 @@ func TestStoreConfigErrorIsFatal(t *testing.T) {
 	if st := f.job(t, res.JobKey); st == nil || st.Status == ticks.StatusFailed {
 		t.Errorf("job state %+v, want it not FAILED", st)
 	}
-	if recs := f.k.ReadTopic(t, f.cfg.DLQTopic); len(recs) != 0 {
+	if recs := f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted()); len(recs) != 0 {
 		t.Errorf("%d DLQ records, want none", len(recs))
 	}
 	adm := kadm.NewClient(f.k.Client(t))

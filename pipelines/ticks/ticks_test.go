@@ -387,7 +387,7 @@ func TestTransientSourceErrorsRetried(t *testing.T) {
 	if testkit.Metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "IB_504") < 3 || testkit.Metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "PACING_VIOLATION") < 1 {
 		t.Errorf("source error metrics: 504 %v, pacing %v", testkit.Metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "IB_504"), testkit.Metric(t, f.reg, "sluice_ticks_source_errors_total", "type", "PACING_VIOLATION"))
 	}
-	if n := len(f.k.ReadTopic(t, f.cfg.DLQTopic)); n != 0 {
+	if n := len(f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted())); n != 0 {
 		t.Errorf("%d DLQ records", n)
 	}
 }
@@ -406,7 +406,7 @@ func TestAlwaysFailingSourceDeadLetters(t *testing.T) {
 		t.Errorf("failed state %+v; want last_error_type IB_504 and an unmoved cursor", st)
 	}
 	var dlq []*kgo.Record
-	testkit.WaitFor(t, 10*time.Second, "DLQ record", func() bool { dlq = f.k.ReadTopic(t, f.cfg.DLQTopic); return len(dlq) > 0 })
+	testkit.WaitFor(t, 10*time.Second, "DLQ record", func() bool { dlq = f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted()); return len(dlq) > 0 })
 	r := dlq[0]
 	var task ticks.Task
 	_ = json.Unmarshal(r.Value, &task)

@@ -94,7 +94,7 @@ func TestBadBootstrapRefused(t *testing.T) {
 	}
 	var dlq []*kgo.Record
 	testkit.WaitFor(t, 20*time.Second, "every bad bootstrap dead-lettered", func() bool {
-		dlq = f.k.ReadTopic(t, f.cfg.DLQTopic)
+		dlq = f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted())
 		return len(dlq) >= len(want)
 	})
 	checkDeadLetters(t, dlq, want, func(c badTask, _ *kgo.Record, h map[string]string) {
@@ -182,7 +182,7 @@ func TestTriggerBeforeSessionEnd(t *testing.T) {
 	f.waitJob(t, res.JobKey, 60*time.Second, "the accepted job COMPLETED", func(st *ticks.JobState) bool { return st.Status == ticks.StatusCompleted })
 	var dlq []*kgo.Record
 	testkit.WaitFor(t, 20*time.Second, "the raw trigger dead-lettered", func() bool {
-		dlq = f.k.ReadTopic(t, f.cfg.DLQTopic)
+		dlq = f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted())
 		return len(dlq) > 0
 	})
 	if h := testkit.Headers(dlq[0]); len(dlq) != 1 || string(dlq[0].Key) != raw.JobKey || h[stages.HeaderReason] != string(stages.ReasonSanityFail) ||

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/pipelines/trades"
 )
@@ -206,7 +207,7 @@ func TestCoinbaseImportWithoutTokenKeyIsFatal(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "BROKER_TOKEN_KEY") || ctx.Err() != nil {
 		t.Fatalf("Run returned %v, want a fatal error naming BROKER_TOKEN_KEY", err)
 	}
-	if n := len(f.k.ReadTopic(t, f.cfg.DLQTopic)); n != 0 {
+	if n := len(f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted())); n != 0 {
 		t.Fatalf("%d dead letters, want none", n)
 	}
 }

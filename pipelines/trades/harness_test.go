@@ -56,6 +56,13 @@ type svcHarness struct {
 
 func newSvcHarness(t *testing.T, opts ...testkit.Option) *svcHarness {
 	t.Helper()
+	return newSvcHarnessParts(t, 1, opts...)
+}
+
+// newSvcHarnessParts is newSvcHarness with biasParts partitions of
+// trades.bias and trades.digest.state (settle needs one).
+func newSvcHarnessParts(t *testing.T, biasParts int32, opts ...testkit.Option) *svcHarness {
+	t.Helper()
 	k := testkit.NewKafka(t, opts...)
 	pg := testkit.NewPostgres(t)
 	ctx := testkit.Context(t)
@@ -74,11 +81,11 @@ func newSvcHarness(t *testing.T, opts ...testkit.Option) *svcHarness {
 			cfgs["cleanup.policy"] = &compact
 		}
 		full := h.naming.Topic(name)
-		// One partition of trades.bias (and its store): the timer's firing
-		// count is then that partition's (see settle).
+		// One partition of trades.bias (and its store) unless asked: the
+		// timer's firing count is then that partition's (see settle).
 		parts := int32(3)
 		if name == topics.TradesBias || name == topics.TradesDigestState {
-			parts = 1
+			parts = biasParts
 		}
 		if _, err := adm.CreateTopic(ctx, parts, -1, cfgs, full); err != nil {
 			t.Fatalf("create %s: %v", full, err)
@@ -105,18 +112,25 @@ func newSvcHarness(t *testing.T, opts ...testkit.Option) *svcHarness {
 		return true
 	})
 	h.cl = k.Client(t)
+	h.cfg = fastConfig(h.clock.Now)
+	t.Logf("services: %s, %s, object store %s", k, pg, obj.Kind)
+	return h
+}
+
+// fastConfig is the services' config of the tests: short batches, commit
+// interval and timer tick, the clock now.
+func fastConfig(now func() time.Time) Config {
 	fast := run.Config{
 		BatchLinger: 5 * time.Millisecond, CommitInterval: 100 * time.Millisecond, RevokeTimeout: 2 * time.Second,
 		SinkRetry: run.RetryPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 	}
-	h.cfg = Config{
-		Score: ScoreConfig{Runtime: fast, Now: h.clock.Now},
-		Digest: DigestConfig{Runtime: fast, Now: h.clock.Now, Tick: 20 * time.Millisecond,
+	cfg := Config{
+		Score: ScoreConfig{Runtime: fast, Now: now},
+		Digest: DigestConfig{Runtime: fast, Now: now, Tick: 20 * time.Millisecond,
 			Grace: time.Hour, Settle: 30 * time.Second, Horizon: 8 * 7 * 24 * time.Hour},
 	}
-	h.cfg.Score.Runtime.Retry = run.RetryPolicy{MaxAttempts: 3, Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}
-	t.Logf("services: %s, %s, object store %s", k, pg, obj.Kind)
-	return h
+	cfg.Score.Runtime.Retry = run.RetryPolicy{MaxAttempts: 3, Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}
+	return cfg
 }
 
 func (h *svcHarness) topic(name string) string { return h.naming.Topic(name) }

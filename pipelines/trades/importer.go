@@ -166,19 +166,6 @@ func (im *importer) onImport(ctx context.Context, states importStates, m stages.
 	return []*kgo.Record{rec}, nil
 }
 
-// pushSince is the since of a push's run, which its import.completed
-// carries to trades-score: the UTC date of its earliest valid trade
-// (today's when it has none), so that every trade it stores is scored.
-func pushSince(raws []RawTrade, c PushCommand, now time.Time) string {
-	since := now.UTC()
-	for _, r := range raws {
-		if t, err := r.Normalize(c.UserID, c.Broker, now); err == nil && t.TS.Before(since) {
-			since = t.TS
-		}
-	}
-	return since.UTC().Format(time.DateOnly)
-}
-
 // onPush stores a push's trades as the one page of a run.
 func (im *importer) onPush(ctx context.Context, states importStates, m stages.Msg[Command], c PushCommand, now time.Time) ([]*kgo.Record, error) {
 	items, err := c.Validate(m.Key)
@@ -207,12 +194,25 @@ func (im *importer) onPush(ctx context.Context, states importStates, m stages.Ms
 			return nil, err
 		}
 	}
-	st := im.newRun(ImportState{ImportID: id, UserID: c.UserID, Kind: KindPush, Broker: c.Broker, Since: pushSince(raws, c, now)}, m.Source.Offset, now)
+	st := im.newRun(ImportState{ImportID: id, UserID: c.UserID, Kind: KindPush, Broker: c.Broker, Since: pushSince(c, raws, now)}, m.Source.Offset, now)
 	out, err := im.storePage(ctx, states, st, 1, Page{Trades: raws}, m.Source.Offset, now)
 	if err == nil || stages.Classify(err).Kind == stages.KindDeadLetter {
 		im.m.imports.WithLabelValues("started").Inc() // once: a wait calls the stage again
 	}
 	return out, err
+}
+
+// pushSince is the since of a push's run, which its import.completed
+// carries to trades-score: the UTC date of its earliest valid trade, or
+// now's when it has none.
+func pushSince(c PushCommand, raws []RawTrade, now time.Time) string {
+	since := now.UTC()
+	for _, raw := range raws {
+		if t, err := raw.Normalize(c.UserID, c.Broker, now); err == nil && t.TS.Before(since) {
+			since = t.TS.UTC()
+		}
+	}
+	return since.Format(time.DateOnly)
 }
 
 // onPage runs one page of a RUNNING run: fenced by run_id and page =

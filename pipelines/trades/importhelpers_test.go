@@ -180,7 +180,7 @@ func (f *importFixture) waitDLQ(t *testing.T, n int) []*kgo.Record {
 	t.Helper()
 	var recs []*kgo.Record
 	testkit.WaitFor(t, 60*time.Second, "dead letters", func() bool {
-		recs = f.k.ReadTopic(t, f.cfg.DLQTopic)
+		recs = f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted())
 		return len(recs) >= n
 	})
 	return recs

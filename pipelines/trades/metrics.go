@@ -29,9 +29,9 @@ type importMetrics struct {
 func newImportMetrics(reg prometheus.Registerer) (*importMetrics, error) {
 	f := promreg.Shared(reg)
 	m := &importMetrics{
-		pages:     f.CounterVec("sluice_trades_import_pages_total", "Import pages by broker and result: stored, retried (failed fetch retried), rate_limited (429), failed (the run failed).", "broker", "result"),
-		trades:    f.CounterVec("sluice_trades_trades_total", "Trades of import pages by broker and result: stored (upserted) or rejected (a rule failed; dead-lettered).", "broker", "result"),
-		imports:   f.CounterVec("sluice_trades_imports_total", "Import and push commands by outcome: started, completed, failed, deduped.", "outcome"),
+		pages:   f.CounterVec("sluice_trades_import_pages_total", "Import pages by broker and result: stored, retried (failed fetch retried), rate_limited (429), failed (the run failed).", "broker", "result"),
+		trades:  f.CounterVec("sluice_trades_trades_total", "Trades of import pages by broker and result: stored (upserted) or rejected (a rule failed; dead-lettered).", "broker", "result"),
+		imports: f.CounterVec("sluice_trades_imports_total", "Import and push commands by outcome: started, completed, failed, deduped.", "outcome"),
 	}
 	if err := f.Err(); err != nil {
 		return nil, err

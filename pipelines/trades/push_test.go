@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/pipelines/trades"
 )
 
@@ -219,7 +220,7 @@ func badInputsScenario(t *testing.T, f *importFixture, key *trades.TokenSealer) 
 		{"k-trade", `{"kind":"push","user_id":"k-trade","broker":"synthetic","push_id":"one","trades":[{"id":"t","symbol":"BTC-USD","side":"BUY","qty":-1,"price":1,"ts":"2025-01-02T10:00:00Z"}]}`, "sanity_fail", trades.RuleQty},
 	}
 	f.connect(t, key, "k-auth", trades.BrokerCoinbase, "tok-k-auth", true)
-	before := len(f.k.ReadTopic(t, f.cfg.DLQTopic))
+	before := len(f.k.ReadTopic(t, f.cfg.DLQTopic, testkit.ReadCommitted()))
 	keys := map[string]bool{}
 	for _, c := range cases {
 		keys[c.key] = true

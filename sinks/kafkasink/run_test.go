@@ -97,7 +97,7 @@ func TestRunDeadLettersRecordTheMappingFailsOn(t *testing.T) {
 			if !slices.Equal(vals, []string{"a", "c"}) {
 				t.Fatalf("output topic holds %q, want [a c]", vals)
 			}
-			dlq := k.ReadTopic(t, cfg.DLQTopic)
+			dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 			if len(dlq) != 1 || string(dlq[0].Key) != "k-bad" || string(dlq[0].Value) != "bad" {
 				t.Fatalf("DLQ holds %d records (first %v), want only the original k-bad/bad", len(dlq), dlq)
 			}
@@ -156,7 +156,7 @@ func TestRunStopsOnFatalMappingError(t *testing.T) {
 	if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); c[0] > 1 {
 		t.Fatalf("committed %v, want nothing past the failing record", c)
 	}
-	if n := len(k.ReadTopic(t, cfg.DLQTopic)); n != 0 {
+	if n := len(k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())); n != 0 {
 		t.Fatalf("DLQ holds %d records, want none", n)
 	}
 	for _, rec := range k.ReadTopic(t, out) {
@@ -193,7 +193,7 @@ func TestRunStopsOnItemWithoutTopic(t *testing.T) {
 	if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); c[0] > 0 {
 		t.Fatalf("committed %v, want nothing", c)
 	}
-	if n := len(k.ReadTopic(t, cfg.DLQTopic)); n != 0 {
+	if n := len(k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())); n != 0 {
 		t.Fatalf("DLQ holds %d records, want none", n)
 	}
 }

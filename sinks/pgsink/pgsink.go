@@ -105,6 +105,13 @@ type Table[T any] struct {
 	Key []string
 	// Update is the DO UPDATE SET clause. Empty means DO NOTHING.
 	Update []Set
+	// AnyConflict, with an empty Update, skips a row that conflicts with
+	// any unique index or constraint of the table (ON CONFLICT DO NOTHING
+	// without a target), not only with Key's: for a table with a second
+	// unique key that incoming rows may repeat. Rows of one Write that
+	// conflict with each other are skipped after the first too. It has no
+	// effect with Update.
+	AnyConflict bool
 	// Touch are columns set to now() whenever a conflicting row is updated
 	// (e.g. ingest_time).
 	Touch []string
@@ -290,6 +297,10 @@ func (t Table[T]) sql() (create, upsert string) {
 		ident(t.Name), cols, cols, pgx.Identifier{stagingTable}.Sanitize())
 	if t.Where != "" {
 		fmt.Fprintf(&b, "AS s WHERE (%s)\n", t.Where)
+	}
+	if len(t.Update) == 0 && t.AnyConflict {
+		b.WriteString("ON CONFLICT DO NOTHING")
+		return create, b.String()
 	}
 	fmt.Fprintf(&b, "ON CONFLICT (%s) ", key)
 	if len(t.Update) == 0 {

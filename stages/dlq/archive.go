@@ -297,6 +297,7 @@ type archiveRow struct {
 	payload                     []byte
 	json                        *string // payload_json
 	failedAt                    *time.Time
+	redrives                    int32    // redrive_count
 	topicID                     [16]byte // set by archiver.write
 }
 
@@ -309,6 +310,7 @@ func newArchiveRow(r Record) archiveRow {
 		// corrupt header) would fail the insert on every run and stop the
 		// archiver, so it is stored as the largest value the column holds.
 		attempts: min(r.Attempts, math.MaxInt32),
+		redrives: int32(min(r.RedriveCount, math.MaxInt32)),
 		payload:  r.Value,
 	}
 	if r.SourceTopic != "" {
@@ -371,7 +373,7 @@ func archiveTable() pgsink.Table[archiveRow] {
 	return pgsink.Table[archiveRow]{
 		Name: "dlq_archive",
 		Columns: []string{"dlq_topic", "dlq_partition", "dlq_offset", "source_topic", "source_partition", "source_offset",
-			"reason", "rule_id", "error_msg", "stage", "attempts", "record_key", "payload", "payload_json", "failed_at", "dlq_topic_id"},
+			"reason", "rule_id", "error_msg", "stage", "attempts", "record_key", "payload", "payload_json", "failed_at", "dlq_topic_id", "redrive_count"},
 		Key: []string{"dlq_topic", "dlq_partition", "dlq_offset", "dlq_topic_id"},
 		KeyOf: func(r archiveRow) string {
 			return fmt.Sprintf("%s\x00%d\x00%d\x00%x", r.topic, r.partition, r.offset, r.topicID)
@@ -379,9 +381,14 @@ func archiveTable() pgsink.Table[archiveRow] {
 		Values: func(r archiveRow) []any {
 			return []any{r.topic, r.partition, r.offset, r.srcTopic, r.srcPartition, r.srcOffset,
 				r.reason, r.rule, r.errMsg, r.stage, r.attempts, r.key, r.payload, r.json, r.failedAt,
-				pgtype.UUID{Bytes: r.topicID, Valid: true}}
+				pgtype.UUID{Bytes: r.topicID, Valid: true}, r.redrives}
 		},
-		Where: notArchivedBefore,
+		// A second copy of a source record's dead letter in the same DLQ
+		// topic incarnation (same source coordinates and redrive count,
+		// another DLQ offset) is skipped on the unique index
+		// dlq_archive_source_record_key.
+		AnyConflict: true,
+		Where:       notArchivedBefore,
 		Fallback: func(r archiveRow, refusal error) (archiveRow, bool) {
 			if r.json == nil || !strings.HasPrefix(pgsink.SQLState(refusal), "22") {
 				return r, false

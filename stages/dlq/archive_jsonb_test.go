@@ -26,8 +26,10 @@ func refusedJSON() map[string]string {
 // refused values, on both DLQ partitions.
 func jsonbFixture(e env) []spec {
 	bad := refusedJSON()
+	n := int64(0)
 	s := func(key, value string, partition int32) spec {
-		return spec{key: key, value: value, partition: partition, reason: "decode_error", srcTopic: e.src, failedAt: t0, redrives: -1}
+		n++ // each its own source record
+		return spec{key: key, value: value, partition: partition, reason: "decode_error", srcTopic: e.src, srcOffset: n, failedAt: t0, redrives: -1}
 	}
 	return []spec{
 		s("A", `{"n":1}`, 0),

@@ -245,3 +245,35 @@ func (h handlerFunc) Enabled(context.Context, slog.Level) bool      { return tru
 func (h handlerFunc) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
 func (h handlerFunc) WithAttrs([]slog.Attr) slog.Handler            { return h }
 func (h handlerFunc) WithGroup(string) slog.Handler                 { return h }
+
+// Copies of one source record's dead letter (the same source coordinates
+// and redrive count at other DLQ offsets, left by a member that crashed
+// before its commit) are archived once; a dead letter of the same source
+// coordinates with another redrive count, and dead letters without source
+// coordinates, each get their row.
+func TestArchiveSkipsCopiesOfASourceRecord(t *testing.T) {
+	t.Parallel()
+	db := archiveDB(t)
+	e := newEnv(t)
+	dlqTopic, src := e.dlqTopic, e.src
+	e.write(t, dlqTopic,
+		spec{key: "FPT", value: `{"n":1}`, partition: 0, reason: "sanity_fail", srcTopic: src, srcPartition: 1, srcOffset: 5, failedAt: t0, redrives: -1},
+		spec{key: "FPT", value: `{"n":1}`, partition: 1, reason: "sanity_fail", srcTopic: src, srcPartition: 1, srcOffset: 5, failedAt: t0.Add(time.Second), redrives: -1},
+		spec{key: "FPT", value: `{"n":1}`, partition: 0, reason: "sanity_fail", srcTopic: src, srcPartition: 1, srcOffset: 5, failedAt: t0.Add(2 * time.Second), redrives: 0},
+		spec{key: "FPT", value: `{"n":1}`, partition: 0, reason: "sanity_fail", srcTopic: src, srcPartition: 1, srcOffset: 5, failedAt: t0, redrives: 1},
+		spec{key: "MWG", value: `{"x":2}`, partition: 1, reason: "exception", redrives: -1},
+		spec{key: "MWG", value: `{"x":2}`, partition: 1, reason: "exception", redrives: -1},
+	)
+	res, err := dlq.ArchiveOnce(ctxT(t), e.opts, db, dlqTopic, testkit.Name(t, "g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (dlq.ArchiveResult{Read: 6, Inserted: 4}) || rowCount(t, db, dlqTopic) != 4 {
+		t.Fatalf("run %+v, %d rows; want 6 read, 4 inserted, 4 rows", res, rowCount(t, db, dlqTopic))
+	}
+	var fpt string
+	if err := db.QueryRow(ctxT(t), `SELECT string_agg(redrive_count::text, ',' ORDER BY redrive_count) FROM dlq_archive
+		WHERE dlq_topic = $1 AND record_key = 'FPT'`, dlqTopic).Scan(&fpt); err != nil || fpt != "0,1" {
+		t.Fatalf("FPT rows by redrive count: %q (%v), want 0,1", fpt, err)
+	}
+}

@@ -444,8 +444,8 @@ func TestRedriveCountsSentAfterAFailure(t *testing.T) {
 	e := newEnv(t)
 	dlqTopic, src := e.dlqTopic, e.src
 	e.write(t, dlqTopic,
-		spec{key: "big", value: strings.Repeat("x", 4000), reason: "exception", srcTopic: src, failedAt: t0, redrives: -1},
-		spec{key: "good", value: "2", reason: "exception", srcTopic: src, failedAt: t0, redrives: -1},
+		spec{key: "big", value: strings.Repeat("x", 4000), reason: "exception", srcTopic: src, srcOffset: 1, failedAt: t0, redrives: -1},
+		spec{key: "good", value: "2", reason: "exception", srcTopic: src, srcOffset: 2, failedAt: t0, redrives: -1},
 	)
 	opts := append(e.opts[:len(e.opts):len(e.opts)], kgo.ProducerBatchMaxBytes(2000))
 	res, err := dlq.Redrive(ctxT(t), opts, dlq.RedriveRequest{DLQTopic: dlqTopic})
@@ -502,4 +502,44 @@ func writeTransactional(t *testing.T, e env) {
 		})
 		return same
 	})
+}
+
+// A redrive run sends one record per source record and redrive count:
+// further dead letters of it (copies at other DLQ offsets) are skipped as
+// duplicates, with and without DryRun; dead letters without source
+// coordinates are never duplicates.
+func TestRedriveSendsASourceRecordOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dlqTopic, src := e.dlqTopic, e.src
+	e.write(t, dlqTopic,
+		spec{key: "FPT", value: "1", partition: 0, reason: "sanity_fail", srcTopic: src, srcPartition: 1, srcOffset: 5, failedAt: t0, redrives: -1},
+		spec{key: "FPT", value: "1", partition: 1, reason: "sanity_fail", srcTopic: src, srcPartition: 1, srcOffset: 5, failedAt: t0, redrives: 0},
+		spec{key: "FPT", value: "1", partition: 1, reason: "sanity_fail", srcTopic: src, srcPartition: 1, srcOffset: 5, failedAt: t0, redrives: 1},
+		spec{key: "SSI", value: "2", partition: 0, reason: "sanity_fail", srcTopic: src, srcPartition: 2, srcOffset: 9, failedAt: t0, redrives: -1},
+		spec{key: "SSI", value: "2", partition: 0, reason: "sanity_fail", srcTopic: src, srcPartition: 2, srcOffset: 9, failedAt: t0, redrives: -1},
+	)
+	for _, dry := range []bool{true, false} {
+		var dups []string
+		req := dlq.RedriveRequest{DLQTopic: dlqTopic, DryRun: dry, Each: func(r dlq.Record, d dlq.Decision) {
+			if d == dlq.Duplicate {
+				dups = append(dups, fmt.Sprintf("%s@%d/%d", r.Key, r.Partition, r.Offset))
+			}
+		}}
+		res, err := dlq.Redrive(ctxT(t), e.opts, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.StartedAt = time.Time{}
+		if want := (dlq.RedriveResult{Scanned: 5, Sent: 3, Duplicates: 2}); res != want || len(dups) != 2 {
+			t.Fatalf("dry run %v: result %+v, duplicates %v; want %+v", dry, res, dups, want)
+		}
+	}
+	got := map[string]int{}
+	for _, r := range e.k.ReadTopic(t, src) {
+		got[string(r.Key)+"/"+testkit.Headers(r)[stages.HeaderRedriveCount]]++
+	}
+	if want := map[string]int{"FPT/1": 1, "FPT/2": 1, "SSI/1": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("re-driven records by key and redrive count %v, want %v", got, want)
+	}
 }

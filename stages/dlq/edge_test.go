@@ -18,9 +18,9 @@ func TestArchiveOutOfRangeAttempts(t *testing.T) {
 	db := archiveDB(t)
 	e := newEnv(t)
 	e.write(t, e.dlqTopic,
-		spec{key: "a", value: "1", reason: "exception", srcTopic: e.src, failedAt: t0, redrives: -1,
+		spec{key: "a", value: "1", reason: "exception", srcTopic: e.src, srcOffset: 1, failedAt: t0, redrives: -1,
 			extra: []kgo.RecordHeader{{Key: stages.HeaderAttempts, Value: []byte("3000000000")}}},
-		spec{key: "b", value: "2", reason: "exception", srcTopic: e.src, failedAt: t0, redrives: -1})
+		spec{key: "b", value: "2", reason: "exception", srcTopic: e.src, srcOffset: 2, failedAt: t0, redrives: -1})
 	res, err := dlq.ArchiveOnce(ctxT(t), e.opts, db, e.dlqTopic, testkit.Name(t, "g"))
 	if err != nil || res != (dlq.ArchiveResult{Read: 2, Inserted: 2}) {
 		t.Fatalf("archive: %+v, %v; want 2 read and inserted", res, err)

@@ -47,6 +47,12 @@ const (
 	// would publish an empty record. The original is at its source
 	// coordinates while the source topic retains it.
 	Omitted
+	// Duplicate skips a second dead letter of a source record this run
+	// already decided to send: the same dlq.source.topic,
+	// dlq.source.partition, dlq.source.offset and dlq.redrive_count (a
+	// copy left by a member that dead-lettered the record and crashed
+	// before its commit, under at-least-once dead letters).
+	Duplicate
 )
 
 func (d Decision) String() string {
@@ -59,6 +65,8 @@ func (d Decision) String() string {
 		return "unroutable"
 	case Omitted:
 		return "omitted"
+	case Duplicate:
+		return "duplicate"
 	default:
 		return "decision(" + strconv.Itoa(int(d)) + ")"
 	}
@@ -96,6 +104,9 @@ type RedriveResult struct {
 	// Omitted is how many matched but are stubs without the original
 	// record (dlq.value_omitted).
 	Omitted int
+	// Duplicates is how many matched but are further dead letters of a
+	// source record already sent (or, with DryRun, to be sent) by this run.
+	Duplicates int
 	// StartedAt is when the redrive started reading, in UTC, truncated to
 	// the second: dlq.failed_at is written to the second, so a re-driven
 	// record that failed again in the second the redrive started has a
@@ -121,7 +132,10 @@ type RedriveResult struct {
 // are records whose source topic does not exist (deleted since; they count
 // as Unroutable, with DryRun too): one missing topic does not stop the
 // redrive of the others. Whether a topic exists is asked once per topic
-// and run. Records are produced
+// and run. A source record is sent at most once per run: a
+// dead letter with the source coordinates and redrive count of one
+// already sent is a Duplicate (dead letters without source coordinates
+// are never duplicates). Records are produced
 // synchronously in batches, in DLQ partition order; on a produce error
 // Redrive stops and returns the counts so far with the error.
 //
@@ -175,6 +189,15 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 		}
 		return found[topic], nil
 	}
+	// sent holds the source records sent (or, with DryRun, to be sent) so
+	// far, by coordinates and redrive count.
+	type sourceRecord struct {
+		topic     string
+		partition int32
+		offset    int64
+		redrives  int
+	}
+	sent := map[sourceRecord]bool{}
 	var batch []*kgo.Record
 	flush := func() error {
 		if len(batch) == 0 {
@@ -213,6 +236,11 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 			d = Refuse
 			res.Refused++
 		}
+		src := sourceRecord{r.SourceTopic, r.SourcePartition, r.SourceOffset, r.RedriveCount}
+		if d == Send && r.SourcePartition >= 0 && r.SourceOffset >= 0 && sent[src] {
+			d = Duplicate
+			res.Duplicates++
+		}
 		if d == Send {
 			ok, err := exists(r.SourceTopic)
 			if err != nil {
@@ -228,6 +256,9 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 		}
 		if d != Send {
 			return nil
+		}
+		if r.SourcePartition >= 0 && r.SourceOffset >= 0 {
+			sent[src] = true
 		}
 		if req.DryRun {
 			res.Sent++

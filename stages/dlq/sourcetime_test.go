@@ -20,9 +20,9 @@ func TestRedriveStampsRedriveTime(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.write(t, e.dlqTopic,
-		spec{key: "with", value: "1", reason: "sanity_fail", srcTopic: e.src, srcPartition: 0, failedAt: t0, redrives: -1,
+		spec{key: "with", value: "1", reason: "sanity_fail", srcTopic: e.src, srcPartition: 0, srcOffset: 1, failedAt: t0, redrives: -1,
 			extra: []kgo.RecordHeader{{Key: stages.HeaderSourceTimestamp, Value: []byte("2024-05-01T08:59:58.25Z")}}},
-		spec{key: "without", value: "2", reason: "sanity_fail", srcTopic: e.src, srcPartition: 0, failedAt: t0, redrives: -1})
+		spec{key: "without", value: "2", reason: "sanity_fail", srcTopic: e.src, srcPartition: 0, srcOffset: 2, failedAt: t0, redrives: -1})
 	before := time.Now().Add(-time.Second)
 	res, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: e.dlqTopic})
 	if err != nil || res.Sent != 2 {

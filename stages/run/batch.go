@@ -189,6 +189,7 @@ func (w *worker[In, Out]) callStage(msg stages.Msg[In]) (outs []Out, err error) 
 			outs, err = nil, stages.DeadLetter(stages.ReasonException, "", fmt.Errorf("stage panic: %v", p))
 		}
 	}()
+	defer w.doing(blockedStage)()
 	return w.r.stage(w.sctx, msg)
 }
 
@@ -206,7 +207,9 @@ func (w *worker[In, Out]) write(outs []Out, rejected func(rej *stages.Rejections
 	t0 := time.Now()
 	for attempt := 1; ; attempt++ {
 		ts := time.Now()
+		undo := w.doing(blockedSink)
 		err := r.sink.Write(w.ctx, outs)
+		undo()
 		r.m.sinkDur.Observe(time.Since(ts).Seconds())
 		if err == nil {
 			break
@@ -284,10 +287,28 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 	if w.lost.Load() {
 		return errAbandoned
 	}
-	last := batch[len(batch)-1]
-	r.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
-		last.Topic: {last.Partition: {Epoch: last.LeaderEpoch, Offset: last.Offset + 1}},
-	})
-	r.m.committed.WithLabelValues(last.Topic).Add(float64(dataRecords(batch)))
+	return w.markDone(batch[len(batch)-1], dataRecords(batch))
+}
+
+// markDone marks the offset after last for commit once the effects of
+// the records up to it (records of them) are durable: with the group client
+// (committed every CommitInterval), or with Config.DLQCommit
+// DLQTransactional by handing it to the committer together with the dead
+// letters the worker holds, which then commit with it (see txnCommitter).
+func (w *worker[In, Out]) markDone(last *kgo.Record, records int) error {
+	r := w.r
+	off := kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+	w.pos.Store(off.Offset)
+	if r.txn == nil {
+		r.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{last.Topic: {last.Partition: off}})
+		r.m.committed.WithLabelValues(last.Topic).Add(float64(records))
+		return nil
+	}
+	defer w.doing(blockedCommit)()
+	if !r.txn.submit(w.ctx, w.owner, off, records, w.held.dlq, w.held.labels) {
+		return errAbandoned
+	}
+	w.releaseRecords(w.held.bytes)
+	w.held = heldDLQ{}
 	return nil
 }

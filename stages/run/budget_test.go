@@ -289,7 +289,7 @@ func TestEncodedWindowWrittenInPartsMapsRejections(t *testing.T) {
 			t.Errorf("key %s: count %d hash %x, want count %d hash %x", key, got.count, got.last, w.count, w.last)
 		}
 	}
-	dlq := k.ReadTopic(t, cfg.DLQTopic)
+	dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 	if len(dlq) != n/keys {
 		t.Fatalf("DLQ has %d records, want the %d records of key %s", len(dlq), n/keys, refused)
 	}

@@ -421,6 +421,7 @@ func (w *worker[In, Out]) produceChangelog(recs []*kgo.Record) error {
 		}
 		return errAbandoned
 	}
+	defer w.doing(blockedChangelog)()
 	for attempt := 1; ; attempt++ {
 		var failed []*kgo.Record
 		var ferr error

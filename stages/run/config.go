@@ -29,6 +29,22 @@ type Config struct {
 	// archiver), where a dead letter would loop back into its input or be
 	// lost. Not supported by the transactional runner.
 	NoDLQ bool
+	// DLQCommit is how dead letters commit (the batch runner; the
+	// transactional runner always commits them in its transactions):
+	// DLQTransactional (default) produces the dead letters of the batches
+	// (or windows) behind an offset commit in one Kafka transaction with
+	// that commit, so a read_committed reader of the DLQ topic sees exactly
+	// one dead letter per bad record across crashes, rebalances and broker
+	// restarts; the runner's committer starts that commit as soon as it is
+	// handed dead letters (a few round trips after their batch, or after
+	// their window is written), and a member
+	// killed mid-commit leaves a transaction open for up to 20s, which
+	// holds back read_committed readers of the DLQ topic and the next
+	// owner's start until the broker aborts it. DLQAtLeastOnce produces
+	// them at the end of each batch, before its offsets are marked: a
+	// crash, a rebalance or a broker outage before the commit dead-letters
+	// the redelivered records again. Ignored with NoDLQ.
+	DLQCommit string
 	// BatchMaxRecords bounds a batch by record count (default 500).
 	BatchMaxRecords int
 	// BatchMaxBytes bounds a batch by the sum of record value sizes (default 4 MiB).
@@ -206,6 +222,9 @@ func (c Config) withDefaults() Config {
 	if c.StopIdle <= 0 {
 		c.StopIdle = 10 * time.Second
 	}
+	if c.DLQCommit == "" {
+		c.DLQCommit = DLQTransactional
+	}
 	if c.Window.MaxKeys > 0 && c.Window.MaxAge <= 0 {
 		c.Window.MaxAge = 5 * time.Second
 	}
@@ -236,6 +255,11 @@ func (c Config) Validate() error {
 	case "", "earliest", "latest":
 	default:
 		errs = append(errs, fmt.Errorf("start offset %q: want earliest or latest", c.StartOffset))
+	}
+	switch c.DLQCommit {
+	case "", DLQTransactional, DLQAtLeastOnce:
+	default:
+		errs = append(errs, fmt.Errorf("DLQ commit %q: want %s or %s", c.DLQCommit, DLQTransactional, DLQAtLeastOnce))
 	}
 	if c.Window.MaxKeys < 0 || c.Window.MaxAge < 0 || c.Window.MaxTotalKeys < 0 {
 		errs = append(errs, errors.New("window bounds must not be negative"))

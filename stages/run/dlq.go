@@ -154,11 +154,25 @@ const ruleTooLarge = "kafka.too_large"
 // DLQ topic still refuses as too large (its max.message.bytes is below the
 // dlq.* headers alone) can never be produced: that is a fatal error (see
 // stubTooLarge), and the offsets behind it are not marked.
+//
+// With Config.DLQCommit DLQTransactional the dead letters are held by the
+// worker instead (their bytes count in the memory budget) and handed to
+// the runner's committer with the offset that follows them (markDone),
+// which produces them in the transaction of that offset's commit.
 func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 	r := w.r
 	if r.cfg.NoDLQ {
 		return noDLQ(p.dlq[0])
 	}
+	if r.txn != nil {
+		n := recordsBytes(p.dlq)
+		w.holdRecords(n)
+		w.held.bytes += n
+		w.held.dlq = append(w.held.dlq, p.dlq...)
+		w.held.labels = append(w.held.labels, p.labels...)
+		return nil
+	}
+	defer w.doing(blockedDLQ)()
 	t0 := time.Now()
 	todo := p.dlq
 	for attempt := 1; ; attempt++ {

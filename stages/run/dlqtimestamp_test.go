@@ -53,7 +53,7 @@ func TestDeadLetterKeepsSourceTimestamp(t *testing.T) {
 	if len(src) != 2 || !src[0].Timestamp.Equal(srcTime) {
 		t.Fatalf("source topic: %d records, first at %v; want 2, the first at %v (CreateTime)", len(src), src[0].Timestamp, srcTime)
 	}
-	dl := k.ReadTopic(t, cfg.DLQTopic)
+	dl := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 	if len(dl) != 1 {
 		t.Fatalf("DLQ has %d records, want 1", len(dl))
 	}

@@ -66,9 +66,18 @@
 // passes on), its reason is dlq.reason instead if it is one of the
 // design's, and its rule is dlq.rule when the rejection has none.
 //
-// Dead letters are produced before the offsets behind them are marked; a
-// failed DLQ produce is retried until it succeeds. Each is counted, once
-// acknowledged, in sluice_dlq_records_total{reason,rule} and
+// Dead letters commit with the offsets behind them (Config.DLQCommit):
+// by default the runner's committer produces them in one Kafka transaction
+// with the group's offset commit that covers their records (started as
+// soon as the committer is handed dead letters; offsets alone commit every
+// Config.CommitInterval, on revoke and on shutdown), so a read_committed
+// reader of the DLQ topic sees exactly one dead letter per record across
+// crashes, rebalances and broker outages; a failed transaction is aborted
+// and committed again with later offsets. With DLQAtLeastOnce they are
+// produced at the end of their batch, before its offsets are marked, and
+// a failed produce is retried until it succeeds. Each is counted, once
+// committed (acknowledged, with DLQAtLeastOnce), in
+// sluice_dlq_records_total{reason,rule} and
 // sluice_dlq_records_by_reason_total{reason}. dlq.error is cut to 4 KiB.
 // A dead letter the DLQ topic refuses as too large (its max.message.bytes)
 // is produced as a stub instead: the dlq.* headers plus

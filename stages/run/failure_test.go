@@ -276,7 +276,7 @@ func TestDLQProduceFollowsLeaderMove(t *testing.T) {
 	}
 	checkLanded(t, sink.Items(), good, nil)
 	count := map[string]int{}
-	for _, d := range k.ReadTopic(t, cfg.DLQTopic) {
+	for _, d := range k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted()) {
 		count[string(d.Value)]++
 	}
 	for _, r := range recs {
@@ -751,15 +751,39 @@ func TestTransactionalTopicRecreated(t *testing.T) {
 // (the records before it are).
 func TestDLQStubTooLargeIsFatal(t *testing.T) {
 	t.Parallel()
+	// The batch that dead-letters fails at its own end: the at-least-once
+	// path (TestDLQTransactionStubTooLargeIsFatal is the transactional one).
+	k, cfg, sink, reg := runStubTooLarge(t, run.DLQAtLeastOnce)
+	if got := testkit.Committed(t, k.Admin(t), cfg.Group, cfg.Topics[0])[0]; got != 2 {
+		t.Errorf("committed %d, want 2 (the records before the poison one, not it)", got)
+	}
+	if sink.Len() != 2 {
+		t.Errorf("sink has %d records, want 2", sink.Len())
+	}
+	if got := len(k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())); got != 0 {
+		t.Errorf("DLQ has %d records, want none", got)
+	}
+	if got := testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "fatal"); got != 1 {
+		t.Errorf("fatal errors = %v, want 1", got)
+	}
+}
+
+// runStubTooLarge runs a runner with DLQ commit mode over 5 records, one
+// batch each, whose third is dead-lettered into a DLQ topic whose
+// max.message.bytes (256) is below the stub's size, and checks that Run
+// returns a fatal MESSAGE_TOO_LARGE error naming the DLQ topic and its
+// limit before a 15 s deadline.
+func runStubTooLarge(t *testing.T, mode string) (*testkit.Kafka, run.Config, *memsink.Sink[msg], *prometheus.Registry) {
+	t.Helper()
 	k := testkit.NewKafka(t, testkit.ForceFake())
 	cfg := baseConfig(t, k, 1)
 	cfg.BatchMaxRecords = 1
+	cfg.DLQCommit = mode
 	// The stub alone (dlq.* headers, dlq.error cut to 512 bytes, and
 	// dlq.value_omitted) is well above 256 bytes.
 	limit := "256"
 	cfg.DLQTopic = k.Topic(t, "dlq.tiny", 1, map[string]*string{"max.message.bytes": &limit})
-	cl, adm := k.Client(t), k.Admin(t)
-	produce(t, cl, cfg.Topics[0], 5, 1, func(i int) string {
+	produce(t, k.Client(t), cfg.Topics[0], 5, 1, func(i int) string {
 		if i == 2 {
 			return "poison:" + strings.Repeat("p", 4<<10)
 		}
@@ -789,16 +813,5 @@ func TestDLQStubTooLargeIsFatal(t *testing.T) {
 	if c := stages.Classify(err); c.Kind != stages.KindFatal || !errors.Is(err, kerr.MessageTooLarge) {
 		t.Errorf("Run's error is not a fatal MESSAGE_TOO_LARGE: kind %v, %v", c.Kind, err)
 	}
-	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != 2 {
-		t.Errorf("committed %d, want 2 (the records before the poison one, not it)", got)
-	}
-	if sink.Len() != 2 {
-		t.Errorf("sink has %d records, want 2", sink.Len())
-	}
-	if got := len(k.ReadTopic(t, cfg.DLQTopic)); got != 0 {
-		t.Errorf("DLQ has %d records, want none", got)
-	}
-	if got := testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "fatal"); got != 1 {
-		t.Errorf("fatal errors = %v, want 1", got)
-	}
+	return k, cfg, sink, reg
 }

@@ -55,7 +55,7 @@ func newMetrics(reg prometheus.Registerer, pipeline string, topics []string) (*m
 		stageDur:    f.Histogram("sluice_stage_duration_seconds", "Stage latency per record.", lat),
 		sinkDur:     f.Histogram("sluice_sink_write_duration_seconds", "Sink Write latency per batch.", lat),
 		batchSize:   f.Histogram("sluice_batch_records", "Records per batch.", prometheus.ExponentialBuckets(1, 2, 14)),
-		lag:         f.GaugeVec("sluice_consumer_lag", "Records between the last fetched offset and the high watermark, per partition.", "topic", "partition"),
+		lag:         f.GaugeVec("sluice_consumer_lag", "Records between the partition's position (after its last batch done) and its end offset, per assigned partition; listed every 5s.", "topic", "partition"),
 		paused:      f.Gauge("sluice_paused_partitions", "Partitions whose fetches are paused."),
 		assigned:    f.Gauge("sluice_assigned_partitions", "Partitions assigned to this member."),
 		committed:   f.CounterVec("sluice_records_done_total", "Records whose effects are durable and whose offsets are marked for commit.", "topic"),

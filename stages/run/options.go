@@ -20,6 +20,7 @@ type options struct {
 	onRevoked  func(ctx context.Context, revoked map[string][]int32)
 	stageName  string
 	topicCheck time.Duration // period of watchTopics (default topicCheckInterval); set by tests
+	lagEvery   time.Duration // period of watchLag (default lagInterval); set by tests
 
 	// State stores and timers (see state.go, timer.go).
 	stores []StateStore

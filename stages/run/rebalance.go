@@ -60,9 +60,12 @@ func (r *Runner[In, Out]) onRevoked(ctx context.Context, cl *kgo.Client, revoked
 	r.stopWorkers(ws)
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.RevokeTimeout)
 	defer cancel()
-	if err := cl.CommitMarkedOffsets(cctx); err != nil {
+	if err := r.commitNow(cctx); err != nil {
 		r.m.errors.WithLabelValues("commit").Inc()
 		r.o.log.Error("commit on revoke failed", "err", err)
+	}
+	for _, w := range ws {
+		w.owner.gone.Store(true) // what the revoke did not commit is the next owner's
 	}
 	if r.o.onRevoked != nil && len(revoked) > 0 {
 		r.o.onRevoked(ctx, revoked)
@@ -76,6 +79,7 @@ func (r *Runner[In, Out]) onLost(ctx context.Context, cl *kgo.Client, lost map[s
 	ws := r.detach(lost)
 	for _, w := range ws {
 		w.lost.Store(true)
+		w.owner.gone.Store(true)
 	}
 	r.awaitWorkers(ws, 0)
 	if r.o.onRevoked != nil && len(lost) > 0 {
@@ -114,8 +118,8 @@ func (r *Runner[In, Out]) awaitWorkers(ws []*worker[In, Out], timeout time.Durat
 	for _, w := range waitDone(rest, grace.C) {
 		w.abandon()
 		r.m.errors.WithLabelValues("abandoned").Inc()
-		r.o.log.Error("worker did not stop after its context was cancelled (sink or stage ignoring it); abandoned, its batch will be redelivered",
-			"topic", w.tp.topic, "partition", w.tp.partition)
+		r.o.log.Error("worker did not stop after its context was cancelled; abandoned, its batch will be redelivered",
+			"topic", w.tp.topic, "partition", w.tp.partition, "blocked_in", w.blocker())
 	}
 }
 

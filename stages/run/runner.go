@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +37,8 @@ type Runner[In, Out any] struct {
 	failMu  sync.Mutex
 	failErr error
 	stopRun context.CancelCauseFunc
-	end     *endWatch // Config.StopAtEnd's, set by Run
+	end     *endWatch     // Config.StopAtEnd's, set by Run
+	txn     *txnCommitter // Config.DLQCommit DLQTransactional's committer, set by Run; nil otherwise
 
 	// State stores and timers (state.go, timer.go, changelog.go).
 	state *stateRuntime  // nil: no stores and no timers
@@ -112,6 +112,9 @@ func setup(cfg Config, opts []Option) (options, *metrics, error) {
 	if o.topicCheck <= 0 {
 		o.topicCheck = topicCheckInterval
 	}
+	if o.lagEvery <= 0 {
+		o.lagEvery = lagInterval
+	}
 	m, err := newMetrics(o.reg, cfg.Name, cfg.Topics)
 	if err != nil {
 		return o, nil, fmt.Errorf("register metrics of pipeline %s: %w", cfg.Name, err)
@@ -165,12 +168,22 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	// The fetch buffers are sized from the memory budget (fetchOpts).
 	opts := append([]kgo.Opt{kgo.FetchMaxWait(time.Second), kgo.MetadataMaxAge(metadataMaxAge)}, fetchOpts(r.budget)...)
 	opts = append(opts, r.o.kopts...)
+	transactional := r.cfg.DLQCommit == DLQTransactional && !r.cfg.NoDLQ
+	autoCommit := r.cfg.CommitInterval
+	if transactional {
+		// The committer commits (dlqtxn.go); the group client never does
+		// by itself (its marks only follow the commits), and a member
+		// starting on a partition waits for a transaction still holding
+		// offsets of it.
+		autoCommit = 24 * time.Hour
+		opts = append(opts, kgo.RequireStableFetchOffsets())
+	}
 	opts = append(opts,
 		kgo.ConsumerGroup(r.cfg.Group),
 		kgo.ConsumeTopics(r.cfg.Topics...),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.AutoCommitMarks(),
-		kgo.AutoCommitInterval(r.cfg.CommitInterval),
+		kgo.AutoCommitInterval(autoCommit),
 		kgo.AutoCommitCallback(r.onAutoCommit),
 		kgo.OnPartitionsAssigned(r.onAssigned),
 		kgo.OnPartitionsRevoked(r.onRevoked),
@@ -203,6 +216,20 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	}
 	setClient(cl)
 	r.cl = cl
+	committed := make(chan struct{})
+	stopCommits := func() {}
+	if transactional {
+		if r.txn, err = newTxnCommitter(r.cfg, r.o.kopts, cl, r.o.log, r.m, r.onAutoCommit); err != nil {
+			cl.Close()
+			return fmt.Errorf("pipeline %s: %w", r.cfg.Name, err)
+		}
+		cctx, cancel := context.WithCancel(hard)
+		stopCommits = func() { cancel(); <-committed }
+		go func() {
+			defer close(committed)
+			r.txn.loop(cctx, r.cfg.CommitInterval, r.fail)
+		}()
+	}
 	r.o.log.Info("pipeline starting", "group", r.cfg.Group, "topics", r.cfg.Topics)
 	watched := make(chan struct{})
 	go func() {
@@ -214,6 +241,12 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	if r.end != nil {
 		go r.end.run(runCtx, cl, r.o.log, func() { stop(nil) })
 	}
+	lagDone := make(chan struct{})
+	go func() {
+		defer close(lagDone)
+		r.watchLag(runCtx)
+	}()
+	defer func() { <-lagDone }()
 
 	for runCtx.Err() == nil {
 		r.waitForCapacity(runCtx)
@@ -239,7 +272,6 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 				return
 			}
 			last := p.Records[len(p.Records)-1]
-			r.m.lag.WithLabelValues(p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - last.Offset - 1))
 			r.mu.Lock()
 			w := r.workers[tp{p.Topic, p.Partition}]
 			r.mu.Unlock()
@@ -265,12 +297,16 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	r.stopWorkers(all)
+	stopCommits() // a periodic commit under way is cancelled; the final one follows
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.RevokeTimeout)
-	if err := cl.CommitMarkedOffsets(cctx); err != nil {
+	if err := r.commitNow(cctx); err != nil {
 		r.m.errors.WithLabelValues("commit").Inc()
 		r.o.log.Error("final commit failed", "err", err)
 	}
 	ccancel()
+	if r.txn != nil {
+		r.txn.close()
+	}
 	cl.Close()
 	r.ready.Store(false)
 
@@ -282,6 +318,15 @@ func (r *Runner[In, Out]) Run(ctx context.Context) error {
 	}
 	r.o.log.Info("pipeline stopped")
 	return nil
+}
+
+// commitNow commits the offsets marked or submitted so far (with their
+// dead letters under DLQTransactional); used on revoke and shutdown.
+func (r *Runner[In, Out]) commitNow(ctx context.Context) error {
+	if r.txn != nil {
+		return r.txn.commit(ctx, false)
+	}
+	return r.cl.CommitMarkedOffsets(ctx)
 }
 
 // pause waits d or until ctx is done.

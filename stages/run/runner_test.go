@@ -156,7 +156,7 @@ func TestPoisonRecordDeadLettered(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	dlq := k.ReadTopic(t, cfg.DLQTopic)
+	dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 	if len(dlq) != 2 {
 		t.Fatalf("DLQ has %d records, want 2", len(dlq))
 	}
@@ -308,7 +308,7 @@ func TestDLQProduceFailureHoldsCommit(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(k.ReadTopic(t, cfg.DLQTopic)); got < 1 {
+	if got := len(k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())); got < 1 {
 		t.Fatalf("DLQ has %d records", got)
 	}
 	if sink.Len() != 4 {
@@ -427,7 +427,7 @@ func TestRetriesExhaustedDeadLetters(t *testing.T) {
 	if got := calls.Load(); got != 3 {
 		t.Fatalf("stage called %d times for the failing record, want 3", got)
 	}
-	dlq := k.ReadTopic(t, cfg.DLQTopic)
+	dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 	if len(dlq) != 1 {
 		t.Fatalf("DLQ has %d records, want 1", len(dlq))
 	}
@@ -532,7 +532,7 @@ func TestDLQTooLargeBecomesStub(t *testing.T) {
 	if sink.Len() != 1 {
 		t.Fatalf("sink has %d records, want 1", sink.Len())
 	}
-	dl := k.ReadTopic(t, cfg.DLQTopic)
+	dl := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 	if len(dl) != 2 {
 		t.Fatalf("DLQ has %d records, want 2", len(dl))
 	}
@@ -592,7 +592,7 @@ func TestDecoderPanicDeadLetters(t *testing.T) {
 	if sink.Len() != 2 {
 		t.Fatalf("sink has %d records, want 2", sink.Len())
 	}
-	dl := k.ReadTopic(t, cfg.DLQTopic)
+	dl := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 	if len(dl) != 1 || string(dl[0].Value) != "boom" {
 		t.Fatalf("DLQ = %d records, want the panicking one", len(dl))
 	}

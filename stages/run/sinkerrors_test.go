@@ -31,7 +31,7 @@ type wantDead struct {
 // that sluice_dlq_records_total counted each (reason, rule) pair.
 func checkDeadLetters(t *testing.T, k *testkit.Kafka, reg prometheus.Gatherer, dlqTopic string, want map[int64]wantDead) {
 	t.Helper()
-	dlq := k.ReadTopic(t, dlqTopic)
+	dlq := k.ReadTopic(t, dlqTopic, testkit.ReadCommitted())
 	if len(dlq) != len(want) {
 		t.Fatalf("DLQ holds %d records, want %d", len(dlq), len(want))
 	}

@@ -56,7 +56,7 @@ func TestStageStoppingEndsItsWait(t *testing.T) {
 	if got := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])[0]; got != 2 {
 		t.Errorf("committed %d, want 2 (the records before the abandoned one)", got)
 	}
-	if dlq := k.ReadTopic(t, cfg.DLQTopic); len(dlq) != 0 {
+	if dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted()); len(dlq) != 0 {
 		t.Errorf("%d DLQ records, want none", len(dlq))
 	}
 

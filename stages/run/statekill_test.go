@@ -28,6 +28,7 @@ const memberEnv = "SLUICE_RUN_TEST_STATE_MEMBER"
 
 func TestMain(m *testing.M) {
 	testkit.RunChild(memberEnv, stateMember)
+	testkit.RunChild(dlqMemberEnv, dlqMember)
 	os.Exit(m.Run())
 }
 
@@ -64,27 +65,47 @@ func killStage(store *run.Store[keyTally], perKey int, delay time.Duration) stag
 
 // stateMember runs one member from the spec until SIGTERM (or SIGKILL).
 func stateMember(specJSON string) int {
+	var spec memberSpec
+	return runChildMember("state member", specJSON, &spec, func() (kconf.Config, func(kopts []kgo.Opt) (runnable, error)) {
+		return spec.Kafka, func(kopts []kgo.Opt) (runnable, error) {
+			store, err := run.NewStore(run.StoreConfig[keyTally]{Name: "tallies", Topic: spec.Changelog, Encode: encodeJSON[keyTally], Decode: decodeJSON[keyTally]})
+			if err != nil {
+				return nil, fmt.Errorf("store: %w", err)
+			}
+			return run.New(killConfig(spec), decodeString, killStage(store, spec.PerKey, spec.Delay), memsink.New(memsink.CountOnly[msg]()),
+				run.WithKafkaOpts(killOpts(kopts)...), run.WithStores(store), run.WithTimers(0, countFirings(store)), childLogger())
+		}
+	})
+}
+
+// runnable is a runner as a child member runs it.
+type runnable interface{ Run(context.Context) error }
+
+// childLogger logs a child member's warnings and errors to its stderr,
+// which the test's log shows.
+func childLogger() run.Option {
+	return run.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+// runChildMember decodes specJSON into spec, then builds a runner with
+// the Kafka options of the config that decoded returns and runs it until
+// SIGTERM (or SIGKILL); it returns the process's exit code.
+func runChildMember(name, specJSON string, spec any, decoded func() (kconf.Config, func(kopts []kgo.Opt) (runnable, error))) int {
 	fail := func(what string, err error) int {
-		fmt.Fprintf(os.Stderr, "state member: %s: %v\n", what, err)
+		fmt.Fprintf(os.Stderr, "%s: %s: %v\n", name, what, err)
 		return 2
 	}
-	var spec memberSpec
-	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+	if err := json.Unmarshal([]byte(specJSON), spec); err != nil {
 		return fail("decode spec", errors.New("invalid JSON")) // the spec may hold secrets
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	kopts, err := spec.Kafka.Opts()
+	cfg, build := decoded()
+	kopts, err := cfg.Opts()
 	if err != nil {
 		return fail("kafka options", err)
 	}
-	store, err := run.NewStore(run.StoreConfig[keyTally]{Name: "tallies", Topic: spec.Changelog, Encode: encodeJSON[keyTally], Decode: decodeJSON[keyTally]})
-	if err != nil {
-		return fail("store", err)
-	}
-	r, err := run.New(killConfig(spec), decodeString, killStage(store, spec.PerKey, spec.Delay), memsink.New(memsink.CountOnly[msg]()),
-		run.WithKafkaOpts(killOpts(kopts)...), run.WithStores(store), run.WithTimers(0, countFirings(store)),
-		run.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	r, err := build(kopts)
 	if err != nil {
 		return fail("runner", err)
 	}

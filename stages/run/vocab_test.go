@@ -86,7 +86,7 @@ func produceValues(t *testing.T, cl *kgo.Client, topic string, values []string) 
 func checkVocabDLQ(t *testing.T, k *testkit.Kafka, reg prometheus.Gatherer, dlqTopic, stage string, recs []*kgo.Record, want map[string]vocabOutcome) {
 	t.Helper()
 	byOffset := map[string]*kgo.Record{}
-	for _, d := range k.ReadTopic(t, dlqTopic) {
+	for _, d := range k.ReadTopic(t, dlqTopic, testkit.ReadCommitted()) {
 		off, _ := testkit.Header(d, stages.HeaderSourceOffset)
 		if byOffset[off] != nil {
 			t.Errorf("two dead letters of offset %s", off)
@@ -327,7 +327,7 @@ func TestAttemptIncrementsAcrossRetries(t *testing.T) {
 	if !slices.Equal(got, []string{"recovers", "fine"}) {
 		t.Errorf("sink got %q, want [recovers fine]", got)
 	}
-	dlq := k.ReadTopic(t, cfg.DLQTopic)
+	dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 	if len(dlq) != 1 {
 		t.Fatalf("DLQ holds %d records, want 1", len(dlq))
 	}
@@ -406,7 +406,7 @@ func TestWaitSpendsNoAttemptAndPausesOnlyItsPartition(t *testing.T) {
 			t.Errorf("call %d: PrevErr %v, want the wait of the call before", i+1, cs[i].prev)
 		}
 	}
-	dlq := k.ReadTopic(t, cfg.DLQTopic)
+	dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 	if len(dlq) != 1 {
 		t.Fatalf("DLQ holds %d records, want 1", len(dlq))
 	}
@@ -456,7 +456,7 @@ func TestWaitEndsOnStop(t *testing.T) {
 	if got := testkit.Committed(t, k.Admin(t), cfg.Group, cfg.Topics[0]); got[0] != 1 {
 		t.Errorf("committed offset %v, want 1 (the waiting record left for redelivery)", got)
 	}
-	if n := len(k.ReadTopic(t, cfg.DLQTopic)); n != 0 {
+	if n := len(k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())); n != 0 {
 		t.Errorf("DLQ holds %d records, want none", n)
 	}
 	if got := testkit.Metric(t, reg, "sluice_runtime_waits_total"); got != 1 {
@@ -502,7 +502,7 @@ func TestWaitEndsOnRevoke(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(k.ReadTopic(t, cfg.DLQTopic)); n != 0 {
+	if n := len(k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())); n != 0 {
 		t.Errorf("DLQ holds %d records, want none", n)
 	}
 }

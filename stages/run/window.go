@@ -44,8 +44,11 @@ type Merger[T any] interface {
 //
 // Offsets are marked only after the window's write (and its dead letters)
 // are durable, so the at-least-once contract is unchanged: a crash
-// re-delivers the window. Dead letters of the stage are produced at the end
-// of each batch, before the window closes. A window holds the merged outputs
+// re-delivers the window. Dead letters of the stage are held by the worker
+// until the window closes and commit with its offsets (Config.DLQCommit
+// DLQTransactional; their bytes count in the memory budget meanwhile), or
+// are produced at the end of each batch, before the window closes
+// (DLQAtLeastOnce). A window holds the merged outputs
 // and the offsets of the records behind them, not the records: when the sink
 // rejects a merged output (a [*stages.Rejections] item), every record that
 // contributed to it is read back from its partition and dead-lettered as
@@ -543,11 +546,9 @@ func (w *worker[In, Out]) closeWindow() error {
 	if w.lost.Load() {
 		return errAbandoned
 	}
-	last := win.last
-	r.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
-		last.Topic: {last.Partition: {Epoch: last.LeaderEpoch, Offset: last.Offset + 1}},
-	})
-	r.m.committed.WithLabelValues(last.Topic).Add(float64(win.records))
+	if err := w.markDone(win.last, win.records); err != nil {
+		return err
+	}
 	win.reset()
 	return nil
 }

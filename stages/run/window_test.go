@@ -328,7 +328,7 @@ func TestWindowTransientFailureHoldsCommit(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if dlq := k.ReadTopic(t, cfg.DLQTopic); len(dlq) != 0 {
+	if dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted()); len(dlq) != 0 {
 		t.Fatalf("%d records dead-lettered for a transient failure", len(dlq))
 	}
 }
@@ -364,7 +364,7 @@ func TestWindowRejectionDeadLettersEveryRecordOfTheKey(t *testing.T) {
 	if got, want := sink.total(), n-n/keys; got != want {
 		t.Errorf("sink holds %d records, want %d", got, want)
 	}
-	dlq := k.ReadTopic(t, cfg.DLQTopic)
+	dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 	if len(dlq) != n/keys {
 		t.Fatalf("DLQ has %d records, want the %d records of key k-3", len(dlq), n/keys)
 	}
@@ -514,7 +514,7 @@ func TestWindowRejectionOfDeletedRecordsDeadLettersStubs(t *testing.T) {
 	if got := sink.total(); got != n-n/keys {
 		t.Errorf("sink holds %d records, want %d", got, n-n/keys)
 	}
-	dlq := k.ReadTopic(t, cfg.DLQTopic)
+	dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 	var offsets []string
 	for _, d := range dlq {
 		off, _ := testkit.Header(d, stages.HeaderSourceOffset)
@@ -584,7 +584,7 @@ func TestWindowStubInRefusedDLQBatchIsProducedAlone(t *testing.T) {
 		t.Fatalf("Run = %v, want nil: every dead letter fits the DLQ topic as a stub", err)
 	}
 	var offsets []int
-	for _, d := range k.ReadTopic(t, cfg.DLQTopic) {
+	for _, d := range k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted()) {
 		off, _ := testkit.Header(d, stages.HeaderSourceOffset)
 		o, _ := strconv.Atoi(off)
 		offsets = append(offsets, o)

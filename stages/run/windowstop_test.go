@@ -158,7 +158,7 @@ func TestWindowDeadLetterBatchesAdvanceOffsets(t *testing.T) {
 			t.Errorf("write %d has %d outputs, want ≤ MaxKeys %d", i, len(w), cfg.Window.MaxKeys)
 		}
 	}
-	if dlq := k.ReadTopic(t, cfg.DLQTopic); len(dlq) != n-20 {
+	if dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted()); len(dlq) != n-20 {
 		t.Errorf("DLQ has %d records, want %d", len(dlq), n-20)
 	}
 	if got := testkit.Metric(t, reg, "sluice_window_keys"); got != 0 {

@@ -48,6 +48,10 @@ type worker[In, Out any] struct {
 	// next is the offset after the last record pushed, -1 before the first
 	// push; used by the poll loop only (see Runner.noteSkipped).
 	next int64
+	// pos is the partition's position for the lag gauge: the offset after
+	// the last batch marked done, or the first record pushed before that;
+	// -1 before the first push (see Runner.watchLag).
+	pos atomic.Int64
 
 	win *window[Out] // open coalescing window; nil when windows are off
 	rec recordHold   // memory budget: bytes of the records pushed and not yet processed
@@ -58,6 +62,55 @@ type worker[In, Out any] struct {
 	gen       int32        // group generation at which the partition was assigned
 	epoch     atomic.Int32 // fencing epoch, known after the restore
 	restoring atomic.Bool  // counted in stateRuntime.restoring
+
+	// Dead letters with Config.DLQCommit DLQTransactional (dlqtxn.go).
+	owner *txnOwner
+	held  heldDLQ // dead letters not yet handed to the committer
+
+	blocked atomic.Int32 // what the worker is waiting for (blockedSink…), for the abandon log
+}
+
+// heldDLQ holds a worker's dead letters until the offset after them is
+// handed to the committer (see worker.markDone).
+type heldDLQ struct {
+	dlq    []*kgo.Record
+	labels [][2]string // reason and rule of dlq[i]
+	bytes  int64       // counted in the memory budget's records
+}
+
+// What a worker waits for (worker.blocked).
+const (
+	blockedNone int32 = iota
+	blockedStage
+	blockedSink
+	blockedDLQ
+	blockedChangelog
+	blockedCommit
+)
+
+// doing records that the worker now waits for what (blockedSink…) and
+// returns the function restoring the previous value.
+func (w *worker[In, Out]) doing(what int32) func() {
+	prev := w.blocked.Swap(what)
+	return func() { w.blocked.Store(prev) }
+}
+
+// blocker names, for the abandon log, what a worker that did not return
+// waits for.
+func (w *worker[In, Out]) blocker() string {
+	switch w.blocked.Load() {
+	case blockedStage:
+		return "the stage, which ignores its context"
+	case blockedSink:
+		return "the sink's Write, which ignores its context"
+	case blockedDLQ:
+		return "the runtime's own DLQ produce (is the Kafka cluster reachable?)"
+	case blockedChangelog:
+		return "the runtime's own state changelog produce (is the Kafka cluster reachable?)"
+	case blockedCommit:
+		return "the runtime's dead-letter commit, which holds its dead letters until a transaction commits them (is the Kafka cluster reachable?)"
+	}
+	return "the stage or the sink, which ignores its context"
 }
 
 func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
@@ -70,7 +123,9 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 		done: make(chan struct{}),
 		next: -1,
 	}
+	w.pos.Store(-1)
 	w.sctx = stages.WithStopping(ctx, w.stopping)
+	w.owner = &txnOwner{tp: k}
 	if r.merger != nil {
 		w.win = newWindow(r.merger, &r.m.windowKeys, r.mem)
 	}
@@ -104,6 +159,9 @@ func (w *worker[In, Out]) ownership() Ownership {
 func (w *worker[In, Out]) push(recs []*kgo.Record, hwm int64) {
 	w.hwm.Store(hwm)
 	n := recordsBytes(recs)
+	if len(recs) > 0 {
+		w.pos.CompareAndSwap(-1, recs[0].Offset)
+	}
 	w.holdRecords(n) // memory budget
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
@@ -163,6 +221,7 @@ func (w *worker[In, Out]) setPause(reason uint8, on bool) {
 // WindowConfig.MaxTotalKeys.
 func (w *worker[In, Out]) abandon() {
 	w.lost.Store(true)
+	w.owner.gone.Store(true)
 	if w.st != nil {
 		w.st.close() // its stage's later writes fail
 	}

@@ -1,0 +1,532 @@
+package run
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/sluicehq/sluice/stages"
+)
+
+// DLQ commit modes (Config.DLQCommit).
+const (
+	// DLQTransactional commits a batch's dead letters and its offsets in
+	// one Kafka transaction: a read_committed reader of the DLQ topic sees
+	// exactly one dead letter per bad record across crashes, rebalances and
+	// broker restarts. The default.
+	DLQTransactional = "transactional"
+	// DLQAtLeastOnce produces a batch's dead letters before its offsets are
+	// marked, outside any transaction: a crash or a failed commit after the
+	// produce dead-letters the records again when they are redelivered.
+	DLQAtLeastOnce = "at-least-once"
+)
+
+// txnCommitter is the one committer of a runner in DLQTransactional mode:
+// the workers hand it, per partition, the offset after their last durable
+// batch (or window) and the dead letters of the batches behind it
+// (submit), and it commits them every Config.CommitInterval, and at once
+// when it is handed dead letters (what was handed meanwhile goes with
+// them: under a stream of dead letters the transactions follow one
+// another, each with all that is pending). A commit with dead letters
+// is one transaction of a transactional client of its own: the dead
+// letters are produced, the offsets are committed for the group with
+// TxnOffsetCommit carrying the member's id and generation (KIP-447: a member
+// the group has moved on from is refused, and the transaction aborted), and
+// the transaction is committed; a commit without dead letters is a plain
+// offset commit of the group client. Commits are serialized (cmu), and the
+// group client never commits by itself, so no older commit can land after a
+// newer one. A commit that fails keeps its entries for the next one (its
+// dead letters were aborted with the transaction, and are produced again);
+// the entries of a worker that was abandoned or whose partition was lost
+// are dropped: the next owner processes those records again, and their
+// dead letters were never visible. Safe for concurrent use.
+type txnCommitter struct {
+	cl       *kgo.Client // transactional producer of the dead letters
+	group    *kgo.Client // the runner's group client
+	txnID    string
+	groupID  string
+	dlqTopic string
+	log      *slog.Logger
+	m        *metrics
+	// periodic reports the outcome of a periodic plain commit as the
+	// batch runner reports its autocommits (Runner.onAutoCommit).
+	periodic func(*kgo.Client, *kmsg.OffsetCommitRequest, *kmsg.OffsetCommitResponse, error)
+
+	mu      sync.Mutex
+	pending map[*txnOwner]*txnEntry
+	bytes   int64         // dead-letter bytes in pending
+	kick    chan struct{} // cap 1: dead letters were handed over, or submit waits for a commit
+	freed   chan struct{} // closed and replaced after every commit (submit waits on it)
+
+	turn chan struct{} // cap 1: held by the commit under way (one at a time)
+	open bool          // a transaction is open (guarded by turn)
+}
+
+// txnOwner identifies the worker of a submission. Its entries are dropped
+// instead of committed once it is gone: abandoned, its partition lost, or
+// revoked (after the revoke's commit, which the entries missed when it
+// failed: the partition belongs to the next owner then, which processes
+// those records again).
+type txnOwner struct {
+	tp   tp
+	gone atomic.Bool
+}
+
+// txnEntry is what one worker submitted since the last commit.
+type txnEntry struct {
+	off     kgo.EpochOffset
+	dlq     []*kgo.Record
+	labels  [][2]string // reason and rule of dlq[i]
+	records int         // data records behind off since the last commit (sluice_records_done_total)
+	bytes   int64
+}
+
+// txnMaxBytes bounds the dead letters a committer holds: past it, submit
+// waits for a commit.
+const txnMaxBytes = 32 << 20
+
+// txnCommitTimeout bounds one periodic commit of the committer.
+const txnCommitTimeout = 15 * time.Second
+
+// txnAbortTimeout bounds the abort of a failed transaction: one left open
+// is aborted by the broker after the transaction timeout.
+const txnAbortTimeout = 5 * time.Second
+
+// txnTimeout is the default transaction timeout of the dead-letter
+// producer (kgo.TransactionTimeout in WithKafkaOpts overrides it): how long
+// a transaction left open by a member killed mid-commit blocks
+// read_committed readers of the DLQ topic and the next owner's offset
+// fetch before the broker aborts it.
+const txnTimeout = 20 * time.Second
+
+// newTxnCommitter connects the transactional producer. Its transactional
+// id is txnID's.
+func newTxnCommitter(cfg Config, kopts []kgo.Opt, group *kgo.Client, log *slog.Logger, m *metrics,
+	periodic func(*kgo.Client, *kmsg.OffsetCommitRequest, *kmsg.OffsetCommitResponse, error)) (*txnCommitter, error) {
+	id := txnID(cfg.Group, group)
+	// TxnOffsetCommit v5+ assumes KIP-890 part 2 and v6 topic ids; the
+	// requests below are v3/v4 (KIP-447), after an explicit AddOffsetsToTxn.
+	versions := kversion.Stable()
+	versions.SetMaxKeyVersion(int16(kmsg.TxnOffsetCommit), 4)
+	opts := append([]kgo.Opt{kgo.MetadataMaxAge(metadataMaxAge), kgo.TransactionTimeout(txnTimeout)}, kopts...)
+	opts = append(opts, kgo.TransactionalID(id), kgo.MaxVersions(versions))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dead-letter transactional client: %w", err)
+	}
+	return &txnCommitter{cl: cl, group: group, txnID: id, groupID: cfg.Group, dlqTopic: cfg.DLQTopic, log: log, m: m, periodic: periodic,
+		pending: map[*txnOwner]*txnEntry{}, kick: make(chan struct{}, 1), freed: make(chan struct{}), turn: make(chan struct{}, 1)}, nil
+}
+
+// txnID returns the dead-letter producer's transactional id for group,
+// whose member client is cl. With static membership (kgo.InstanceID, sluice
+// run --instance-id) it is the group and the instance id: stable across
+// restarts, so a restarted member's producer fences its killed
+// predecessor's and the broker aborts the transaction that one left open
+// at once (read_committed readers of the DLQ topic and the next offset
+// fetch would wait for the transaction timeout otherwise). Without it, the
+// group, the host name and a random suffix: unique per member, so that two
+// members never fence each other.
+func txnID(group string, cl *kgo.Client) string {
+	if iid, _ := cl.OptValue(kgo.InstanceID).(string); iid != "" {
+		return group + "/dlq/static/" + iid
+	}
+	host, _ := os.Hostname()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return group + "/dlq/" + host + "/" + hex.EncodeToString(b[:])
+}
+
+func (c *txnCommitter) close() { c.cl.Close() }
+
+// submit hands the committer the offset after a durable batch of o's
+// partition, with the dead letters of the batches behind it since o's last
+// submission. It waits while the committer holds txnMaxBytes of dead
+// letters, until a commit frees them or ctx is done (false).
+func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOffset, records int, dlq []*kgo.Record, labels [][2]string) bool {
+	n := recordsBytes(dlq)
+	c.mu.Lock()
+	for c.bytes > txnMaxBytes && n > 0 {
+		freed := c.freed
+		c.mu.Unlock()
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return false
+		}
+		c.mu.Lock()
+	}
+	e := c.pending[o]
+	if e == nil {
+		e = &txnEntry{}
+		c.pending[o] = e
+	}
+	e.off, e.records = off, e.records+records
+	e.dlq, e.labels = append(e.dlq, dlq...), append(e.labels, labels...)
+	e.bytes += n
+	c.bytes += n
+	kick := n > 0 // dead letters are committed at once, not at the interval
+	c.mu.Unlock()
+	if kick {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// loop commits every interval and when kicked, until ctx is done. Each
+// commit may take up to txnCommitTimeout (a broker outage), so that a
+// revoke's commit waits at most that long for its turn.
+func (c *txnCommitter) loop(ctx context.Context, interval time.Duration, fatal func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-c.kick:
+		}
+		cctx, cancel := context.WithTimeout(ctx, txnCommitTimeout)
+		err := c.commit(cctx, true)
+		cancel()
+		if err != nil {
+			if stages.Classify(err).Kind == stages.KindFatal {
+				fatal(err)
+				return
+			}
+			if ctx.Err() == nil && !errors.Is(err, errReported) {
+				c.m.errors.WithLabelValues("commit").Inc()
+				c.log.Warn("dead-letter transaction failed; its dead letters were aborted and are committed again with their offsets at the next commit", "err", err)
+			}
+		}
+	}
+}
+
+// errReported marks a periodic plain commit's failure that was already
+// counted and logged (see txnCommitter.periodic).
+var errReported = errors.New("reported")
+
+// commit commits what is pending (see txnCommitter); periodic says it is
+// a commit of the interval, not of a revoke or the shutdown. A transaction
+// whose end failed is aborted; when the group's committed offsets then
+// show it committed after all, it counts as committed.
+func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
+	select {
+	case c.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the commit under way: %w", ctx.Err())
+	}
+	defer func() { <-c.turn }()
+	if c.open { // left open by a commit whose ctx ended
+		if err := c.finishAbort(ctx); err != nil {
+			return fmt.Errorf("dead-letter transaction left open: %w", err)
+		}
+	}
+	c.mu.Lock()
+	batch := c.pending
+	c.pending = map[*txnOwner]*txnEntry{}
+	c.bytes = 0
+	c.mu.Unlock()
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	var recs []*kgo.Record
+	for o, e := range batch {
+		if o.gone.Load() {
+			delete(batch, o) // abandoned or lost: the next owner redoes it
+			continue
+		}
+		if offsets[o.tp.topic] == nil {
+			offsets[o.tp.topic] = map[int32]kgo.EpochOffset{}
+		}
+		if cur, ok := offsets[o.tp.topic][o.tp.partition]; !ok || cur.Offset < e.off.Offset {
+			offsets[o.tp.topic][o.tp.partition] = e.off
+		}
+		recs = append(recs, e.dlq...)
+	}
+	var err error
+	switch {
+	case len(offsets) == 0:
+	case len(recs) == 0:
+		err = c.commitPlain(ctx, offsets, periodic)
+	default:
+		err = c.transact(ctx, recs, offsets)
+	}
+	if err != nil {
+		c.restore(batch)
+		return err
+	}
+	// The group client's marks follow the commits (Config.StopAtEnd reads
+	// them); it never commits them by itself (see Runner.Run).
+	c.group.MarkCommitOffsets(offsets)
+	for o, e := range batch {
+		c.m.committed.WithLabelValues(o.tp.topic).Add(float64(e.records))
+		for _, l := range e.labels {
+			c.m.deadLettered(stages.Reason(l[0]), l[1])
+		}
+	}
+	c.mu.Lock()
+	close(c.freed)
+	c.freed = make(chan struct{})
+	c.mu.Unlock()
+	return nil
+}
+
+// restore puts the entries of a failed commit back in front of what was
+// submitted meanwhile.
+func (c *txnCommitter) restore(batch map[*txnOwner]*txnEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for o, old := range batch {
+		if cur := c.pending[o]; cur != nil {
+			old.off = cur.off
+			old.records += cur.records
+			old.dlq = append(old.dlq, cur.dlq...)
+			old.labels = append(old.labels, cur.labels...)
+			old.bytes += cur.bytes
+			c.bytes -= cur.bytes
+		}
+		c.pending[o] = old
+		c.bytes += old.bytes
+	}
+}
+
+// commitPlain commits offsets with the group client; a periodic one's
+// failure is reported by c.periodic and returned wrapping errReported.
+func (c *txnCommitter) commitPlain(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset, periodic bool) error {
+	var rerr error
+	c.group.CommitOffsetsSync(ctx, offsets, func(cl *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if periodic {
+			c.periodic(cl, req, resp, err)
+		}
+		if err != nil {
+			rerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil && rerr == nil {
+					rerr = fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, err)
+				}
+			}
+		}
+	})
+	switch {
+	case rerr != nil && periodic:
+		return fmt.Errorf("offset commit: %w (%w)", rerr, errReported)
+	case rerr != nil:
+		return fmt.Errorf("offset commit: %w", rerr)
+	}
+	return nil
+}
+
+// transact produces recs and commits offsets in one transaction. A
+// failure aborts it, except when ctx ended first (a broker not answering):
+// the transaction is then left open, for the next commit to abort
+// (finishAbort) or, if the process ends first, for the broker to abort
+// after the transaction timeout; nothing of it is visible either way.
+func (c *txnCommitter) transact(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) error {
+	if err := c.cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	c.open = true
+	if err := c.produce(ctx, recs); err != nil {
+		return c.abort(ctx, err)
+	}
+	if err := c.commitOffsets(ctx, offsets); err != nil {
+		return c.abort(ctx, err)
+	}
+	err := c.cl.EndTransaction(ctx, kgo.TryCommit)
+	if err == nil {
+		c.open = false
+		return nil
+	}
+	err = c.abort(ctx, fmt.Errorf("end transaction: %w", err))
+	// The abort reloaded the producer id, which completes the
+	// transaction either way: its offsets tell which.
+	if !c.open && c.committedAll(ctx, offsets) {
+		c.log.Info("dead-letter transaction committed although its end reported an error", "err", err)
+		return nil
+	}
+	return err
+}
+
+// abort aborts the open transaction after cause (unless ctx ended) and
+// returns cause, with the abort's error if it failed too.
+func (c *txnCommitter) abort(ctx context.Context, cause error) error {
+	if ctx.Err() != nil {
+		return cause
+	}
+	if err := c.finishAbort(ctx); err != nil {
+		return fmt.Errorf("%w; abort: %w", cause, err)
+	}
+	return cause
+}
+
+// finishAbort aborts the open transaction, within txnAbortTimeout.
+func (c *txnCommitter) finishAbort(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, txnAbortTimeout)
+	defer cancel()
+	if err := c.cl.AbortBufferedRecords(ctx); err != nil {
+		return fmt.Errorf("abort buffered dead letters: %w", err)
+	}
+	if err := c.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		return fmt.Errorf("abort transaction: %w", err)
+	}
+	c.open = false
+	return nil
+}
+
+// produce produces the dead letters in the open transaction; one the DLQ
+// topic refuses as too large goes as its stub (produceDeadLetter). Any
+// other failure fails the transaction: kgo would commit it without the
+// failed records.
+func (c *txnCommitter) produce(ctx context.Context, recs []*kgo.Record) error {
+	errs, err := c.send(ctx, recs)
+	if err != nil {
+		return err
+	}
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case tooLarge(err):
+			if err := produceDeadLetter(ctx, c.cl, c.log, c.dlqTopic, recs[i], func(rec *kgo.Record) error {
+				errs, err := c.send(ctx, []*kgo.Record{rec})
+				if err != nil {
+					return err
+				}
+				return errs[0]
+			}); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("produce dead letters to %s: %w", c.dlqTopic, err)
+		}
+	}
+	return nil
+}
+
+// send produces recs in the open transaction and returns the outcome of
+// each (nil: acknowledged), or ctx's error as soon as ctx ends, even with
+// produces still in flight (a broker not answering).
+func (c *txnCommitter) send(ctx context.Context, recs []*kgo.Record) ([]error, error) {
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, len(recs))
+	for i, rec := range recs {
+		rec.Context = nil // kgo keeps the ctx of an earlier (aborted) produce of rec, and would fail it with that ctx's end
+		c.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) { results <- result{i, err} })
+	}
+	errs := make([]error, len(recs))
+	for range recs {
+		select {
+		case res := <-results:
+			errs[res.i] = res.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("produce dead letters to %s: %w", c.dlqTopic, ctx.Err())
+		}
+	}
+	return errs, nil
+}
+
+// commitOffsets adds the group's offsets to the open transaction
+// (AddOffsetsToTxn, then TxnOffsetCommit with the member's id and
+// generation).
+func (c *txnCommitter) commitOffsets(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) error {
+	pid, epoch, err := c.cl.ProducerID(ctx)
+	if err != nil {
+		return fmt.Errorf("producer id: %w", err)
+	}
+	add := kmsg.NewPtrAddOffsetsToTxnRequest()
+	add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = c.txnID, pid, epoch, c.groupID
+	if err := retryConcurrent(ctx, func() error {
+		resp, err := add.RequestWith(ctx, c.cl)
+		if err != nil {
+			return err
+		}
+		return kerr.ErrorForCode(resp.ErrorCode)
+	}); err != nil {
+		return fmt.Errorf("add offsets to transaction: %w", err)
+	}
+	member, gen := c.group.GroupMetadata()
+	req := kmsg.NewPtrTxnOffsetCommitRequest()
+	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = c.txnID, c.groupID, pid, epoch
+	req.Generation, req.MemberID = gen, member
+	for topic, ps := range offsets {
+		t := kmsg.NewTxnOffsetCommitRequestTopic()
+		t.Topic = topic
+		for p, o := range ps {
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset, rp.LeaderEpoch = p, o.Offset, o.Epoch
+			t.Partitions = append(t.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, t)
+	}
+	return retryConcurrent(ctx, func() error {
+		resp, err := req.RequestWith(ctx, c.cl)
+		if err != nil {
+			return fmt.Errorf("transactional offset commit: %w", err)
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return fmt.Errorf("transactional offset commit of %s/%d (generation %d): %w", t.Topic, p.Partition, gen, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// retryConcurrent runs fn again while the coordinator answers that an
+// earlier transaction is still completing or that it is moving.
+func retryConcurrent(ctx context.Context, fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || attempt == 20 || !(errors.Is(err, kerr.ConcurrentTransactions) ||
+			errors.Is(err, kerr.CoordinatorLoadInProgress) || errors.Is(err, kerr.NotCoordinator) || errors.Is(err, kerr.CoordinatorNotAvailable)) {
+			return err
+		}
+		pause(ctx, time.Duration(attempt)*20*time.Millisecond)
+		if ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// committedAll reports whether the group's committed offsets are offsets.
+func (c *txnCommitter) committedAll(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) bool {
+	got, err := kadm.NewClient(c.cl).FetchOffsets(ctx, c.groupID)
+	if err != nil {
+		return false
+	}
+	for topic, ps := range offsets {
+		for p, o := range ps {
+			r, ok := got.Lookup(topic, p)
+			if !ok || r.Err != nil || r.At != o.Offset {
+				return false
+			}
+		}
+	}
+	return true
+}
