@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/pipelines/smap"
 	"github.com/sluicehq/sluice/pipelines/ticks"
+	"github.com/sluicehq/sluice/pipelines/trades"
 	"github.com/sluicehq/sluice/schemas"
 	"github.com/sluicehq/sluice/stages/dlq"
 	"github.com/sluicehq/sluice/topics"
@@ -413,7 +414,7 @@ type demoScenario struct {
 // registry's order. A pipeline without one runs without a scenario.
 func demoScenarios(o *demoOptions) map[string]demoScenario {
 	return map[string]demoScenario{silver.Name: silverDemo(o), ticks.Name: ticksDemo(o), smap.Name: smapDemo(o),
-		modules.Name: modulesDemo(o)}
+		modules.Name: modulesDemo(o), trades.Name: tradesDemo(o)}
 }
 
 // ticksDemo fetches a short synthetic session for a few symbols, segment by

@@ -52,6 +52,9 @@
 //     digest.request), declared in Declare's list; requests.go sends their
 //     requests (CLI, POST /api/v1/trades/digests).
 //     docs/pipelines/trades-score-digest.md states their contracts.
+//   - The demo scenario of sluice demo (demo.go: DemoScenario, a synthetic
+//     import and a push of a known bias pattern, DemoPushTrades, followed
+//     to bias_tags and the week's digests).
 //   - The tables, in schemas/migrations (trades, broker_connections,
 //     bias_tags, digests, market_bars).
 //

@@ -104,6 +104,11 @@ func pushScenario(t *testing.T, f *importFixture) {
 	if len(done) != 1 || done[0].ImportID != id || done[0].Pages != 1 || done[0].Fetched != 11 || done[0].Stored != 3 || done[0].Rejected != 8 {
 		t.Fatalf("import.completed %+v", done)
 	}
+	// A push's since is its earliest stored trade's UTC date, which
+	// trades-score accepts: without it the push was never scored.
+	if done[0].Since != "2025-01-02" {
+		t.Fatalf("import.completed since %q, want 2025-01-02 (the earliest good trade's date)", done[0].Since)
+	}
 	var upserted []string
 	for _, e := range evs {
 		if e.Type == trades.TypeTradeUpserted {
