@@ -489,16 +489,16 @@ func archivePool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(cctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("database: %w", err)
+		return nil, postgresError(cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	var exists, migrated bool
 	if err := pool.QueryRow(cctx, `SELECT to_regclass('dlq_archive') IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute
 		WHERE attrelid = to_regclass('dlq_archive') AND attname = 'dlq_topic_id' AND NOT attisdropped)`).Scan(&exists, &migrated); err != nil {
 		pool.Close()
 		if cctx.Err() != nil {
-			return nil, fmt.Errorf("database unreachable: no answer within %v", databaseConnectTimeout)
+			err = fmt.Errorf("no answer within %v", databaseConnectTimeout)
 		}
-		return nil, fmt.Errorf("database: %w", err)
+		return nil, postgresError(cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	if !exists {
 		pool.Close()
