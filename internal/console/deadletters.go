@@ -259,12 +259,11 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
 		f.At = append(f.At, dlq.Position{Partition: int32(pn), Offset: on})
 		d.Selection = append(d.Selection, s)
 	}
-	noFilter := len(f.Reasons) == 0 && len(f.Rules) == 0 && f.Since.IsZero() && f.Until.IsZero() && f.SourceTopic == ""
 	switch {
 	case len(f.At) == 0 && !d.All:
 		c.fail(w, http.StatusBadRequest, "nothing selected: tick the records to redrive, or choose “every record the filter matches”")
 		return
-	case len(f.At) == 0 && noFilter && r.PostForm.Get("everything") != "1":
+	case f.Empty() && r.PostForm.Get("everything") != "1":
 		c.fail(w, http.StatusBadRequest, "no filter: redriving the whole topic needs the “the whole topic” box ticked")
 		return
 	}
