@@ -68,6 +68,7 @@ another shell at the demo's services.`,
 			if !cmd.Flags().Changed("log-level") && os.Getenv("LOG_LEVEL") == "" {
 				g.LogLevel = "warn" // the demo shows progress on stdout; keep stderr for problems
 			}
+			defer ownTerminal()() // under make, Ctrl-C reaches only the demo: make demo exits with its status
 			return runDemo(cmd.Context(), g, o, cmd.OutOrStdout())
 		},
 	}

@@ -337,7 +337,7 @@ func newDLQRedriveCmd(g *globalConfig) *cobra.Command {
 	var (
 		topic       string
 		ff          dlqFilterFlags
-		dryRun      bool
+		dryRun, all bool
 		maxRedrives int
 		timeout     time.Duration
 	)
@@ -350,7 +350,8 @@ without the dlq.* headers except dlq.redrive_count, incremented. Records
 whose dlq.redrive_count reached --max-redrives (they were re-driven and
 failed again that many times) are refused: this loop guard bounds how often
 a record goes round the DLQ, not how often one DLQ record is re-sent.
---dry-run lists what would be sent and sends nothing.
+--dry-run lists what would be sent and sends nothing. Without any filter
+redrive refuses to send unless --all says to re-send the whole topic.
 
 Kafka topics are append-only: re-driven records stay in the DLQ with their
 count unchanged, and running the same redrive again sends them again. The command prints the --since
@@ -364,6 +365,9 @@ second).`,
 				return err
 			}
 			defer cancel()
+			if !dryRun && !all && f.Empty() {
+				return fmt.Errorf("no filter: this would re-send every record of %s; narrow it with --reason, --rule, --since, --until or --source-topic (see them first with --dry-run), or give --all", topic)
+			}
 			out := cmd.OutOrStdout()
 			req := dlq.RedriveRequest{DLQTopic: topic, Filter: f, DryRun: dryRun, MaxRedrives: maxRedrives}
 			if dryRun {
@@ -394,6 +398,7 @@ second).`,
 	f.StringVar(&topic, "topic", topics.BronzeDLQ, "DLQ topic")
 	ff.register(cmd)
 	f.BoolVar(&dryRun, "dry-run", false, "list what would be sent; send nothing")
+	f.BoolVar(&all, "all", false, "re-send every record of the topic when no filter is given (refused without it)")
 	f.IntVar(&maxRedrives, "max-redrives", dlq.DefaultMaxRedrives, "refuse records whose dlq.redrive_count (redrives that failed again) reached this")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "time limit for the operation once connected")
 	return cmd
@@ -489,16 +494,16 @@ func archivePool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(cctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("database: %w", err)
+		return nil, postgresError(cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	var exists, migrated bool
 	if err := pool.QueryRow(cctx, `SELECT to_regclass('dlq_archive') IS NOT NULL, EXISTS (SELECT 1 FROM pg_attribute
 		WHERE attrelid = to_regclass('dlq_archive') AND attname = 'dlq_topic_id' AND NOT attisdropped)`).Scan(&exists, &migrated); err != nil {
 		pool.Close()
 		if cctx.Err() != nil {
-			return nil, fmt.Errorf("database unreachable: no answer within %v", databaseConnectTimeout)
+			err = fmt.Errorf("no answer within %v", databaseConnectTimeout)
 		}
-		return nil, fmt.Errorf("database: %w", err)
+		return nil, postgresError(cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	if !exists {
 		pool.Close()

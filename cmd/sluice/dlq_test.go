@@ -108,19 +108,7 @@ func TestDLQInspectCommand(t *testing.T) {
 func TestDLQRedriveCommand(t *testing.T) {
 	t.Parallel()
 	brokers, dlqTopic, src := dlqFixture(t)
-	srcEnd := func() int64 {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, _ := ends.Lookup(src, 0)
-		return o.Offset
-	}
+	srcEnd := func() int64 { return partitionZeroEnd(t, brokers, src) }
 
 	out, err := runCLI(t, "dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic, "--rule", "ta.symbol,ta.price", "--dry-run")
 	if err != nil {
@@ -211,7 +199,7 @@ func TestDLQRedriveCountsOmittedStubs(t *testing.T) {
 	produceOps(t, cl, stub, dlqTestRecord(dlqTopic, "FPT", `{"symbol":"fpt"}`, "sanity_fail", "ta.symbol", src, "0", t0))
 
 	for _, dry := range []bool{true, false} {
-		args := []string{"dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic}
+		args := []string{"dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic, "--all"}
 		verb := "sent: 1\n"
 		if dry {
 			args, verb = append(args, "--dry-run"), "would send: 1\n"
@@ -283,7 +271,7 @@ func TestDLQCommandsFailWhenFetchesStall(t *testing.T) {
 	})
 	t.Run("redrive", func(t *testing.T) {
 		t.Parallel()
-		out, err := runCLI(t, "dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic)
+		out, err := runCLI(t, "dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic, "--all")
 		if err == nil || !strings.Contains(err.Error(), short) || !strings.Contains(out, "sent: 0\n") || strings.Contains(out, "--since") {
 			t.Fatalf("redrive with fetches stalled: err %v, output:\n%s", err, out)
 		}
@@ -301,7 +289,7 @@ func TestDLQRedriveSinceHintKeepsRecordsOfTheSameSecond(t *testing.T) {
 	t0 := time.Date(2024, 5, 1, 9, 0, 0, 0, time.UTC)
 	produceOps(t, cl, dlqTestRecord(dlqTopic, "FPT", `{"symbol":"fpt"}`, "sanity_fail", "ta.symbol", src, "0", t0))
 	before := time.Now()
-	out, err := runCLI(t, "dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic)
+	out, err := runCLI(t, "dlq", "redrive", "--brokers", brokers, "--topic", dlqTopic, "--all")
 	if err != nil {
 		t.Fatalf("redrive: %v\n%s", err, out)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -101,6 +102,11 @@ func parseRedisURL(raw string) (*redis.Options, error) {
 	if err == nil {
 		return opt, nil
 	}
+	if !strings.Contains(raw, "://") {
+		// url.Parse would take what precedes the first colon (maybe a
+		// password) for the scheme, and go-redis quotes the scheme.
+		return nil, errors.New("invalid REDIS_URL: not a URL (want redis://[user:password@]host:port/db)")
+	}
 	redacted, hidden := redactURLPassword(raw)
 	if !hidden {
 		return nil, fmt.Errorf("invalid REDIS_URL: %w", err)
@@ -141,7 +147,7 @@ func redactURLPassword(raw string) (string, bool) {
 func postgresPoolConfig(url string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("invalid DATABASE_URL: %w", err) // pgx redacts the password in its errors
+		return nil, invalidDatabaseURL(err)
 	}
 	cfg.ConnConfig.ConnectTimeout = connectTimeout
 	cfg.ConnConfig.DialFunc = postgresDialer().DialContext
@@ -156,13 +162,13 @@ func connectPostgres(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
+		return nil, postgresError(cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+		return nil, postgresError(cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	return pool, nil
 }

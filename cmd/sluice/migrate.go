@@ -29,14 +29,18 @@ migration and whether it is applied instead, changing nothing.`,
 			if err := g.needDatabase(); err != nil {
 				return err
 			}
+			cfg, err := postgresPoolConfig(g.DatabaseURL)
+			if err != nil {
+				return err
+			}
 			cctx, cancel := context.WithTimeout(cmd.Context(), databaseConnectTimeout)
 			defer cancel()
 			db, err := schemas.Open(cctx, g.DatabaseURL)
 			if err != nil {
 				if cctx.Err() != nil {
-					return fmt.Errorf("database unreachable: no answer within %v", databaseConnectTimeout)
+					err = fmt.Errorf("no answer within %v", databaseConnectTimeout)
 				}
-				return err
+				return postgresError(cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 			}
 			defer db.Close()
 			out := cmd.OutOrStdout()

@@ -76,7 +76,7 @@ func TestHelpHidesSecretsFromEnvironment(t *testing.T) {
 	}
 	// The environment is still used: migrate connects to DATABASE_URL ...
 	_, err := runCLI(t, "migrate")
-	singleLine(t, err, "failed to connect to `user=u database=db`")
+	singleLine(t, err, "postgres at 127.0.0.1:1: ")
 	if strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("error shows the password: %v", err)
 	}

@@ -87,16 +87,32 @@ func rejectUnknownSubcommands(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		rejectUnknownSubcommands(sub)
 	}
-	if !c.HasSubCommands() || c.Run != nil || c.RunE != nil || c.Parent() == nil {
+	if !c.HasSubCommands() || c.Run != nil || c.RunE != nil {
 		return
 	}
-	c.Args = cobra.ArbitraryArgs
-	c.RunE = func(cmd *cobra.Command, args []string) error {
+	// Args run before any PreRun, so a typo is reported before the
+	// environment is checked.
+	c.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
-			return cmd.Help()
+			return nil
 		}
-		return fmt.Errorf("unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())
+		return unknownCommandError(cmd, args[0])
 	}
+	c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+}
+
+// unknownCommandError is the one form of every "unknown command" error:
+// `unknown command "X" for "sluice dlq"; did you mean inspect? (see sluice dlq --help)`,
+// the suggestion only when cobra has one.
+func unknownCommandError(cmd *cobra.Command, name string) error {
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, set only by its own lookup
+	}
+	hint := ""
+	if s := cmd.SuggestionsFor(name); len(s) > 0 {
+		hint = "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return fmt.Errorf("unknown command %q for %q%s (see %s --help)", name, cmd.CommandPath(), hint, cmd.CommandPath())
 }
 
 // secretsFromEnv fills the settings whose values may hold a password from

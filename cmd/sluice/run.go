@@ -249,6 +249,7 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 	}
 	cfg := consoleConfig(env, named)
 	cfg.JobsTopic, cfg.FlagsTopic = o.naming().Topic(topics.IngestJobs), o.naming().Topic(topics.ControlFlags)
+	cfg.TradesStateTopic = o.naming().Topic(topics.TradesImportState)
 	c, ln, err := listenConsole(cfg, o.consoleAddr)
 	if err != nil {
 		return err

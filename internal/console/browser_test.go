@@ -117,6 +117,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	if _, err := pg.Pool.Exec(ctx, `INSERT INTO control_flags (name, value, updated_at) VALUES ('SCRAPE_SLOW', true, now())`); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO ticker_data_modules (ticker, module_id, status, fetched_at, expires_at, state_epoch, state_version, updated_at)
+		VALUES ('AAPL', 'options_flow', 'ready', now(), now() + interval '1 hour', 1, 1, now())`); err != nil {
+		t.Fatal(err)
+	}
 	c, err := New(Config{Kafka: f.k.Opts(t), Pipelines: []pipelines.Spec{f.spec}, Token: "browser-token", FlagsTopic: f.flags,
 		JobsTopic: f.jobs, Postgres: pg.Pool, SampleEvery: 300 * time.Millisecond})
 	if err != nil {
@@ -225,6 +229,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	status, segs := text(t, b, `tr.job[data-job="AAPL:2024-05-02"] .status`), text(t, b, `tr.job[data-job="AAPL:2024-05-02"] .segments`)
 	if job == nil || status != string(job.Status) || segs != strconv.Itoa(job.Segments) {
 		t.Fatalf("jobs page %s/%s segments, the topic holds %+v", status, segs, job)
+	}
+	if fr := text(t, b, `tr.ticker[data-ticker="AAPL"] td.fresh-fresh`); fr != "fresh" {
+		t.Fatalf("modules matrix shows AAPL × options_flow as %q, the view says fresh", fr)
 	}
 
 	// Without JavaScript every page still reads (the redrive added a

@@ -76,11 +76,15 @@ type Config struct {
 	// Jobs page says when it is not configured). The console derives the
 	// client of the state database from it.
 	Redis *redis.Client
-	// Postgres, optional, adds the control_flags mirror to the overview.
+	// Postgres, optional, adds the control_flags mirror to the overview
+	// and the modules freshness matrix to the Jobs page.
 	Postgres PgQuerier
 	// JobsTopic is the ticks job-state topic (default ingest.jobs);
 	// FlagsTopic the control flags (default control.flags).
 	JobsTopic, FlagsTopic string
+	// TradesStateTopic is trades-import's compacted import-state topic
+	// (default trades.import.state).
+	TradesStateTopic string
 	// SmapKeyPrefix is the Redis key prefix of smap projects (default
 	// smap:proj:); SmapRedisDB its database (default 1).
 	SmapKeyPrefix string
@@ -98,6 +102,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FlagsTopic == "" {
 		c.FlagsTopic = topics.ControlFlags
+	}
+	if c.TradesStateTopic == "" {
+		c.TradesStateTopic = topics.TradesImportState
 	}
 	if c.SmapKeyPrefix == "" {
 		c.SmapKeyPrefix = "smap:proj:"

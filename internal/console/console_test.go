@@ -262,7 +262,8 @@ func TestJobsPage(t *testing.T) {
 		`<tr class="job" data-job="AAPL:2024-05-02"><td>AAPL:2024-05-02</td><td class="status">RUNNING</td>`,
 		`<td class="segments">7</td><td class="ticks">4242</td>`,
 		"No Redis configured",
-		`id="trades-modules"`,
+		`id="trades"`,
+		"No PostgreSQL configured (DATABASE_URL)",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("jobs page lacks %s\n%s", want, body)
@@ -465,13 +466,7 @@ func TestJobsPageSmapProjects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := New(Config{Kafka: f.k.Opts(t), Pipelines: []pipelines.Spec{f.spec}, JobsTopic: f.jobs, FlagsTopic: f.flags, Redis: rd.Client, SmapKeyPrefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	srv := httptest.NewServer(c.Handler())
-	t.Cleanup(srv.Close)
+	srv := serveConfig(t, Config{Kafka: f.k.Opts(t), Pipelines: []pipelines.Spec{f.spec}, JobsTopic: f.jobs, FlagsTopic: f.flags, Redis: rd.Client, SmapKeyPrefix: prefix})
 	_, body := get(t, srv.URL+"/jobs")
 	want := `<tr class="project" data-project="proj-1"><td>proj-1</td><td class="status">PROCESSING_WAIT</td>`
 	if !strings.Contains(body, want) || !strings.Contains(body, `<td class="processed">2 / 3</td><td class="errors">1</td>`) {

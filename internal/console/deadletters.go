@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -11,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/sluicehq/sluice/stages/dlq"
 )
@@ -147,12 +144,12 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
 	defer cancel()
 	d := dlqData{Topics: c.dlqTopics(), Topic: topic, Args: args, Query: filterQuery(topic, args), Limit: limit}
-	td, err := c.adm.ListTopics(ctx, topic)
+	exists, err := c.topicExists(ctx, topic)
 	if err != nil {
-		c.fail(w, http.StatusBadGateway, "describing "+topic+" failed: "+err.Error())
+		c.fail(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	if d, ok := td[topic]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+	if !exists {
 		d := dlqData{Topics: c.dlqTopics(), Topic: topic, Args: args, Query: filterQuery(topic, args), Limit: limit, Missing: true}
 		c.render(w, http.StatusOK, "dlq", "Dead letters", d)
 		return
@@ -259,12 +256,11 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
 		f.At = append(f.At, dlq.Position{Partition: int32(pn), Offset: on})
 		d.Selection = append(d.Selection, s)
 	}
-	noFilter := len(f.Reasons) == 0 && len(f.Rules) == 0 && f.Since.IsZero() && f.Until.IsZero() && f.SourceTopic == ""
 	switch {
 	case len(f.At) == 0 && !d.All:
 		c.fail(w, http.StatusBadRequest, "nothing selected: tick the records to redrive, or choose “every record the filter matches”")
 		return
-	case len(f.At) == 0 && noFilter && r.PostForm.Get("everything") != "1":
+	case f.Empty() && r.PostForm.Get("everything") != "1":
 		c.fail(w, http.StatusBadRequest, "no filter: redriving the whole topic needs the “the whole topic” box ticked")
 		return
 	}

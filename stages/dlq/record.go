@@ -207,6 +207,11 @@ type Filter struct {
 	At []Position
 }
 
+// Empty reports whether f selects every record: no field is set.
+func (f Filter) Empty() bool {
+	return len(f.Reasons) == 0 && len(f.Rules) == 0 && f.Since.IsZero() && f.Until.IsZero() && f.SourceTopic == "" && len(f.At) == 0
+}
+
 // Position is a record's partition and offset in its topic.
 type Position struct {
 	Partition int32
