@@ -202,6 +202,13 @@ func check(ctx context.Context, seeds []string, topic string, spec corpusSpec, t
 			got[k] = r.Value
 		})
 	}
+	return compareDigests(want, got, fmt.Sprintf(`"read":%d,"duplicates":%d,"watermarks":%d`, read, dups, watermarks))
+}
+
+// compareDigests compares got with want (both keyed by digestKey), prints
+// the counts (with extra, a JSON fragment of the reader's own counts) and
+// fails unless every wanted digest matched and none is extra.
+func compareDigests(want, got map[string][]byte, extraJSON string) error {
 	matched, missing, extra := 0, 0, 0
 	var diffs []string
 	for k, w := range want {
@@ -223,8 +230,8 @@ func check(ctx context.Context, seeds []string, topic string, spec corpusSpec, t
 		}
 	}
 	mismatched := len(want) - matched - missing
-	fmt.Printf(`{"expected":%d,"read":%d,"matched":%d,"mismatched":%d,"missing":%d,"extra":%d,"duplicates":%d,"watermarks":%d}`+"\n",
-		len(want), read, matched, mismatched, missing, extra, dups, watermarks)
+	fmt.Printf(`{"expected":%d,"matched":%d,"mismatched":%d,"missing":%d,"extra":%d,%s}`+"\n",
+		len(want), matched, mismatched, missing, extra, extraJSON)
 	if matched != len(want) || extra > 0 {
 		return fmt.Errorf("digests differ from trades.Aggregate:\n%s", strings.Join(diffs, "\n"))
 	}
@@ -245,9 +252,9 @@ func sameJSON(a, b []byte) bool {
 	return ok1 && ok2 && reflect.DeepEqual(va, vb)
 }
 
-// logSize prints the on-disk bytes of every topic named prefix*-changelog
+// logSize prints the on-disk bytes of every topic named prefix*suffix
 // (DescribeLogDirs, summed over brokers and partitions).
-func logSize(ctx context.Context, seeds []string, prefix string) error {
+func logSize(ctx context.Context, seeds []string, prefix, suffix string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		return err
@@ -261,7 +268,7 @@ func logSize(ctx context.Context, seeds []string, prefix string) error {
 	var total int64
 	for _, d := range dirs {
 		d.EachPartition(func(p kadm.DescribedLogDirPartition) {
-			if strings.HasPrefix(p.Topic, prefix) && strings.HasSuffix(p.Topic, "-changelog") {
+			if strings.HasPrefix(p.Topic, prefix) && strings.HasSuffix(p.Topic, suffix) {
 				sizes[p.Topic] += p.Size
 				total += p.Size
 			}
