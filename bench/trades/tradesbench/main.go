@@ -18,6 +18,7 @@
 //	tradesbench waitdb   --schema S --count N    # until N final digests rows; prints the unix ms
 //	tradesbench checkdb  --prefix P --schema S   # digests rows vs trades.Aggregate, digest.ready count
 //	tradesbench latency  --prefix P --n 20       # digest.request → digest.ready, one user at a time
+//	tradesbench slo      --prefix P --schema S   # import and cached-sim latencies (trades-import in process)
 //	tradesbench teardown --prefix P --schema S   # drop the schema, delete the groups P*
 //
 // The corpus flags (--users, --per-user, --weeks, --start, --seed) must be
@@ -69,6 +70,8 @@ func run(ctx context.Context, cmd string, args []string) error {
 	timeout := fs.Duration("timeout", 30*time.Minute, "wait/check: give up after")
 	suffix := fs.String("suffix", "-changelog", "logsize: topic name suffix")
 	n := fs.Int("n", 20, "latency: users to request a digest for")
+	imports := fs.Int("imports", 20, "slo: synthetic imports to time")
+	sims := fs.Int("sims", 100, "slo: cached sim calls to time")
 	var sf sluiceFlags
 	sf.register(fs) // --prefix: logsize, delete and the sluice subcommands
 	prefix := &sf.prefix
@@ -114,6 +117,8 @@ func run(ctx context.Context, cmd string, args []string) error {
 		return checkDB(ctx, seeds, sf, spec, *timeout)
 	case "latency":
 		return digestLatency(ctx, seeds, sf, spec, *n, *timeout)
+	case "slo":
+		return slo(ctx, seeds, sf, *imports, *sims)
 	case "teardown":
 		return teardown(ctx, seeds, sf)
 	}

@@ -10,8 +10,8 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"os"
-	"slices"
 	rpprof "runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
