@@ -139,20 +139,57 @@ func waitFor(ctx context.Context, seeds []string, topic string, count int64, tim
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
+	return waitUntil(ctx, timeout, func(ctx context.Context) (bool, string) {
+		n, err := endOffsets(ctx, adm, topic)
+		return err == nil && n >= count, fmt.Sprintf("%s holds %d records, want %d (last error %v)", topic, n, count, err)
+	})
+}
+
+// waitUntil calls probe once a second until it reports done, then prints
+// the unix milliseconds of that call; after timeout it fails with probe's
+// last description of the state.
+func waitUntil(ctx context.Context, timeout time.Duration, probe func(context.Context) (bool, string)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		n, err := endOffsets(ctx, adm, topic)
-		if err == nil && n >= count {
+		done, state := probe(ctx)
+		if done {
 			fmt.Println(time.Now().UnixMilli())
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s holds %d records, want %d: %w", topic, n, count, ctx.Err())
+			return fmt.Errorf("%s: %w", state, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// readAll reads topic from its start to its end offsets at the call and
+// calls fn for every record, in each partition's order.
+func readAll(ctx context.Context, seeds []string, topic string, fn func(*kgo.Record)) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	end, err := endOffsets(ctx, kadm.NewClient(cl), topic)
+	if err != nil {
+		return err
+	}
+	var read int64
+	for read < end {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("read %s: %d of %d records: %w", topic, read, end, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			read++
+			fn(r)
+		})
+	}
+	return nil
 }
 
 // check reads topic (the digests, {user_id, period, agg} keyed anyhow) to
@@ -164,43 +201,30 @@ func check(ctx context.Context, seeds []string, topic string, spec corpusSpec, t
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	end, err := endOffsets(ctx, kadm.NewClient(cl), topic)
-	if err != nil {
-		return err
-	}
 	got := map[string][]byte{}
 	var read int64
 	dups, watermarks := 0, 0
-	for read < end {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("read %s: %d of %d records: %w", topic, read, end, err)
+	err = readAll(ctx, seeds, topic, func(r *kgo.Record) {
+		read++
+		var d peerDigest
+		if err := json.Unmarshal(r.Value, &d); err != nil {
+			got[fmt.Sprintf("undecodable@%d/%d", r.Partition, r.Offset)] = r.Value
+			return
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			read++
-			var d peerDigest
-			if err := json.Unmarshal(r.Value, &d); err != nil {
-				got[fmt.Sprintf("undecodable@%d/%d", r.Partition, r.Offset)] = r.Value
-				return
-			}
-			if d.UserID == watermarkUser {
-				watermarks++
-				return
-			}
-			k := d.UserID + "|" + d.Period.Start
-			if _, ok := got[k]; ok {
-				dups++
-			}
-			got[k] = r.Value
-		})
+		if d.UserID == watermarkUser {
+			watermarks++
+			return
+		}
+		k := d.UserID + "|" + d.Period.Start
+		if _, ok := got[k]; ok {
+			dups++
+		}
+		got[k] = r.Value
+	})
+	if err != nil {
+		return err
 	}
 	return compareDigests(want, got, fmt.Sprintf(`"read":%d,"duplicates":%d,"watermarks":%d`, read, dups, watermarks))
 }

@@ -272,21 +272,11 @@ func waitDigests(ctx context.Context, f sluiceFlags, count int64, timeout time.D
 		return err
 	}
 	defer db.Close()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
+	return waitUntil(ctx, timeout, func(ctx context.Context) (bool, string) {
 		var n int64
 		err := db.QueryRow(ctx, `SELECT count(*) FROM digests WHERE user_id <> $1 AND NOT partial`, watermarkUser).Scan(&n)
-		if err == nil && n >= count {
-			fmt.Println(time.Now().UnixMilli())
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("digests holds %d final rows, want %d (last error %v): %w", n, count, err, ctx.Err())
-		case <-time.After(time.Second):
-		}
-	}
+		return err == nil && n >= count, fmt.Sprintf("digests holds %d final rows, want %d (last error %v)", n, count, err)
+	})
 }
 
 // checkDB compares the run's digests table with trades.Aggregate of the
@@ -346,47 +336,30 @@ func checkDB(ctx context.Context, seeds []string, f sluiceFlags, spec corpusSpec
 // countReady reads topic (digest.ready) to its end and returns the number
 // of events of corpus users and of distinct (user, period, revision).
 func countReady(ctx context.Context, seeds []string, topic string) (int64, int, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer cl.Close()
-	end, err := endOffsets(ctx, kadm.NewClient(cl), topic)
-	if err != nil {
-		return 0, 0, err
-	}
-	var read, n int64
+	var n int64
 	seen := map[string]bool{}
-	for read < end {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return 0, 0, fmt.Errorf("read %s: %d of %d records: %w", topic, read, end, err)
+	var decodeErr error
+	err := readAll(ctx, seeds, topic, func(r *kgo.Record) {
+		e, err := trades.DecodeEvent(r.Value)
+		if err != nil {
+			decodeErr = err
+			return
 		}
-		var decodeErr error
-		fs.EachRecord(func(r *kgo.Record) {
-			read++
-			e, err := trades.DecodeEvent(r.Value)
-			if err != nil {
-				decodeErr = err
-				return
-			}
-			d, err := trades.DecodePayload[trades.DigestReady](e)
-			if err != nil {
-				decodeErr = err
-				return
-			}
-			if d.UserID == watermarkUser {
-				return
-			}
-			n++
-			seen[fmt.Sprintf("%s|%s|%d", d.UserID, d.Period.Start, d.Revision)] = true
-		})
-		if decodeErr != nil {
-			return 0, 0, fmt.Errorf("%s: %w", topic, decodeErr)
+		d, err := trades.DecodePayload[trades.DigestReady](e)
+		if err != nil {
+			decodeErr = err
+			return
 		}
+		if d.UserID == watermarkUser {
+			return
+		}
+		n++
+		seen[fmt.Sprintf("%s|%s|%d", d.UserID, d.Period.Start, d.Revision)] = true
+	})
+	if err == nil && decodeErr != nil {
+		err = fmt.Errorf("%s: %w", topic, decodeErr)
 	}
-	return n, len(seen), nil
+	return n, len(seen), err
 }
 
 // digestLatency sends a digest.request for one closed corpus week to n
