@@ -46,7 +46,7 @@ first-run: ## the README's first screen on a fresh clone: build, demo --keep, it
 chaos: ## silver under faults (kill -9 of a member, broker and PostgreSQL restarts) on a private stack; 0 lost, 0 duplicated
 	bash deploy/scripts/chaos.sh
 
-bench-trades: ## trades digest: the Kafka Streams 4.4.0 peer on 1.2 M trade.scored records (real Kafka, Java 17, Maven); sluice's trades-digest side is PENDING
+bench-trades: ## trades digest: sluice's trades-digest vs a Kafka Streams 4.4.0 peer on 1.2 M trade.scored records, then the import, sim and digest SLOs (real stack, Java 17, Maven)
 	bash bench/trades/run.sh
 
 bench-modules: ## modules: the seed's refresh locks vs sluice's modules-refresh, one workload and upstream (real Postgres; Kafka for sluice)

@@ -139,20 +139,57 @@ func waitFor(ctx context.Context, seeds []string, topic string, count int64, tim
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
+	return waitUntil(ctx, timeout, func(ctx context.Context) (bool, string) {
+		n, err := endOffsets(ctx, adm, topic)
+		return err == nil && n >= count, fmt.Sprintf("%s holds %d records, want %d (last error %v)", topic, n, count, err)
+	})
+}
+
+// waitUntil calls probe once a second until it reports done, then prints
+// the unix milliseconds of that call; after timeout it fails with probe's
+// last description of the state.
+func waitUntil(ctx context.Context, timeout time.Duration, probe func(context.Context) (bool, string)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
-		n, err := endOffsets(ctx, adm, topic)
-		if err == nil && n >= count {
+		done, state := probe(ctx)
+		if done {
 			fmt.Println(time.Now().UnixMilli())
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s holds %d records, want %d: %w", topic, n, count, ctx.Err())
+			return fmt.Errorf("%s: %w", state, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// readAll reads topic from its start to its end offsets at the call and
+// calls fn for every record, in each partition's order.
+func readAll(ctx context.Context, seeds []string, topic string, fn func(*kgo.Record)) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	end, err := endOffsets(ctx, kadm.NewClient(cl), topic)
+	if err != nil {
+		return err
+	}
+	var read int64
+	for read < end {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("read %s: %d of %d records: %w", topic, read, end, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			read++
+			fn(r)
+		})
+	}
+	return nil
 }
 
 // check reads topic (the digests, {user_id, period, agg} keyed anyhow) to
@@ -164,44 +201,38 @@ func check(ctx context.Context, seeds []string, topic string, spec corpusSpec, t
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	end, err := endOffsets(ctx, kadm.NewClient(cl), topic)
-	if err != nil {
-		return err
-	}
 	got := map[string][]byte{}
 	var read int64
 	dups, watermarks := 0, 0
-	for read < end {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("read %s: %d of %d records: %w", topic, read, end, err)
+	err = readAll(ctx, seeds, topic, func(r *kgo.Record) {
+		read++
+		var d peerDigest
+		if err := json.Unmarshal(r.Value, &d); err != nil {
+			got[fmt.Sprintf("undecodable@%d/%d", r.Partition, r.Offset)] = r.Value
+			return
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			read++
-			var d peerDigest
-			if err := json.Unmarshal(r.Value, &d); err != nil {
-				got[fmt.Sprintf("undecodable@%d/%d", r.Partition, r.Offset)] = r.Value
-				return
-			}
-			if d.UserID == watermarkUser {
-				watermarks++
-				return
-			}
-			k := d.UserID + "|" + d.Period.Start
-			if _, ok := got[k]; ok {
-				dups++
-			}
-			got[k] = r.Value
-		})
+		if d.UserID == watermarkUser {
+			watermarks++
+			return
+		}
+		k := d.UserID + "|" + d.Period.Start
+		if _, ok := got[k]; ok {
+			dups++
+		}
+		got[k] = r.Value
+	})
+	if err != nil {
+		return err
 	}
+	return compareDigests(want, got, fmt.Sprintf(`"read":%d,"duplicates":%d,"watermarks":%d`, read, dups, watermarks))
+}
+
+// compareDigests compares got with want (both keyed by digestKey), prints
+// the counts (with extra, a JSON fragment of the reader's own counts) and
+// fails unless every wanted digest matched and none is extra.
+func compareDigests(want, got map[string][]byte, extraJSON string) error {
 	matched, missing, extra := 0, 0, 0
 	var diffs []string
 	for k, w := range want {
@@ -223,8 +254,8 @@ func check(ctx context.Context, seeds []string, topic string, spec corpusSpec, t
 		}
 	}
 	mismatched := len(want) - matched - missing
-	fmt.Printf(`{"expected":%d,"read":%d,"matched":%d,"mismatched":%d,"missing":%d,"extra":%d,"duplicates":%d,"watermarks":%d}`+"\n",
-		len(want), read, matched, mismatched, missing, extra, dups, watermarks)
+	fmt.Printf(`{"expected":%d,"matched":%d,"mismatched":%d,"missing":%d,"extra":%d,%s}`+"\n",
+		len(want), matched, mismatched, missing, extra, extraJSON)
 	if matched != len(want) || extra > 0 {
 		return fmt.Errorf("digests differ from trades.Aggregate:\n%s", strings.Join(diffs, "\n"))
 	}
@@ -245,9 +276,9 @@ func sameJSON(a, b []byte) bool {
 	return ok1 && ok2 && reflect.DeepEqual(va, vb)
 }
 
-// logSize prints the on-disk bytes of every topic named prefix*-changelog
+// logSize prints the on-disk bytes of every topic named prefix*suffix
 // (DescribeLogDirs, summed over brokers and partitions).
-func logSize(ctx context.Context, seeds []string, prefix string) error {
+func logSize(ctx context.Context, seeds []string, prefix, suffix string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		return err
@@ -261,7 +292,7 @@ func logSize(ctx context.Context, seeds []string, prefix string) error {
 	var total int64
 	for _, d := range dirs {
 		d.EachPartition(func(p kadm.DescribedLogDirPartition) {
-			if strings.HasPrefix(p.Topic, prefix) && strings.HasSuffix(p.Topic, "-changelog") {
+			if strings.HasPrefix(p.Topic, prefix) && strings.HasSuffix(p.Topic, suffix) {
 				sizes[p.Topic] += p.Size
 				total += p.Size
 			}

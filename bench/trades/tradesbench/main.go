@@ -10,6 +10,17 @@
 //	tradesbench logsize --prefix P           # bytes of the topics P*-changelog on disk
 //	tradesbench delete  --prefix P           # delete the topics named P*
 //
+// sluice's side (the run's topics and groups prefixed P, its Postgres
+// schema S in DATABASE_URL's database):
+//
+//	tradesbench setup    --prefix P --schema S   # schema + migrations, the run's trades topics
+//	tradesbench digest   --prefix P --schema S --objects DIR --addr-file F  # trades-digest (child process)
+//	tradesbench waitdb   --schema S --count N    # until N final digests rows; prints the unix ms
+//	tradesbench checkdb  --prefix P --schema S   # digests rows vs trades.Aggregate, digest.ready count
+//	tradesbench latency  --prefix P --n 20       # digest.request → digest.ready, one user at a time
+//	tradesbench slo      --prefix P --schema S   # import and cached-sim latencies (trades-import in process)
+//	tradesbench teardown --prefix P --schema S   # drop the schema, delete the groups P*
+//
 // The corpus flags (--users, --per-user, --weeks, --start, --seed) must be
 // equal for produce and check. Brokers come from KAFKA_BROKERS.
 package main
@@ -21,6 +32,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/pipelines/trades"
@@ -28,10 +40,10 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: tradesbench create|produce|wait|check|logsize|delete [flags]")
+		fmt.Fprintln(os.Stderr, "usage: tradesbench create|produce|wait|check|logsize|delete|setup|digest|waitdb|checkdb|latency|teardown [flags]")
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1], os.Args[2:]); err != nil {
 		fmt.Fprintln(os.Stderr, "tradesbench:", err)
@@ -53,10 +65,16 @@ func run(ctx context.Context, cmd string, args []string) error {
 	defStart := trades.WeekOf(time.Now()).Start.AddDate(0, 0, -7*8).Format(time.DateOnly)
 	start := fs.String("start", defStart, "first week's Monday (default: 8 weeks before this week's)")
 	fs.Uint64Var(&spec.Seed, "seed", 16, "corpus seed")
-	partitions := fs.Int("partitions", 6, "produce: partitions of the corpus topic")
+	partitions := fs.Int("partitions", 6, "produce: partitions of the corpus topic; setup: of the run's trades topics")
 	count := fs.Int("count", 0, "wait: records to wait for (default users × weeks)")
 	timeout := fs.Duration("timeout", 30*time.Minute, "wait/check: give up after")
-	prefix := fs.String("prefix", "", "logsize, delete: topic name prefix (a run's, or its Kafka Streams application.id)")
+	suffix := fs.String("suffix", "-changelog", "logsize: topic name suffix")
+	n := fs.Int("n", 20, "latency: users to request a digest for")
+	imports := fs.Int("imports", 20, "slo: synthetic imports to time")
+	sims := fs.Int("sims", 100, "slo: cached sim calls to time")
+	var sf sluiceFlags
+	sf.register(fs) // --prefix: logsize, delete and the sluice subcommands
+	prefix := &sf.prefix
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,9 +103,24 @@ func run(ctx context.Context, cmd string, args []string) error {
 	case "check":
 		return check(ctx, seeds, *topic, spec, *timeout)
 	case "logsize":
-		return logSize(ctx, seeds, *prefix)
+		return logSize(ctx, seeds, *prefix, *suffix)
 	case "delete":
 		return deleteTopics(ctx, seeds, *prefix)
+	case "setup":
+		sf.partitions = *partitions
+		return setup(ctx, seeds, sf)
+	case "digest":
+		return runDigest(ctx, seeds, sf)
+	case "waitdb":
+		return waitDigests(ctx, sf, int64(*count), *timeout)
+	case "checkdb":
+		return checkDB(ctx, seeds, sf, spec, *timeout)
+	case "latency":
+		return digestLatency(ctx, seeds, sf, spec, *n, *timeout)
+	case "slo":
+		return slo(ctx, seeds, sf, *imports, *sims)
+	case "teardown":
+		return teardown(ctx, seeds, sf)
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }
