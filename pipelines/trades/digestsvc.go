@@ -65,8 +65,23 @@ func decodeDigestEntry(b []byte) (digestEntry, error) {
 func NewDigestStore(topic string) (*run.Store[digestEntry], error) {
 	return run.NewStore(run.StoreConfig[digestEntry]{
 		Name: "digest", Topic: topic, Encode: encodeDigestEntry, Decode: decodeDigestEntry,
-		Fold: run.KeepGreatest[digestEntry],
+		Fold: run.KeepGreatest[digestEntry], Group: digestGroup,
 	})
+}
+
+// digestGroup groups the digest store's keys as they are read: a user's
+// contributions (T|user|) and the windows (W|). User ids hold no '|'.
+func digestGroup(key string) string {
+	if rest, ok := strings.CutPrefix(key, "T|"); ok {
+		if i := strings.IndexByte(rest, '|'); i >= 0 {
+			return key[:2+i+1]
+		}
+		return ""
+	}
+	if strings.HasPrefix(key, "W|") {
+		return "W|"
+	}
+	return ""
 }
 
 // digestIn is a decoded trades.bias record.

@@ -41,6 +41,14 @@ type StoreConfig[V any] struct {
 	// keeps the entry with the greatest fencing token instead. Records a
 	// restore refuses as a zombie's (see [Token]) never reach Fold.
 	Fold func(cur, next Entry[V]) bool
+	// Group, when set, names the group of a key: a prefix of it such that
+	// every key starting with that prefix is in the same group (e.g.
+	// "T|user|" for "T|user|trade"), or "" for none. Each partition then
+	// keeps the keys of every group, and a Range whose prefix is a group's
+	// name (Group(prefix) == prefix) visits that group's keys instead of
+	// every key of the partition — a store of many keys read a group at a
+	// time needs it. nil: Range scans every key.
+	Group func(key string) string
 }
 
 // Entry is one changelog record of a key, as a restore's Fold sees it.
@@ -183,7 +191,8 @@ func (s *Store[V]) bind() error {
 }
 
 func (s *Store[V]) newPartition(k tp, timers bool, now produceFunc) partStore {
-	return &Partition[V]{s: s, tp: k, m: map[string]*entry[V]{}, dirty: map[string]struct{}{}, timersOn: timers, produceNow: now}
+	return &Partition[V]{s: s, tp: k, m: map[string]*entry[V]{}, dirty: map[string]struct{}{}, timersOn: timers, produceNow: now,
+		groups: map[string]map[string]struct{}{}}
 }
 
 // entry is one key of a partition's store.
@@ -220,6 +229,35 @@ type Partition[V any] struct {
 	floor  int32 // the greatest epoch read by the restore so far
 	timers timerHeap
 	closed bool
+	groups map[string]map[string]struct{} // StoreConfig.Group's name → its keys in m
+}
+
+// add sets m[key] to e and indexes key under its group; p.mu is held.
+func (p *Partition[V]) add(key string, e *entry[V]) {
+	if _, ok := p.m[key]; !ok && p.s.cfg.Group != nil && p.s.cfg.Group(key) != "" {
+		g := p.s.cfg.Group(key)
+		ks := p.groups[g]
+		if ks == nil {
+			ks = map[string]struct{}{}
+			p.groups[g] = ks
+		}
+		ks[key] = struct{}{}
+	}
+	p.m[key] = e
+}
+
+// remove deletes key from m and from its group; p.mu is held.
+func (p *Partition[V]) remove(key string) {
+	delete(p.m, key)
+	if p.s.cfg.Group != nil {
+		g := p.s.cfg.Group(key)
+		if ks := p.groups[g]; ks != nil {
+			delete(ks, key)
+			if len(ks) == 0 {
+				delete(p.groups, g)
+			}
+		}
+	}
 }
 
 // Partition returns the partition number (of the input topic and of the
@@ -261,9 +299,17 @@ func (p *Partition[V]) Range(prefix string, fn func(key string, v V) bool) {
 	}
 	p.mu.Lock()
 	var all []kv
-	for k, e := range p.m {
-		if !e.deleted && strings.HasPrefix(k, prefix) {
-			all = append(all, kv{k, e.val})
+	if g := p.s.cfg.Group; g != nil && prefix != "" && g(prefix) == prefix {
+		for k := range p.groups[prefix] {
+			if e := p.m[k]; !e.deleted {
+				all = append(all, kv{k, e.val})
+			}
+		}
+	} else {
+		for k, e := range p.m {
+			if !e.deleted && strings.HasPrefix(k, prefix) {
+				all = append(all, kv{k, e.val})
+			}
 		}
 	}
 	p.mu.Unlock()
@@ -295,7 +341,7 @@ func (p *Partition[V]) Put(key string, v V) error {
 	e := p.m[key]
 	if e == nil {
 		e = &entry[V]{}
-		p.m[key] = e
+		p.add(key, e)
 	}
 	if e.deleted {
 		*e = entry[V]{}
@@ -332,7 +378,7 @@ func (p *Partition[V]) PutNow(key string, v V) error {
 	e := p.m[key]
 	if e == nil || e.deleted {
 		e = &entry[V]{}
-		p.m[key] = e
+		p.add(key, e)
 	}
 	// The record below carries v; an earlier Put's encoding must not
 	// outlive it, or a later timer-only change of the key (which marks it
@@ -510,7 +556,7 @@ func (p *Partition[V]) restoreRecord(rec *kgo.Record) restoreOutcome {
 	if cur, ok := p.m[key]; ok && p.s.cfg.Fold != nil && !p.s.cfg.Fold(cur.asEntry(key), next.asEntry(key)) {
 		return restoreFolded
 	}
-	p.m[key] = next
+	p.add(key, next)
 	return restoreApplied
 }
 
@@ -522,7 +568,7 @@ func (p *Partition[V]) serve(epoch int32) {
 	p.epoch = epoch
 	for k, e := range p.m {
 		if e.deleted {
-			delete(p.m, k)
+			p.remove(k)
 			continue
 		}
 		if e.timer > 0 {
@@ -549,7 +595,7 @@ func (p *Partition[V]) changes() ([]*kgo.Record, error) {
 		e := p.m[k]
 		rec := &kgo.Record{Topic: p.s.cfg.Topic, Partition: p.tp.partition, Key: []byte(k), Headers: tokenHeaders(e.tok, e.timer)}
 		if e.deleted {
-			delete(p.m, k)
+			p.remove(k)
 		} else {
 			raw := e.raw
 			if raw == nil {
