@@ -16,16 +16,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [[ -z ${KAFKA_BROKERS:-} || -z ${DATABASE_URL:-} ]]; then
-	envfile=$(bash deploy/stack/env.sh 2>/dev/null || true)
-	envfile=${envfile:-$HOME/.sluice-stack/env}
-	if [[ ! -f $envfile ]]; then
-		echo "bench-silver: no KAFKA_BROKERS/DATABASE_URL and no stack env file; run: make stack-up" >&2
-		exit 1
-	fi
-	# shellcheck disable=SC1090
-	. "$envfile"
-fi
+# shellcheck source=bench/stackenv.sh
+. bench/stackenv.sh
+bench_stack_env bench-silver KAFKA_BROKERS DATABASE_URL
 
 N=${SILVER_N:-1000000}
 OUT=${SILVER_OUT:-}

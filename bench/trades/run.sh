@@ -31,16 +31,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-if [[ -z ${KAFKA_BROKERS:-} ]]; then
-	envfile=$(bash deploy/stack/env.sh 2>/dev/null || true)
-	envfile=${envfile:-$HOME/.sluice-stack/env}
-	if [[ ! -f $envfile ]]; then
-		echo "bench-trades: no KAFKA_BROKERS and no stack env file; run: make stack-up" >&2
-		exit 1
-	fi
-	# shellcheck disable=SC1090
-	. "$envfile"
-fi
+# shellcheck source=bench/stackenv.sh
+. bench/stackenv.sh
+bench_stack_env bench-trades KAFKA_BROKERS
 
 USERS=${TRADES_USERS:-2000}
 SIDES=${TRADES_SIDES:-peer sluice}

@@ -234,16 +234,17 @@ type Partition[V any] struct {
 
 // add sets m[key] to e and indexes key under its group; p.mu is held.
 func (p *Partition[V]) add(key string, e *entry[V]) {
-	if _, ok := p.m[key]; !ok && p.s.cfg.Group != nil && p.s.cfg.Group(key) != "" {
-		g := p.s.cfg.Group(key)
-		ks := p.groups[g]
-		if ks == nil {
-			ks = map[string]struct{}{}
-			p.groups[g] = ks
-		}
-		ks[key] = struct{}{}
-	}
+	_, known := p.m[key]
 	p.m[key] = e
+	if known || p.s.cfg.Group == nil {
+		return
+	}
+	if g := p.s.cfg.Group(key); g != "" {
+		if p.groups[g] == nil {
+			p.groups[g] = map[string]struct{}{}
+		}
+		p.groups[g][key] = struct{}{}
+	}
 }
 
 // remove deletes key from m and from its group; p.mu is held.
