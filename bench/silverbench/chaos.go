@@ -128,6 +128,30 @@ type chaosChild struct {
 	cmd     *exec.Cmd
 	exited  chan error
 	metrics string
+	logPath string
+}
+
+// diagnose returns whether the child has exited and the last lines of its
+// log above INFO, for the report of a scenario that failed.
+func (c *chaosChild) diagnose() string {
+	state := "running"
+	select {
+	case err := <-c.exited:
+		c.exited <- err
+		state = fmt.Sprintf("exited (%v)", err)
+	default:
+	}
+	b, _ := os.ReadFile(c.logPath)
+	var keep []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.HasPrefix(l, "panic") {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > 12 {
+		keep = append([]string{fmt.Sprintf("… %d earlier lines", len(keep)-12)}, keep[len(keep)-12:]...)
+	}
+	return fmt.Sprintf("%s: %s\n  %s", c.logPath, state, strings.Join(keep, "\n  "))
 }
 
 func startChaosChild(cfg *chaosConfig, ts topicSet, dbURL, group, name, instanceID string) (*chaosChild, error) {
@@ -150,7 +174,7 @@ func startChaosChild(cfg *chaosConfig, ts topicSet, dbURL, group, name, instance
 		logf.Close()
 		return nil, fmt.Errorf("start pipeline: %w", err)
 	}
-	c := &chaosChild{cmd: cmd, exited: make(chan error, 1), metrics: "http://" + pf.opsAddr + "/metrics"}
+	c := &chaosChild{cmd: cmd, exited: make(chan error, 1), metrics: "http://" + pf.opsAddr + "/metrics", logPath: logf.Name()}
 	go func() { c.exited <- cmd.Wait(); logf.Close() }()
 	return c, nil
 }
@@ -332,6 +356,9 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 		}
 		if time.Now().After(deadline) {
 			res.err = fmt.Errorf("group lag %d (%v) after %s", lag, err, cfg.timeout)
+			for _, c := range children {
+				logf2("%s: member %s", scenario, c.diagnose())
+			}
 			return res
 		}
 		time.Sleep(100 * time.Millisecond)

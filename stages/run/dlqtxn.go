@@ -54,7 +54,8 @@ const (
 // are dropped: the next owner processes those records again, and their
 // dead letters were never visible. Safe for concurrent use.
 type txnCommitter struct {
-	cl       *kgo.Client // transactional producer of the dead letters
+	cl       *kgo.Client // transactional producer of the dead letters (replaced by renew, under turn)
+	opts     []kgo.Opt   // cl's options, for renew
 	group    *kgo.Client // the runner's group client
 	txnID    string
 	groupID  string
@@ -127,7 +128,7 @@ func newTxnCommitter(cfg Config, kopts []kgo.Opt, group *kgo.Client, log *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("dead-letter transactional client: %w", err)
 	}
-	return &txnCommitter{cl: cl, group: group, txnID: id, groupID: cfg.Group, dlqTopic: cfg.DLQTopic, log: log, m: m, periodic: periodic,
+	return &txnCommitter{cl: cl, opts: opts, group: group, txnID: id, groupID: cfg.Group, dlqTopic: cfg.DLQTopic, log: log, m: m, periodic: periodic,
 		pending: map[*txnOwner]*txnEntry{}, kick: make(chan struct{}, 1), freed: make(chan struct{}), turn: make(chan struct{}, 1)}, nil
 }
 
@@ -150,7 +151,29 @@ func txnID(group string, cl *kgo.Client) string {
 	return group + "/dlq/" + host + "/" + hex.EncodeToString(b[:])
 }
 
-func (c *txnCommitter) close() { c.cl.Close() }
+// close closes the transactional client, after the commit under way.
+func (c *txnCommitter) close() {
+	c.turn <- struct{}{}
+	defer func() { <-c.turn }()
+	c.cl.Close()
+}
+
+// renew replaces the transactional client by a new one of the same
+// transactional id, whose InitProducerID bumps the producer's epoch and
+// aborts whatever transaction of the id is still open. For a client whose
+// producer id failed for good: the broker aborted a transaction that
+// outlived the transaction timeout (a partition leader gone for longer
+// than that) and bumped the epoch, so every later BeginTransaction of the
+// old client fails with PRODUCER_FENCED. The caller holds turn.
+func (c *txnCommitter) renew() error {
+	cl, err := kgo.NewClient(c.opts...)
+	if err != nil {
+		return fmt.Errorf("dead-letter transactional client: %w", err)
+	}
+	c.cl.Close()
+	c.cl, c.open = cl, false
+	return nil
+}
 
 // submit hands the committer the offset after a durable batch of o's
 // partition, with the dead letters of the batches behind it since o's last
@@ -199,6 +222,7 @@ func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOff
 func (c *txnCommitter) loop(ctx context.Context, interval time.Duration, fatal func(error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	failures := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -209,16 +233,22 @@ func (c *txnCommitter) loop(ctx context.Context, interval time.Duration, fatal f
 		cctx, cancel := context.WithTimeout(ctx, txnCommitTimeout)
 		err := c.commit(cctx, true)
 		cancel()
-		if err != nil {
-			if stages.Classify(err).Kind == stages.KindFatal {
-				fatal(err)
-				return
-			}
-			if ctx.Err() == nil && !errors.Is(err, errReported) {
-				c.m.errors.WithLabelValues("commit").Inc()
-				c.log.Warn("dead-letter transaction failed; its dead letters were aborted and are committed again with their offsets at the next commit", "err", err)
-			}
+		if err == nil {
+			failures = 0
+			continue
 		}
+		if stages.Classify(err).Kind == stages.KindFatal {
+			fatal(err)
+			return
+		}
+		if ctx.Err() == nil && !errors.Is(err, errReported) {
+			c.m.errors.WithLabelValues("commit").Inc()
+			c.log.Warn("dead-letter transaction failed; its dead letters were aborted and are committed again with their offsets at the next commit", "err", err)
+		}
+		// Failed commits back off (up to the interval, at least 2 s), not
+		// to spin on the kicks of the workers' submissions.
+		failures++
+		pause(ctx, min(time.Duration(failures)*100*time.Millisecond, max(interval, 2*time.Second)))
 	}
 }
 
@@ -238,7 +268,17 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 	}
 	defer func() { <-c.turn }()
 	if c.open { // left open by a commit whose ctx ended
-		if err := c.finishAbort(ctx); err != nil {
+		err := c.finishAbort(ctx)
+		switch {
+		case err == nil:
+		case errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch):
+			// The broker aborted it (transaction timeout) and bumped the
+			// epoch: the client's producer id is failed for good.
+			if rerr := c.renew(); rerr != nil {
+				return fmt.Errorf("dead-letter transaction left open: %w; %w", err, rerr)
+			}
+			c.log.Warn("dead-letter producer renewed after its transaction was aborted by the broker", "err", err)
+		default:
 			return fmt.Errorf("dead-letter transaction left open: %w", err)
 		}
 	}
@@ -345,6 +385,12 @@ func (c *txnCommitter) commitPlain(ctx context.Context, offsets map[string]map[i
 // after the transaction timeout; nothing of it is visible either way.
 func (c *txnCommitter) transact(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) error {
 	if err := c.cl.BeginTransaction(); err != nil {
+		// The producer id failed for good (see renew); the next commit
+		// goes through a new client.
+		if rerr := c.renew(); rerr != nil {
+			return fmt.Errorf("begin transaction: %w; %w", err, rerr)
+		}
+		c.log.Warn("dead-letter producer renewed after its transaction was aborted by the broker", "err", err)
 		return fmt.Errorf("begin transaction: %w", err)
 	}
 	c.open = true

@@ -390,3 +390,37 @@ func TestDLQTransactionalIDFollowsStaticMembership(t *testing.T) {
 		t.Errorf("dynamic ids %q and %q, want two distinct silver/dlq/… ids", a, b)
 	}
 }
+
+// A DLQ outage that outlasts the transaction timeout (a partition leader
+// killed, the cluster electing a new one) does not wedge the member: the
+// broker aborts the open transaction and bumps the producer's epoch, and
+// the same runner, once produces pass again, commits every offset with
+// exactly one visible dead letter per poison record.
+func TestDLQTransactionOutageBeyondTxnTimeout(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 2)
+	cfg.BatchMaxRecords = 10
+	cl, adm := k.Client(t), k.Admin(t)
+	const n = 140
+	recs := produce(t, cl, cfg.Topics[0], n, 10, poisonEvery)
+	var outage atomic.Bool
+	outage.Store(true)
+	hung := hangDLQProduce(t, k, cfg.DLQTopic, outage.Load)
+	_, stop := start(t, k, cfg, poisonStage, memsink.New[msg](),
+		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond), kgo.TransactionTimeout(2*time.Second)))
+	select {
+	case <-hung:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no dead letter produced")
+	}
+	time.Sleep(20 * time.Second) // past the commit's timeout and the broker's transaction timeout
+	outage.Store(false)          // the held produces stay held; new ones pass
+	testkit.WaitFor(t, 60*time.Second, "every offset committed by the same member", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+}
