@@ -407,6 +407,7 @@ func testFailingItems(t *testing.T, pgs *testkit.PostgresServer) {
 	for _, r := range h.k.ReadTopic(t, h.cfg.DataCollectedTopic) {
 		collected[string(r.Key)] = r.Value
 	}
+	h.waitDLQ(len(want))
 	dlq := h.k.ReadTopic(t, h.cfg.AnalyticsErrorsTopic)
 	if len(dlq) != len(want) {
 		t.Fatalf("%d DLQ records, want %d", len(dlq), len(want))

@@ -46,7 +46,7 @@ func TestAnalyticsDeadLettersCounted(t *testing.T) {
 	for _, r := range h.k.ReadTopic(t, h.cfg.DataCollectedTopic) {
 		collected[string(r.Key)], _ = stages.SourceTimestamp(r.Timestamp)
 	}
-	dlq := h.dlqByKey()
+	dlq := h.waitDLQ(len(want))
 	if len(dlq) != len(want) {
 		t.Fatalf("%d DLQ records, want %d", len(dlq), len(want))
 	}

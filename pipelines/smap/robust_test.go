@@ -52,6 +52,16 @@ func (a nanAnalyzer) Analyze(in *Input, res *Result) error {
 }
 
 // dlqByKey returns the smap DLQ records by key.
+// waitDLQ waits until a read_committed reader sees n records on the
+// analytics errors topic (their transaction commits after the batch whose
+// progress counters already moved) and returns them by key, as dlqByKey.
+func (h *harness) waitDLQ(n int) map[string]*kgo.Record {
+	testkit.WaitFor(h.t, 30*time.Second, fmt.Sprintf("%d committed DLQ records", n), func() bool {
+		return len(h.k.ReadTopic(h.t, h.cfg.AnalyticsErrorsTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted()))) >= n
+	})
+	return h.dlqByKey()
+}
+
 func (h *harness) dlqByKey() map[string]*kgo.Record {
 	out := map[string]*kgo.Record{}
 	for _, r := range h.k.ReadTopic(h.t, h.cfg.AnalyticsErrorsTopic) {

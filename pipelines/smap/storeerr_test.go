@@ -74,7 +74,7 @@ func testInvalidKey(t *testing.T, pgs *testkit.PostgresServer) {
 	if st.Done != n || st.Total != n || st.Errors != int64(len(want)) {
 		t.Fatalf("final state %+v, want done=total=%d errors=%d", st, n, len(want))
 	}
-	dlq := h.dlqByKey()
+	dlq := h.waitDLQ(len(want))
 	if len(dlq) != len(want) {
 		t.Fatalf("%d DLQ records, want %d", len(dlq), len(want))
 	}
