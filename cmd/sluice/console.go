@@ -63,7 +63,7 @@ token. Reference: docs/console.md.`,
 	}
 	cmd.Flags().StringVar(&addr, "addr", console.DefaultAddr, "listen address; a non-loopback one needs "+console.TokenEnv)
 	cmd.Flags().DurationVar(&sampleEvery, "sample-every", 5*time.Second, "how often the console samples the lag of every group (chart and records/s)")
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags|postgresFlags|redisFlags)
 }
 
 // consoleConfig is the console over env's services and the pipelines of

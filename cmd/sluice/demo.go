@@ -80,7 +80,7 @@ another shell at the demo's services.`,
 	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", "127.0.0.1:9464", "ops HTTP address (/metrics, /readyz, pipeline APIs); empty disables it")
 	cmd.Flags().StringVar(&o.consoleAddr, "console-addr", console.DefaultAddr, "with --keep: the web console's address (sluice console); empty disables it")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a scenario after this long")
-	return cmd
+	return g.withServiceFlags(cmd, allServiceFlags)
 }
 
 // demoRuntime is what the demo started and must stop.
