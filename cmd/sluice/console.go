@@ -41,8 +41,6 @@ The console is read-only unless SLUICE_CONSOLE_TOKEN is set; a redrive then
 asks for that token and checks the page's CSRF token. It listens on loopback
 unless --addr says otherwise, and refuses a non-loopback address without a
 token. Reference: docs/console.md.`,
-		Example: `  sluice console
-  SLUICE_CONSOLE_TOKEN=$(openssl rand -hex 16) sluice console --addr 0.0.0.0:8080`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := console.CheckAddr(addr, consoleToken()); err != nil {

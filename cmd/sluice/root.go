@@ -74,6 +74,7 @@ func newRootCmd() *cobra.Command {
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(subcommands(g)...)
 	rejectUnknownSubcommands(root)
+	setExamples(root)
 	return root
 }
 
