@@ -57,7 +57,7 @@ func commandExamples() map[string]string {
 		"sluice ingest status": `  sluice ingest status               # status, cursor, progress, heartbeat age of every job
   sluice ingest status NQ:2025-11-18 --json`,
 		"sluice ingest bootstrap": `  sluice ingest bootstrap            # rebuild lost job states from the object store`,
-		"sluice version": `  sluice version`,
+		"sluice version":          `  sluice version`,
 		"sluice trades": `  sluice trades import u1
   sluice trades status --user u1`,
 		"sluice trades import": `  sluice trades import u1            # prints the import_id
