@@ -41,8 +41,6 @@ The console is read-only unless SLUICE_CONSOLE_TOKEN is set; a redrive then
 asks for that token and checks the page's CSRF token. It listens on loopback
 unless --addr says otherwise, and refuses a non-loopback address without a
 token. Reference: docs/console.md.`,
-		Example: `  sluice console
-  SLUICE_CONSOLE_TOKEN=$(openssl rand -hex 16) sluice console --addr 0.0.0.0:8080`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := console.CheckAddr(addr, consoleToken()); err != nil {
@@ -63,7 +61,7 @@ token. Reference: docs/console.md.`,
 	}
 	cmd.Flags().StringVar(&addr, "addr", console.DefaultAddr, "listen address; a non-loopback one needs "+console.TokenEnv)
 	cmd.Flags().DurationVar(&sampleEvery, "sample-every", 5*time.Second, "how often the console samples the lag of every group (chart and records/s)")
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags|postgresFlags|redisFlags)
 }
 
 // consoleConfig is the console over env's services and the pipelines of

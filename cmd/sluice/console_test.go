@@ -56,18 +56,19 @@ func TestDemoKeepPrintsExportsAndServesConsole(t *testing.T) {
 	if project == nil {
 		t.Fatalf("no smap project in the summary:\n%s", text)
 	}
-	flags := []string{"--brokers", env["KAFKA_BROKERS"], "--redis-url", env["REDIS_URL"], "--object-store-dir", env["OBJECT_STORE_DIR"], "--database-url", db.URL}
+	// Each command takes the flags of the services it uses.
+	kafka := []string{"--brokers", env["KAFKA_BROKERS"]}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"lag", "--group", "silver"}, "silver"},
-		{[]string{"dlq", "inspect", "--limit", "1"}, "record(s)"},
-		{[]string{"migrate", "--status"}, "control_flags"},
-		{[]string{"ingest", "status"}, "COMPLETED"},
-		{[]string{"smap", "progress", project[1], "--json"}, `"status":"DONE"`},
+		{append([]string{"lag", "--group", "silver"}, kafka...), "silver"},
+		{append([]string{"dlq", "inspect", "--limit", "1"}, kafka...), "record(s)"},
+		{[]string{"migrate", "--status", "--database-url", db.URL}, "control_flags"},
+		{append([]string{"ingest", "status"}, kafka...), "COMPLETED"},
+		{[]string{"smap", "progress", project[1], "--json", "--redis-url", env["REDIS_URL"]}, `"status":"DONE"`},
 	} {
-		got, err := runCLI(t, append(c.args, flags...)...)
+		got, err := runCLI(t, c.args...)
 		if err != nil || !strings.Contains(got, c.want) {
 			t.Errorf("sluice %s against the demo: %v\n%s", strings.Join(c.args, " "), err, got)
 		}

@@ -80,7 +80,7 @@ another shell at the demo's services.`,
 	cmd.Flags().StringVar(&o.opsAddr, "ops-addr", "127.0.0.1:9464", "ops HTTP address (/metrics, /readyz, pipeline APIs); empty disables it")
 	cmd.Flags().StringVar(&o.consoleAddr, "console-addr", console.DefaultAddr, "with --keep: the web console's address (sluice console); empty disables it")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up on a scenario after this long")
-	return cmd
+	return g.withServiceFlags(cmd, allServiceFlags)
 }
 
 // demoRuntime is what the demo started and must stop.
@@ -169,7 +169,26 @@ func startEmbedded(ctx context.Context, g *globalConfig, o *demoOptions, out io.
 	return d, nil
 }
 
+// runDemo runs the demo until its scenarios are done (with --keep, until
+// ctx ends). ctx ending at any point — Ctrl-C while the services start,
+// during a scenario or after them — is a clean stop, not a failure: what
+// was started is stopped (clients closed, pipelines stopped, embedded
+// services shut down), one line says what was interrupted, and runDemo
+// returns nil, so that sluice demo (and make demo) exit 0.
 func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer) error {
+	step := "startup"
+	err := runDemoSteps(ctx, g, o, out, &step)
+	if err != nil && ctx.Err() != nil {
+		// Printed once runDemoSteps' deferred stops have run.
+		fmt.Fprintf(out, "\ndemo interrupted during %s: everything it started is stopped\n", step)
+		return nil
+	}
+	return err
+}
+
+// runDemoSteps is runDemo without the interrupt handling; it records the
+// step it is at in *step ("startup", "the NAME scenario").
+func runDemoSteps(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer, step *string) error {
 	// The scenarios wait for their records to be processed: with none they
 	// would wait for --timeout and fail (and smap would silently use 300).
 	switch {
@@ -269,22 +288,21 @@ func runDemo(ctx context.Context, g *globalConfig, o *demoOptions, out io.Writer
 			continue // the pipeline runs, without a scenario
 		}
 		fmt.Fprintf(out, "\n▶ %s: %s\n", spec.Name, s.about)
+		*step = "the " + spec.Name + " scenario"
 		sctx, cancel := context.WithTimeout(pipeCtx, o.timeout)
 		rows, err := s.run(sctx, spec, env, adm, cl, out)
 		cancel()
 		if err != nil {
 			perr := pipelinesFailed()
 			_ = stopAll()
-			switch {
-			case perr != nil:
+			if perr != nil {
 				return fmt.Errorf("pipelines: %w", perr)
-			case ctx.Err() != nil:
-				return fmt.Errorf("demo interrupted during the %s scenario: %w", spec.Name, context.Cause(ctx))
 			}
 			return fmt.Errorf("%s scenario: %w", spec.Name, err)
 		}
 		summary = append(summary, rows...)
 	}
+	*step = "the shutdown"
 
 	fmt.Fprintln(out, "\nSummary")
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)

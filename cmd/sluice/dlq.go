@@ -135,7 +135,7 @@ UTF-8 in base64). It joins no consumer group and commits nothing.`,
 	f.IntVar(&limit, "limit", 100, "print at most this many records (0: all)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per record, value complete")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "time limit for the operation once connected")
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 func writeDLQText(w io.Writer, r dlq.Record) error {
@@ -401,7 +401,7 @@ second).`,
 	f.BoolVar(&all, "all", false, "re-send every record of the topic when no filter is given (refused without it)")
 	f.IntVar(&maxRedrives, "max-redrives", dlq.DefaultMaxRedrives, "refuse records whose dlq.redrive_count (redrives that failed again) reached this")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "time limit for the operation once connected")
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 func newDLQArchiveCmd(g *globalConfig) *cobra.Command {
@@ -456,7 +456,7 @@ up to the current end and exits, and fails on a database error.`,
 	f.StringVar(&topic, "topic", topics.BronzeDLQ, "DLQ topic")
 	f.StringVar(&group, "group", dlq.DefaultArchiveGroup, "consumer group of the archiver")
 	f.BoolVar(&once, "once", false, "archive up to the current end and exit")
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags|postgresFlags)
 }
 
 // topicExists connects to Kafka (see kafkaAdmin) and fails when topic is

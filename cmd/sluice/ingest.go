@@ -23,11 +23,15 @@ type ingestOptions struct {
 	sessionLength         time.Duration
 }
 
-func (o *ingestOptions) register(cmd *cobra.Command) {
-	f := cmd.PersistentFlags()
-	f.StringVar(&o.tasksTopic, "tasks-topic", topics.IngestTasks, "ticks task topic")
+// register adds --jobs-topic to cmd, and with tasks (a command that sends
+// tasks) --tasks-topic and --session-length.
+func (o *ingestOptions) register(cmd *cobra.Command, tasks bool) {
+	f := cmd.Flags()
 	f.StringVar(&o.jobsTopic, "jobs-topic", topics.IngestJobs, "ticks job-state topic (compacted, co-partitioned with the task topic)")
-	f.DurationVar(&o.sessionLength, "session-length", 0, "synthetic source: session length (default 6h30m; the demo uses minutes)")
+	if tasks {
+		f.StringVar(&o.tasksTopic, "tasks-topic", topics.IngestTasks, "ticks task topic")
+		f.DurationVar(&o.sessionLength, "session-length", 0, "synthetic source: session length (default 6h30m; the demo uses minutes)")
+	}
 }
 
 // validate rejects flag values the synthetic source would silently replace.
@@ -49,7 +53,6 @@ func newIngestCmd(g *globalConfig) *cobra.Command {
 	o := &ingestOptions{}
 	cmd := commandGroup("ingest", "Trigger and inspect ticks ingestion jobs (pipeline ticks)",
 		newIngestTriggerCmd(g, o), newIngestStatusCmd(g, o), newIngestBootstrapCmd(g, o))
-	o.register(cmd)
 	return cmd
 }
 
@@ -87,7 +90,8 @@ Authorization: Bearer $SLUICE_API_TOKEN when it is set.`,
 	}
 	cmd.Flags().StringVar(&account, "account", envOr("TICKS_ACCOUNT", "default"), "account_id whose rate limit the job uses (env TICKS_ACCOUNT)")
 	cmd.Flags().StringVar(&api, "api", "", "base URL of a running sluice ops server, e.g. http://127.0.0.1:9464")
-	return cmd
+	o.register(cmd, true)
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 func triggerKafka(ctx context.Context, g *globalConfig, o *ingestOptions, req ticks.TriggerRequest) (ticks.TriggerResult, error) {
@@ -146,7 +150,8 @@ func newIngestStatusCmd(g *globalConfig, o *ingestOptions) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, one state per line")
-	return cmd
+	o.register(cmd, false)
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 // printJobs prints job states sorted by key.
@@ -191,7 +196,7 @@ func orDash(s string) string {
 }
 
 func newIngestBootstrapCmd(g *globalConfig, o *ingestOptions) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "bootstrap",
 		Short: "Rebuild lost job states from the object store's segment files and backfill gaps",
 		Long: `bootstrap lists ticks/ in the object store, and for every job with segment
@@ -223,4 +228,6 @@ backfill task per hole. A running ticks worker applies them.`,
 			return nil
 		},
 	}
+	o.register(cmd, true)
+	return g.withServiceFlags(cmd, kafkaFlags|objectFlags)
 }

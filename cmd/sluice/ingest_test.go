@@ -21,7 +21,9 @@ func TestIngestTriggerAndStatus(t *testing.T) {
 	}
 	defer c.Close()
 	brokers := strings.Join(c.ListenAddrs(), ",")
-	topicsFlags := []string{"--brokers", brokers, "--tasks-topic", "it.ingest.tasks", "--jobs-topic", "it.ingest.jobs"}
+	// status reads only the job-state topic: it takes no --tasks-topic.
+	statusFlags := []string{"--brokers", brokers, "--jobs-topic", "it.ingest.jobs"}
+	topicsFlags := append([]string{"--tasks-topic", "it.ingest.tasks"}, statusFlags...)
 
 	out, err := runCLI(t, append([]string{"ingest", "trigger", "NQ", "2025-11-18", "--account", "U9"}, topicsFlags...)...)
 	if err != nil || !strings.HasPrefix(out, "job NQ:2025-11-18 instance ") {
@@ -56,7 +58,7 @@ func TestIngestTriggerAndStatus(t *testing.T) {
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "it.ingest.jobs", Key: []byte(st.JobKey), Value: v}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	out, err = runCLI(t, append([]string{"ingest", "status", "NQ:2025-11-18"}, topicsFlags...)...)
+	out, err = runCLI(t, append([]string{"ingest", "status", "NQ:2025-11-18"}, statusFlags...)...)
 	if err != nil {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
@@ -69,10 +71,10 @@ func TestIngestTriggerAndStatus(t *testing.T) {
 			t.Errorf("status row lacks %q: %s", want, lines[1])
 		}
 	}
-	if _, err := runCLI(t, append([]string{"ingest", "status", "ES:2025-11-18"}, topicsFlags...)...); err == nil {
+	if _, err := runCLI(t, append([]string{"ingest", "status", "ES:2025-11-18"}, statusFlags...)...); err == nil {
 		t.Error("status of an unknown job succeeded")
 	}
-	out, err = runCLI(t, append([]string{"ingest", "status", "--json"}, topicsFlags...)...)
+	out, err = runCLI(t, append([]string{"ingest", "status", "--json"}, statusFlags...)...)
 	var got ticks.JobState
 	if err != nil || json.Unmarshal([]byte(strings.TrimSpace(out)), &got) != nil || got.Ticks != 2500 {
 		t.Errorf("status --json: %v\n%s", err, out)

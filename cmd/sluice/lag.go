@@ -48,7 +48,7 @@ non-zero after printing the others.`,
 	f := cmd.Flags()
 	f.StringSliceVar(&groups, "group", nil, "consumer group; repeat for several (default: every group)")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "time limit for the operation once connected")
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 func printLag(w io.Writer, rep groupctl.Report) error {

@@ -76,5 +76,5 @@ migration and whether it is applied instead, changing nothing.`,
 		},
 	}
 	cmd.Flags().BoolVar(&status, "status", false, "show which migrations are applied instead of applying them")
-	return cmd
+	return g.withServiceFlags(cmd, postgresFlags)
 }

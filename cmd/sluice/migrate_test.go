@@ -65,7 +65,7 @@ func TestHelpHidesSecretsFromEnvironment(t *testing.T) {
 	t.Setenv("DATABASE_URL", "postgres://u:pg-s3cret@127.0.0.1:1/db")
 	t.Setenv("REDIS_URL", "redis://:redis-s3cret@127.0.0.1:1/0")
 	t.Setenv("S3_SECRET_KEY", "s3-s3cret")
-	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"dlq", "archive", "--help"}, {"migrate", "-h"}} {
+	for _, args := range [][]string{{"demo", "--help"}, {"run", "--help"}, {"dlq", "archive", "--help"}, {"migrate", "-h"}} {
 		out, err := runCLI(t, args...)
 		if err != nil || !strings.Contains(out, "--database-url") {
 			t.Fatalf("%v: %v\n%s", args, err, out)

@@ -28,12 +28,17 @@ type modulesOptions struct {
 	refreshTopic string
 }
 
+// register adds --refresh-topic to cmd (a command that may produce refresh
+// requests).
+func (o *modulesOptions) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.refreshTopic, "refresh-topic", topics.ModulesRefresh, "topic of the refresh requests")
+}
+
 func newModulesCmd(g *globalConfig) *cobra.Command {
 	o := &modulesOptions{}
 	cmd := commandGroup("modules", "Module caches per ticker (pipeline modules): refresh, status, analysis, jobs, catalog",
 		newModulesRefreshCmd(g, o), newModulesStatusCmd(g), newModulesAnalyzeCmd(g, o), newModulesJobsCmd(g),
 		newModulesCatalogCmd(g))
-	cmd.PersistentFlags().StringVar(&o.refreshTopic, "refresh-topic", topics.ModulesRefresh, "topic of the refresh requests")
 	return cmd
 }
 
@@ -160,7 +165,8 @@ set) instead of straight to Kafka and PostgreSQL.`,
 	cmd.Flags().BoolVar(&force, "force", false, "refresh even when fresh")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the refresh to be written, e.g. 30s (0: do not wait)")
 	cmd.Flags().StringVar(&api, "api", "", "base URL of a running sluice ops server, e.g. http://127.0.0.1:9464")
-	return cmd
+	o.register(cmd)
+	return g.withServiceFlags(cmd, kafkaFlags|postgresFlags)
 }
 
 // modulesClient is what refresh --wait needs, in process or over HTTP.
@@ -292,7 +298,7 @@ error. --json prints the status as one JSON object.`,
 	}
 	cmd.Flags().StringVar(&module, "module", "", "only this module")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return g.withServiceFlags(cmd, postgresFlags)
 }
 
 // printModuleViews prints one line per module.
@@ -370,7 +376,8 @@ synthesis, the modules and what is missing. A synthesis not finished within
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().DurationVar(&budget, "budget", modules.DefaultAssembleBudget,
 		"time budget of the answer (default: env MODULES_ASSEMBLE_BUDGET, else 5s)")
-	return cmd
+	o.register(cmd)
+	return g.withServiceFlags(cmd, kafkaFlags|postgresFlags)
 }
 
 func newModulesJobsCmd(g *globalConfig) *cobra.Command {
@@ -396,7 +403,7 @@ func newModulesJobsCmd(g *globalConfig) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return g.withServiceFlags(cmd, postgresFlags)
 }
 
 func newModulesCatalogCmd(g *globalConfig) *cobra.Command {
@@ -438,7 +445,7 @@ func newModulesCatalogCmd(g *globalConfig) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, one module per line")
-	return cmd
+	return g.withServiceFlags(cmd, postgresFlags)
 }
 
 // catalogJSON is a catalog entry as printed by catalog --json, in hours as

@@ -26,10 +26,16 @@ func TestModulesCommands(t *testing.T) {
 	}
 	k := testkit.NewKafka(t, testkit.FakeOK())
 	topic := k.Topic(t, "modules.refresh", 3)
-	common := []string{"--database-url", pg.URL, "--brokers", strings.Join(k.Brokers, ","), "--refresh-topic", topic}
+	// Every subcommand reads PostgreSQL; refresh and analyze also produce.
+	common := []string{"--database-url", pg.URL}
+	produce := []string{"--brokers", strings.Join(k.Brokers, ","), "--refresh-topic", topic}
 	cli := func(args ...string) (string, error) {
 		t.Helper()
-		return runCLI(t, append(args, common...)...)
+		args = append(args, common...)
+		if args[1] == "refresh" || args[1] == "analyze" {
+			args = append(args, produce...)
+		}
+		return runCLI(t, args...)
 	}
 
 	out, err := cli("modules", "catalog", "--json")

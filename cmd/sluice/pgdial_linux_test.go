@@ -4,12 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/testkit"
 )
 
 // tcpOpts reads the socket options postgresDialer sets.
@@ -110,10 +111,9 @@ func TestPostgresDialerSocketOptions(t *testing.T) {
 // A real connection of the pool connectPostgres opens carries the options.
 func TestConnectPostgresSocketOptions(t *testing.T) {
 	t.Parallel()
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		t.Skip("DATABASE_URL is not set (start the stack: make stack-up)")
-	}
+	// DATABASE_URL, else the package's local server (TestMain), else a
+	// skip naming why.
+	url := testkit.NewPostgresServer(t).URL
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)

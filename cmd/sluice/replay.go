@@ -104,7 +104,7 @@ stderr: it seeds the group's start there, or, after a mistyped --group or
 	targets := []string{"to-earliest", "to-latest", "to-offset", "to-time"}
 	cmd.MarkFlagsMutuallyExclusive(targets...)
 	cmd.MarkFlagsOneRequired(targets...)
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 // uncommittedTopics names, quoted and in plan order, the topics none of

@@ -14,8 +14,10 @@ import (
 	"github.com/sluicehq/sluice/internal/kconf"
 )
 
-// globalConfig holds the settings shared by every subcommand. Fields are
-// filled from the environment, then overridden by persistent flags.
+// globalConfig holds the settings shared by the subcommands. Fields are
+// filled from the environment, then overridden by the flags of the running
+// command (--log-level on every command, the service flags on the commands
+// that use them: withServiceFlags).
 type globalConfig struct {
 	Kafka          kconf.Config
 	brokers        string // raw --brokers / KAFKA_BROKERS
@@ -38,7 +40,16 @@ func envOr(key, def string) string {
 }
 
 func newRootCmd() *cobra.Command {
-	g := &globalConfig{Kafka: kconf.FromEnv()}
+	// The environment's values; a command's flags override those it declares.
+	g := &globalConfig{
+		Kafka:          kconf.FromEnv(),
+		brokers:        os.Getenv("KAFKA_BROKERS"),
+		S3Endpoint:     os.Getenv("S3_ENDPOINT"),
+		S3AccessKey:    os.Getenv("S3_ACCESS_KEY"),
+		S3Bucket:       envOr("S3_BUCKET", "sluice"),
+		S3Secure:       strings.EqualFold(os.Getenv("S3_SECURE"), "true"),
+		ObjectStoreDir: envOr("OBJECT_STORE_DIR", ".sluice/objects"),
+	}
 	root := &cobra.Command{
 		Use:           "sluice",
 		Short:         "Stream-processing pipelines over Kafka",
@@ -57,26 +68,13 @@ func newRootCmd() *cobra.Command {
 			return nil
 		},
 	}
-	f := root.PersistentFlags()
-	f.StringVar(&g.brokers, "brokers", os.Getenv("KAFKA_BROKERS"), "Kafka seed brokers, comma separated (env KAFKA_BROKERS)")
-	// Secret-bearing flags get their environment value in secretsFromEnv.
-	f.StringVar(&g.DatabaseURL, "database-url", "", "PostgreSQL URL (env DATABASE_URL)")
-	f.StringVar(&g.RedisURL, "redis-url", "", "Redis URL (env REDIS_URL)")
-	f.StringVar(&g.S3Endpoint, "s3-endpoint", os.Getenv("S3_ENDPOINT"), "S3/MinIO endpoint host:port; empty uses OBJECT_STORE_DIR (env S3_ENDPOINT)")
-	f.StringVar(&g.S3AccessKey, "s3-access-key", os.Getenv("S3_ACCESS_KEY"), "S3 access key (env S3_ACCESS_KEY)")
-	f.StringVar(&g.S3SecretKey, "s3-secret-key", "", "S3 secret key (env S3_SECRET_KEY)")
-	f.StringVar(&g.S3Bucket, "s3-bucket", envOr("S3_BUCKET", "sluice"), "S3 bucket (env S3_BUCKET)")
-	f.BoolVar(&g.S3Secure, "s3-secure", strings.EqualFold(os.Getenv("S3_SECURE"), "true"), "use HTTPS for S3 (env S3_SECURE)")
-	f.StringVar(&g.ObjectStoreDir, "object-store-dir", envOr("OBJECT_STORE_DIR", ".sluice/objects"), "local object store directory when no S3 endpoint is set (env OBJECT_STORE_DIR)")
-	f.StringVar(&g.LogLevel, "log-level", envOr("LOG_LEVEL", "info"), "log level: debug, info, warn, error (env LOG_LEVEL)")
-	f.StringVar(&g.Kafka.SASLMechanism, "kafka-sasl-mechanism", g.Kafka.SASLMechanism, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (env KAFKA_SASL_MECHANISM)")
-	f.StringVar(&g.Kafka.SASLUser, "kafka-sasl-user", g.Kafka.SASLUser, "SASL user (env KAFKA_SASL_USER)")
-	f.BoolVar(&g.Kafka.TLS, "kafka-tls", g.Kafka.TLS, "connect to Kafka with TLS (env KAFKA_TLS)")
-	f.StringVar(&g.Kafka.TLSCAFile, "kafka-tls-ca-file", g.Kafka.TLSCAFile, "CA bundle for Kafka TLS; implies --kafka-tls (env KAFKA_TLS_CA_FILE)")
-
+	// --log-level is the one flag of every command; the service flags are
+	// added by each command that uses them (withServiceFlags).
+	root.PersistentFlags().StringVar(&g.LogLevel, "log-level", envOr("LOG_LEVEL", "info"), "log level: debug, info, warn, error (env LOG_LEVEL)")
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(subcommands(g)...)
 	rejectUnknownSubcommands(root)
+	setExamples(root)
 	return root
 }
 

@@ -163,7 +163,7 @@ func newRunCmd(g *globalConfig) *cobra.Command {
 		"memory for the records the pipelines hold (fetched, not yet processed) and their coalescing windows, shared by every pipeline of the process, e.g. 256MiB; when full, fetches pause and windows are written early (default: 35 %% of GOMEMLIMIT or of the cgroup's memory limit, whichever is lower, else %dMiB) (env MEMORY_BUDGET)", run.DefaultBudget>>20))
 	o.envFlag(cmd, "MEMORY_BUDGET", "memory-budget")
 	cmd.Flags().StringVar(&o.consoleAddr, "console", "", "also serve the web console (sluice console) on this address, e.g. 127.0.0.1:8080")
-	return cmd
+	return g.withServiceFlags(cmd, allServiceFlags)
 }
 
 // checkInstanceID validates --instance-id: Kafka accepts group instance

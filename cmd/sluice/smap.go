@@ -105,7 +105,7 @@ A project that does not exist (or whose progress expired) fails at once.
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the progress once as JSON")
 	cmd.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "refresh period of the progress bar")
 	cmd.Flags().StringVar(&prefix, "key-prefix", smap.DefaultKeyPrefix, "Redis key prefix of the progress state")
-	return cmd
+	return g.withServiceFlags(cmd, redisFlags)
 }
 
 func newSmapRebuildCmd(g *globalConfig) *cobra.Command {
@@ -150,7 +150,7 @@ have had).`,
 	cmd.Flags().StringVar(&prefix, "key-prefix", smap.DefaultKeyPrefix, "Redis key prefix of the progress state")
 	cmd.Flags().StringVar(&completedTopic, "job-completed-topic", topics.SmapJobCompleted,
 		"topic a completion is published on (P"+topics.SmapJobCompleted+" for a copy run with sluice run --topic-prefix P)")
-	return cmd
+	return g.withServiceFlags(cmd, allServiceFlags)
 }
 
 // smapProjectKnown fails unless the project has its record in the object

@@ -84,7 +84,7 @@ non-zero. Running it twice prints only "ok".`,
 	f.StringVar(&prefix, "prefix", "", "prefix every topic name (isolates test runs on a shared cluster)")
 	f.Int16Var(&rf, "replication-factor", -1, "replication factor for created topics (-1 = broker default)")
 	f.DurationVar(&timeout, "timeout", time.Minute, "time limit for the whole operation once connected")
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 func newTopicsListCmd(g *globalConfig) *cobra.Command {
@@ -143,7 +143,7 @@ prefix is prepended to catalog and named topics alike.`,
 	f.BoolVar(&all, "all", false, "list every non-internal topic on the cluster")
 	f.BoolVarP(&verbose, "verbose", "v", false, "show per-partition start and end offsets")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "time limit for the whole operation once connected")
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 // kafkaOpts checks within kafkaConnectTimeout that Kafka answers and

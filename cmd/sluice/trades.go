@@ -61,10 +61,14 @@ type tradesOptions struct {
 	importTopic, stateTopic string
 }
 
-func (o *tradesOptions) register(cmd *cobra.Command) {
-	f := cmd.PersistentFlags()
-	f.StringVar(&o.importTopic, "import-topic", topics.TradesImport, "trades command topic")
+// register adds --state-topic to cmd, and with imports (a command that
+// sends import commands) --import-topic.
+func (o *tradesOptions) register(cmd *cobra.Command, imports bool) {
+	f := cmd.Flags()
 	f.StringVar(&o.stateTopic, "state-topic", topics.TradesImportState, "trades-import state topic (compacted, co-partitioned with the command topic)")
+	if imports {
+		f.StringVar(&o.importTopic, "import-topic", topics.TradesImport, "trades command topic")
+	}
 }
 
 func (o *tradesOptions) config() trades.ImportConfig {
@@ -76,7 +80,6 @@ func newTradesCmd(g *globalConfig) *cobra.Command {
 	cmd := commandGroup("trades", "Import users' broker trades, inspect imports, ask for scores, digests and sims (pipeline trades)",
 		newTradesImportCmd(g, o), newTradesStatusCmd(g, o),
 		newTradesScoreCmd(g), newTradesDigestCmd(g), newTradesRebuildDigestsCmd(g), newTradesSimCmd(g))
-	o.register(cmd)
 	return cmd
 }
 
@@ -122,7 +125,8 @@ Authorization: Bearer $SLUICE_API_TOKEN when it is set.`,
 	cmd.Flags().StringVar(&req.Broker, "broker", trades.BrokerSynthetic, "broker: synthetic, coinbase or binance (coinbase and binance need an active broker connection)")
 	cmd.Flags().BoolVar(&req.Force, "force", false, "run again even if the same import completed within TRADES_IMPORT_DEDUPE_WINDOW")
 	cmd.Flags().StringVar(&api, "api", "", "base URL of a running sluice ops server, e.g. http://127.0.0.1:9464")
-	return cmd
+	o.register(cmd, true)
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 func tradesImportKafka(ctx context.Context, g *globalConfig, o *tradesOptions, req trades.ImportRequest) (trades.ImportResult, error) {
@@ -181,7 +185,8 @@ counts (fetched, stored, rejected), and for a failed run its reason and rule.`,
 	}
 	cmd.Flags().StringVar(&user, "user", "", "list every import of this user, the latest started first")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, one state per line")
-	return cmd
+	o.register(cmd, false)
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 // printImports prints import states in the given order.

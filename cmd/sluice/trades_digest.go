@@ -58,7 +58,7 @@ trade.scored and, per changed label set, coach.reflect. Prints the event id.`,
 	}
 	cmd.Flags().StringVar(&since, "since", "", "score trades with ts ≥ this date (YYYY-MM-DD or RFC 3339)")
 	cmd.Flags().StringVar(&prefix, "topic-prefix", "", "prefix of the trades topics (as sluice run --topic-prefix)")
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 func newTradesDigestCmd(g *globalConfig) *cobra.Command {
@@ -104,7 +104,7 @@ with Authorization: Bearer $SLUICE_API_TOKEN when it is set.`,
 	cmd.Flags().StringVar(&week, "week", "", "ISO week, e.g. 2025-W02")
 	cmd.Flags().StringVar(&prefix, "topic-prefix", "", "prefix of the trades topics (as sluice run --topic-prefix)")
 	cmd.Flags().StringVar(&api, "api", "", "base URL of a running sluice ops server, e.g. http://127.0.0.1:9464")
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags)
 }
 
 func digestHTTP(ctx context.Context, base string, req trades.DigestsRequest) (trades.Sent, error) {
@@ -161,5 +161,5 @@ are refused (trades.digest_window_expired). Prints the count.`,
 	}
 	cmd.Flags().StringVar(&since, "since", "", "only trades with ts ≥ this date (YYYY-MM-DD or RFC 3339)")
 	cmd.Flags().StringVar(&prefix, "topic-prefix", "", "prefix of the trades topics (as sluice run --topic-prefix)")
-	return cmd
+	return g.withServiceFlags(cmd, kafkaFlags|postgresFlags)
 }

@@ -63,7 +63,7 @@ answer with coverage < 1.`,
 	cmd.Flags().IntVar(&horizon, "horizon-days", trades.DefaultSimHorizonDays,
 		fmt.Sprintf("horizon in days, %d to %d", trades.MinSimHorizonDays, trades.MaxSimHorizonDays))
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the answer as JSON")
-	return cmd
+	return g.withServiceFlags(cmd, postgresFlags|redisFlags)
 }
 
 // openSim connects to PostgreSQL and Redis and returns a sim on them; the

@@ -46,7 +46,9 @@ func TestTradesImportAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	flags := []string{"--brokers", strings.Join(c.ListenAddrs(), ","), "--import-topic", "tt.trades.import", "--state-topic", "tt.trades.import.state"}
+	// status reads only the state topic: it takes no --import-topic.
+	statusFlags := []string{"--brokers", strings.Join(c.ListenAddrs(), ","), "--state-topic", "tt.trades.import.state"}
+	flags := append([]string{"--import-topic", "tt.trades.import"}, statusFlags...)
 
 	out, err := runCLI(t, append([]string{"trades", "import", "u1", "--since", "2025-01-01", "--force"}, flags...)...)
 	if want := trades.ImportID("u1", "2025-01-01", "synthetic"); err != nil || strings.TrimSpace(out) != want {
@@ -104,7 +106,7 @@ func TestTradesImportAndStatus(t *testing.T) {
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "tt.trades.import.state", Key: []byte(id), Value: v}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	out, err = runCLI(t, append([]string{"trades", "status", id}, flags...)...)
+	out, err = runCLI(t, append([]string{"trades", "status", id}, statusFlags...)...)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if err != nil || len(lines) != 2 || !strings.HasPrefix(lines[0], "IMPORT_ID") {
 		t.Fatalf("status: %v\n%s", err, out)
@@ -114,15 +116,15 @@ func TestTradesImportAndStatus(t *testing.T) {
 			t.Errorf("status row lacks %q: %s", want, lines[1])
 		}
 	}
-	out, err = runCLI(t, append([]string{"trades", "status", "--user", "u1", "--json"}, flags...)...)
+	out, err = runCLI(t, append([]string{"trades", "status", "--user", "u1", "--json"}, statusFlags...)...)
 	var back trades.ImportState
 	if err != nil || json.Unmarshal([]byte(strings.TrimSpace(out)), &back) != nil || back.Stored != 199 || back.RunID != "r1" {
 		t.Errorf("status --user --json: %v\n%s", err, out)
 	}
-	if _, err := runCLI(t, append([]string{"trades", "status", "--user", "nobody"}, flags...)...); err == nil {
+	if _, err := runCLI(t, append([]string{"trades", "status", "--user", "nobody"}, statusFlags...)...); err == nil {
 		t.Error("status of a user without imports succeeded")
 	}
-	if _, err := runCLI(t, append([]string{"trades", "status"}, flags...)...); err == nil {
+	if _, err := runCLI(t, append([]string{"trades", "status"}, statusFlags...)...); err == nil {
 		t.Error("status without an id or --user succeeded")
 	}
 	resp, err := http.Get(srv.URL + "/api/v1/trades/imports/" + id)

@@ -15,7 +15,10 @@
 //	Object store S3_ENDPOINT        minio (PATH or $(go env GOPATH)/bin) —                      local directory
 //
 // Environment variables always win: when KAFKA_BROKERS is set, NewKafka uses it
-// and nothing is started. Local binaries are started per call through
+// and nothing is started. A package's TestMain may call MainWithPostgres,
+// which (DATABASE_URL unset, binaries installed) starts one local PostgreSQL
+// for the whole test binary and sets DATABASE_URL to it, so the package's
+// tests share that server instead of starting one each. Local binaries are started per call through
 // internal/localsvc, in a private temporary directory on a free port, and
 // stopped when the test that asked for them ends. A container is used only when a Docker engine answers a health
 // check; the check never panics and takes milliseconds when there is no engine.
@@ -45,7 +48,8 @@
 // Everything a constructor opens — clients, pools, processes, containers,
 // temporary directories — is closed through t.Cleanup of the testing.TB it
 // was given. The package keeps no state between calls: two calls start two
-// local servers. To share one local PostgreSQL between the subtests of a test,
+// local servers (MainWithPostgres shares one through the process
+// environment, not through package state). To share one local PostgreSQL between the subtests of a test,
 // call NewPostgresServer once and PostgresServer.Postgres in each subtest.
 //
 // # Helpers

@@ -31,7 +31,8 @@ type PostgresServer struct {
 	// Real is always true: there is no PostgreSQL fake.
 	Real bool
 	// Kind is where the server came from: "env" (DATABASE_URL), "local"
-	// (initdb + postgres started for this test) or "container".
+	// (initdb + postgres started for this test), "local-shared" (started
+	// once for the test binary by MainWithPostgres) or "container".
 	Kind string
 }
 
@@ -59,7 +60,8 @@ func NewPostgres(t testing.TB) *Postgres {
 	return NewPostgresServer(t).Postgres(t)
 }
 
-// NewPostgresServer returns a PostgreSQL server for t. Order: DATABASE_URL;
+// NewPostgresServer returns a PostgreSQL server for t. Order: DATABASE_URL
+// (which MainWithPostgres points at a server shared by the test binary);
 // local binaries (initdb and postgres on PATH or in
 // /usr/lib/postgresql/*/bin) started by localsvc.StartPostgres in a
 // temporary directory on a free port with trust auth for superuser
@@ -69,7 +71,19 @@ func NewPostgres(t testing.TB) *Postgres {
 // CI=true).
 func NewPostgresServer(t testing.TB) *PostgresServer {
 	t.Helper()
+	s := newPostgresServer(t)
+	if s != nil {
+		t.Logf("testkit: %s", s) // never the URL: it may hold a password
+	}
+	return s
+}
+
+func newPostgresServer(t testing.TB) *PostgresServer {
+	t.Helper()
 	if u := os.Getenv("DATABASE_URL"); u != "" {
+		if u == os.Getenv(SharedPostgresEnv) {
+			return &PostgresServer{URL: u, Real: true, Kind: "local-shared"}
+		}
 		return &PostgresServer{URL: u, Real: true, Kind: "env"}
 	}
 	var why reasons

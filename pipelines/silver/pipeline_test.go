@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("SILVER_MEMBER") == "1" {
 		os.Exit(member())
 	}
-	os.Exit(m.Run())
+	os.Exit(testkit.MainWithPostgres(m)) // one local PostgreSQL for the binary when DATABASE_URL is unset
 }
 
 // member runs silver.Services from the SILVER_* environment until SIGTERM.

@@ -36,7 +36,7 @@ const memberEnv = "SLUICE_TRADES_TEST_MEMBER"
 // process, so that a member can be killed with SIGKILL.
 func TestMain(m *testing.M) {
 	testkit.RunChild(memberEnv, childMember)
-	os.Exit(m.Run())
+	os.Exit(testkit.MainWithPostgres(m)) // one local PostgreSQL for the binary when DATABASE_URL is unset
 }
 
 // memberSpec is what a member process needs to join a svcHarness's
