@@ -1,0 +1,249 @@
+package run_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/sinks/pgsink"
+	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/run"
+)
+
+// applied is one application of a record's effect: applications(v) =
+// applications(v) + 1, not idempotent.
+type applied struct{ V string }
+
+// applicationsSink creates table applications in a fresh schema and returns
+// a pgsink counting the applications of each record value, with opts.
+func applicationsSink(t *testing.T, srv *testkit.PostgresServer, opts ...pgsink.Option) (*pgxpool.Pool, *pgsink.Sink[applied]) {
+	t.Helper()
+	pg := srv.Postgres(t)
+	if _, err := pg.Pool.Exec(testkit.Context(t), "CREATE TABLE applications (v text PRIMARY KEY, n int NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgsink.New(pg.Pool, pgsink.Table[applied]{
+		Name: "applications", Columns: []string{"v", "n"}, Key: []string{"v"},
+		Update: []pgsink.Set{{Column: "n", Expr: "t.n + EXCLUDED.n"}},
+		KeyOf:  func(a applied) string { return a.V },
+		Values: func(a applied) []any { return []any{a.V, 1} },
+	}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pg.Pool, s
+}
+
+// applyStage dead-letters poison records (see poisonStage) and applies
+// every other record once.
+func applyStage(ctx context.Context, m msg) ([]applied, error) {
+	if _, err := poisonStage(ctx, m); err != nil {
+		return nil, err
+	}
+	return []applied{{V: m.Value}}, nil
+}
+
+// applications returns how many times each value was applied.
+func applications(t *testing.T, pool *pgxpool.Pool) map[string]int {
+	t.Helper()
+	rows, err := pool.Query(testkit.Context(t), "SELECT v, n FROM applications")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	var v string
+	var n int
+	for rows.Next() {
+		if err := rows.Scan(&v, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[v] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// refuseCommits makes kfake refuse every offset commit of the group (plain
+// and transactional) while refuse is set, counting the refusals in refused.
+func refuseCommits(k *testkit.Kafka, refuse *atomic.Bool, refused *atomic.Int32) {
+	code := kerr.GroupAuthorizationFailed.Code
+	for key, refusal := range map[kmsg.Key]func(kmsg.Request) kmsg.Response{
+		kmsg.OffsetCommit:    func(req kmsg.Request) kmsg.Response { return offsetCommitRefusal(req, code) },
+		kmsg.TxnOffsetCommit: func(req kmsg.Request) kmsg.Response { return txnOffsetCommitRefusal(req, code) },
+	} {
+		k.Fake().ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			k.Fake().KeepControl()
+			if !refuse.Load() {
+				return nil, nil, false
+			}
+			refused.Add(1)
+			return refusal(req), nil, true
+		})
+	}
+}
+
+// checkApplied compares the applications of the non-poison values of recs
+// with once (each exactly once) or, when once is false, requires that some
+// were applied twice; every value must be applied at least once either way.
+func checkApplied(t *testing.T, pool *pgxpool.Pool, recs []*kgo.Record, once bool) {
+	t.Helper()
+	got := applications(t, pool)
+	twice := 0
+	for _, r := range recs {
+		v := string(r.Value)
+		if strings.HasPrefix(v, "poison") {
+			if got[v] != 0 {
+				t.Errorf("poison record %s applied %d times", v, got[v])
+			}
+			continue
+		}
+		switch n := got[v]; {
+		case n == 0:
+			t.Errorf("record %s (%d@%d) never applied", v, r.Partition, r.Offset)
+		case n > 1:
+			twice++
+			if once {
+				t.Errorf("record %s (%d@%d) applied %d times", v, r.Partition, r.Offset, n)
+			}
+		}
+	}
+	if !once && twice == 0 {
+		t.Errorf("without the offset store no record was applied twice: the test does not exercise redelivery")
+	}
+}
+
+// A member whose Kafka offset commits all fail (a crash or a broker outage
+// before its commit: the group's committed offsets stay where they were)
+// leaves its records to the next member, which processes them again. With
+// the sink's offsets in sluice_offsets (pgsink.WithOffsets and
+// run.WithOffsetStore) each record's non-idempotent effect is applied
+// exactly once and each poison record dead-lettered once; without them
+// the records of the first are applied twice.
+func TestOffsetStoreAfterUncommittedMember(t *testing.T) {
+	t.Parallel()
+	srv := testkit.NewPostgresServer(t)
+	for _, withStore := range []bool{true, false} {
+		name := map[bool]string{true: "with offset store", false: "without"}[withStore]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			k := testkit.NewKafka(t, testkit.ForceFake())
+			cfg := baseConfig(t, k, 3)
+			cfg.BatchMaxRecords = 10
+			cfg.RevokeTimeout = time.Second
+			cl, adm := k.Client(t), k.Admin(t)
+			const n = 210
+			recs := produce(t, cl, cfg.Topics[0], n/2, 10, poisonEvery)
+			var refuse atomic.Bool
+			refuse.Store(true)
+			var refused atomic.Int32
+			refuseCommits(k, &refuse, &refused)
+			var popts []pgsink.Option
+			if withStore {
+				popts = append(popts, pgsink.WithOffsets())
+			}
+			pool, sink := applicationsSink(t, srv, popts...)
+			var ropts []run.Option
+			if withStore {
+				ropts = append(ropts, run.WithOffsetStore(sink))
+			}
+			_, stop := start(t, k, cfg, applyStage, stages.Sink[applied](sink), ropts...)
+			testkit.WaitFor(t, 30*time.Second, "the first half applied", func() bool { return len(applications(t, pool)) == n/2-poisonCount(n/2) })
+			testkit.WaitFor(t, 30*time.Second, "commits refused", func() bool { return refused.Load() >= 2 })
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
+				t.Fatalf("committed %v although every commit was refused", c)
+			}
+			refuse.Store(false)
+			// The second half, and a second member whose batches are
+			// larger than the first's, so that one batch holds records
+			// the first applied and records it never saw.
+			recs = append(recs, produce(t, cl, cfg.Topics[0], n/2, 10, func(i int) string { return poisonEvery(n/2 + i) })...)
+			cfg.BatchMaxRecords = 500
+			_, stop = start(t, k, cfg, applyStage, stages.Sink[applied](sink), ropts...)
+			testkit.WaitFor(t, 30*time.Second, "every offset committed", func() bool {
+				return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+			})
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			checkApplied(t, pool, recs, withStore)
+			checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+		})
+	}
+}
+
+// Partitions moving between members whose Kafka commits fail (revokes
+// commit nothing, so each new owner starts from the group's old commit):
+// with the offset store every record is applied exactly once; without it
+// the records of the moved partitions are applied again.
+func TestOffsetStoreAcrossRebalances(t *testing.T) {
+	t.Parallel()
+	srv := testkit.NewPostgresServer(t)
+	for _, withStore := range []bool{true, false} {
+		name := map[bool]string{true: "with offset store", false: "without"}[withStore]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			k := testkit.NewKafka(t, testkit.ForceFake())
+			cfg := baseConfig(t, k, 4)
+			cfg.BatchMaxRecords = 10
+			cfg.RevokeTimeout = time.Second
+			cl, adm := k.Client(t), k.Admin(t)
+			const n = 400
+			recs := produce(t, cl, cfg.Topics[0], n/2, 10, poisonEvery)
+			var refuse atomic.Bool
+			refuse.Store(true)
+			var refused atomic.Int32
+			refuseCommits(k, &refuse, &refused)
+			var popts []pgsink.Option
+			if withStore {
+				popts = append(popts, pgsink.WithOffsets())
+			}
+			pool, sink := applicationsSink(t, srv, popts...)
+			var ropts []run.Option
+			if withStore {
+				ropts = append(ropts, run.WithOffsetStore(sink))
+			}
+			member := func(assigned *atomic.Bool) func() error {
+				hook := run.WithAssignHook(func(context.Context, map[string][]int32) error { assigned.Store(true); return nil })
+				_, stop := start(t, k, cfg, applyStage, stages.Sink[applied](sink), append(ropts, hook)...)
+				return stop
+			}
+			var assignedA, assignedB atomic.Bool
+			poison := poisonCount(n)
+			stopA := member(&assignedA)
+			testkit.WaitFor(t, 30*time.Second, "the first half applied by A", func() bool { return len(applications(t, pool)) == n/2-poisonCount(n/2) })
+			stopB := member(&assignedB) // takes half of A's partitions, from the group's commit: none
+			testkit.WaitFor(t, 30*time.Second, "B assigned partitions", assignedB.Load)
+			// The second half, while A and B share the partitions.
+			recs = append(recs, produce(t, cl, cfg.Topics[0], n/2, 10, func(i int) string { return poisonEvery(n/2 + i) })...)
+			testkit.WaitFor(t, 30*time.Second, "every record applied", func() bool { return len(applications(t, pool)) == n-poison })
+			if err := stopA(); err != nil { // B takes the rest
+				t.Fatal(err)
+			}
+			refuse.Store(false)
+			testkit.WaitFor(t, 60*time.Second, "every offset committed", func() bool {
+				return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+			})
+			if err := stopB(); err != nil {
+				t.Fatal(err)
+			}
+			if refused.Load() < 2 {
+				t.Fatalf("%d commits refused, want several", refused.Load())
+			}
+			checkApplied(t, pool, recs, withStore)
+			checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+		})
+	}
+}
