@@ -131,57 +131,36 @@ func checkApplied(t *testing.T, pool *pgxpool.Pool, recs []*kgo.Record, once boo
 // the records of the first are applied twice.
 func TestOffsetStoreAfterUncommittedMember(t *testing.T) {
 	t.Parallel()
-	srv := testkit.NewPostgresServer(t)
-	for _, withStore := range []bool{true, false} {
-		name := map[bool]string{true: "with offset store", false: "without"}[withStore]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			k := testkit.NewKafka(t, testkit.ForceFake())
-			cfg := baseConfig(t, k, 3)
-			cfg.BatchMaxRecords = 10
-			cfg.RevokeTimeout = time.Second
-			cl, adm := k.Client(t), k.Admin(t)
-			const n = 210
-			recs := produce(t, cl, cfg.Topics[0], n/2, 10, poisonEvery)
-			var refuse atomic.Bool
-			refuse.Store(true)
-			var refused atomic.Int32
-			refuseCommits(k, &refuse, &refused)
-			var popts []pgsink.Option
-			if withStore {
-				popts = append(popts, pgsink.WithOffsets())
-			}
-			pool, sink := applicationsSink(t, srv, popts...)
-			var ropts []run.Option
-			if withStore {
-				ropts = append(ropts, run.WithOffsetStore(sink))
-			}
-			_, stop := start(t, k, cfg, applyStage, stages.Sink[applied](sink), ropts...)
-			testkit.WaitFor(t, 30*time.Second, "the first half applied", func() bool { return len(applications(t, pool)) == n/2-poisonCount(n/2) })
-			testkit.WaitFor(t, 30*time.Second, "commits refused", func() bool { return refused.Load() >= 2 })
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
-				t.Fatalf("committed %v although every commit was refused", c)
-			}
-			refuse.Store(false)
-			// The second half, and a second member whose batches are
-			// larger than the first's, so that one batch holds records
-			// the first applied and records it never saw.
-			recs = append(recs, produce(t, cl, cfg.Topics[0], n/2, 10, func(i int) string { return poisonEvery(n/2 + i) })...)
-			cfg.BatchMaxRecords = 500
-			_, stop = start(t, k, cfg, applyStage, stages.Sink[applied](sink), ropts...)
-			testkit.WaitFor(t, 30*time.Second, "every offset committed", func() bool {
-				return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
-			})
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			checkApplied(t, pool, recs, withStore)
-			checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+	eachStoreMode(t, 3, func(t *testing.T, c *storeCase) {
+		k, cfg, pool, sink, ropts, withStore := c.k, c.cfg, c.pool, c.sink, c.ropts, c.withStore
+		cl, adm := k.Client(t), k.Admin(t)
+		const n = 210
+		recs := produce(t, cl, cfg.Topics[0], n/2, 10, poisonEvery)
+		_, stop := start(t, k, cfg, applyStage, stages.Sink[applied](sink), ropts...)
+		testkit.WaitFor(t, 30*time.Second, "the first half applied", func() bool { return len(applications(t, pool)) == n/2-poisonCount(n/2) })
+		testkit.WaitFor(t, 30*time.Second, "commits refused", func() bool { return c.refused.Load() >= 2 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
+			t.Fatalf("committed %v although every commit was refused", c)
+		}
+		c.refuse.Store(false)
+		// The second half, and a second member whose batches are
+		// larger than the first's, so that one batch holds records
+		// the first applied and records it never saw.
+		recs = append(recs, produce(t, cl, cfg.Topics[0], n/2, 10, func(i int) string { return poisonEvery(n/2 + i) })...)
+		cfg.BatchMaxRecords = 500
+		_, stop = start(t, k, cfg, applyStage, stages.Sink[applied](sink), ropts...)
+		testkit.WaitFor(t, 30*time.Second, "every offset committed", func() bool {
+			return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
 		})
-	}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		checkApplied(t, pool, recs, withStore)
+		checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+	})
 }
 
 // Partitions moving between members whose Kafka commits fail (revokes
@@ -190,60 +169,82 @@ func TestOffsetStoreAfterUncommittedMember(t *testing.T) {
 // the records of the moved partitions are applied again.
 func TestOffsetStoreAcrossRebalances(t *testing.T) {
 	t.Parallel()
+	eachStoreMode(t, 4, func(t *testing.T, c *storeCase) {
+		k, cfg, pool, sink, ropts, withStore := c.k, c.cfg, c.pool, c.sink, c.ropts, c.withStore
+		cl, adm := k.Client(t), k.Admin(t)
+		const n = 400
+		recs := produce(t, cl, cfg.Topics[0], n/2, 10, poisonEvery)
+		member := func(assigned *atomic.Bool) func() error {
+			hook := run.WithAssignHook(func(context.Context, map[string][]int32) error { assigned.Store(true); return nil })
+			_, stop := start(t, k, cfg, applyStage, stages.Sink[applied](sink), append(ropts, hook)...)
+			return stop
+		}
+		var assignedA, assignedB atomic.Bool
+		poison := poisonCount(n)
+		stopA := member(&assignedA)
+		testkit.WaitFor(t, 30*time.Second, "the first half applied by A", func() bool { return len(applications(t, pool)) == n/2-poisonCount(n/2) })
+		stopB := member(&assignedB) // takes half of A's partitions, from the group's commit: none
+		testkit.WaitFor(t, 30*time.Second, "B assigned partitions", assignedB.Load)
+		// The second half, while A and B share the partitions.
+		recs = append(recs, produce(t, cl, cfg.Topics[0], n/2, 10, func(i int) string { return poisonEvery(n/2 + i) })...)
+		testkit.WaitFor(t, 30*time.Second, "every record applied", func() bool { return len(applications(t, pool)) == n-poison })
+		if err := stopA(); err != nil { // B takes the rest
+			t.Fatal(err)
+		}
+		c.refuse.Store(false)
+		testkit.WaitFor(t, 60*time.Second, "every offset committed", func() bool {
+			return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+		})
+		if err := stopB(); err != nil {
+			t.Fatal(err)
+		}
+		if c.refused.Load() < 2 {
+			t.Fatalf("%d commits refused, want several", c.refused.Load())
+		}
+		checkApplied(t, pool, recs, withStore)
+		checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+	})
+}
+
+// storeCase is one run of a test of eachStoreMode: a kfake cluster, a
+// config of its own topics and group whose offset commits fail at first, the applications table and its
+// sink, and the runner options (with or without the offset store).
+type storeCase struct {
+	k         *testkit.Kafka
+	cfg       run.Config
+	pool      *pgxpool.Pool
+	sink      *pgsink.Sink[applied]
+	ropts     []run.Option
+	withStore bool
+	// The group's offset commits are refused while refuse is set (it is
+	// at first), counted in refused.
+	refuse  atomic.Bool
+	refused atomic.Int32
+}
+
+// eachStoreMode runs test in parallel subtests, with the offset store and
+// without, each on an input of partitions partitions.
+func eachStoreMode(t *testing.T, partitions int32, test func(t *testing.T, c *storeCase)) {
 	srv := testkit.NewPostgresServer(t)
 	for _, withStore := range []bool{true, false} {
 		name := map[bool]string{true: "with offset store", false: "without"}[withStore]
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			k := testkit.NewKafka(t, testkit.ForceFake())
-			cfg := baseConfig(t, k, 4)
-			cfg.BatchMaxRecords = 10
-			cfg.RevokeTimeout = time.Second
-			cl, adm := k.Client(t), k.Admin(t)
-			const n = 400
-			recs := produce(t, cl, cfg.Topics[0], n/2, 10, poisonEvery)
-			var refuse atomic.Bool
-			refuse.Store(true)
-			var refused atomic.Int32
-			refuseCommits(k, &refuse, &refused)
+			c := &storeCase{k: testkit.NewKafka(t, testkit.ForceFake()), withStore: withStore}
+			c.cfg = baseConfig(t, c.k, partitions)
+			c.cfg.BatchMaxRecords = 10
+			c.cfg.RevokeTimeout = time.Second
+			c.refuse.Store(true)
+			refuseCommits(c.k, &c.refuse, &c.refused)
 			var popts []pgsink.Option
 			if withStore {
 				popts = append(popts, pgsink.WithOffsets())
 			}
-			pool, sink := applicationsSink(t, srv, popts...)
-			var ropts []run.Option
+			c.pool, c.sink = applicationsSink(t, srv, popts...)
 			if withStore {
-				ropts = append(ropts, run.WithOffsetStore(sink))
+				c.ropts = append(c.ropts, run.WithOffsetStore(c.sink))
 			}
-			member := func(assigned *atomic.Bool) func() error {
-				hook := run.WithAssignHook(func(context.Context, map[string][]int32) error { assigned.Store(true); return nil })
-				_, stop := start(t, k, cfg, applyStage, stages.Sink[applied](sink), append(ropts, hook)...)
-				return stop
-			}
-			var assignedA, assignedB atomic.Bool
-			poison := poisonCount(n)
-			stopA := member(&assignedA)
-			testkit.WaitFor(t, 30*time.Second, "the first half applied by A", func() bool { return len(applications(t, pool)) == n/2-poisonCount(n/2) })
-			stopB := member(&assignedB) // takes half of A's partitions, from the group's commit: none
-			testkit.WaitFor(t, 30*time.Second, "B assigned partitions", assignedB.Load)
-			// The second half, while A and B share the partitions.
-			recs = append(recs, produce(t, cl, cfg.Topics[0], n/2, 10, func(i int) string { return poisonEvery(n/2 + i) })...)
-			testkit.WaitFor(t, 30*time.Second, "every record applied", func() bool { return len(applications(t, pool)) == n-poison })
-			if err := stopA(); err != nil { // B takes the rest
-				t.Fatal(err)
-			}
-			refuse.Store(false)
-			testkit.WaitFor(t, 60*time.Second, "every offset committed", func() bool {
-				return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
-			})
-			if err := stopB(); err != nil {
-				t.Fatal(err)
-			}
-			if refused.Load() < 2 {
-				t.Fatalf("%d commits refused, want several", refused.Load())
-			}
-			checkApplied(t, pool, recs, withStore)
-			checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+			test(t, c)
 		})
 	}
 }
