@@ -54,6 +54,11 @@
 //     the runtime retries the whole batch. Halves that landed before such an
 //     error are written again by the retry, which the upsert makes harmless.
 //
+// With [WithOffsets] a Write is a single transaction that also stores the
+// batch's consumer offset, the halves of the bisection and the other
+// retries above being savepoints of it: exactly-once effects for tables
+// whose Update is not idempotent (see [WithOffsets]).
+//
 // A Sink is safe for concurrent use. Every writer handles its rows in the
 // byte order of their KeyOf strings (the staging table is read in the order
 // it was filled; the upsert has no ORDER BY, which would cost a sort that
