@@ -2,6 +2,7 @@ package run_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -247,4 +248,80 @@ func eachStoreMode(t *testing.T, partitions int32, test func(t *testing.T, c *st
 			test(t, c)
 		})
 	}
+}
+
+// gatedSink is a member's view of the shared sink: its write number block
+// (counting from 1) waits for release, then writes like a zombie would, a
+// member that lost its partition without noticing (context not cancelled,
+// batch position kept); err is that write's error, set once done is closed.
+type gatedSink struct {
+	s       stages.Sink[applied]
+	block   int32
+	n       atomic.Int32
+	blocked chan struct{} // closed when the gated write is blocked
+	release chan struct{}
+	done    chan struct{}
+	err     error
+}
+
+func (g *gatedSink) Write(ctx context.Context, batch []applied) error {
+	if g.n.Add(1) != g.block {
+		return g.s.Write(ctx, batch)
+	}
+	close(g.blocked)
+	<-g.release
+	g.err = g.s.Write(context.WithoutCancel(ctx), batch)
+	close(g.done)
+	return g.err
+}
+
+// A zombie, a member whose worker stays blocked in the sink past the loss
+// of its partition and writes its batch after the next owner claimed the
+// partition and before it wrote anything: with the offset store its write is refused
+// (pgsink.ErrFenced, nothing of it lands) and every record is applied
+// once; without, its batch is applied a second time.
+func TestOffsetStoreFencesAZombie(t *testing.T) {
+	t.Parallel()
+	eachStoreMode(t, 2, func(t *testing.T, c *storeCase) {
+		k, cfg, pool, ropts := c.k, c.cfg, c.pool, c.ropts
+		c.refuse.Store(false)
+		cl, adm := k.Client(t), k.Admin(t)
+		const n = 140
+		recs := produce(t, cl, cfg.Topics[0], n, 10, poisonEvery)
+		zombie := &gatedSink{s: c.sink, block: 2, blocked: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
+		_, stopA := start(t, k, cfg, applyStage, stages.Sink[applied](zombie), ropts...)
+		<-zombie.blocked
+		// A stops: its blocked worker is abandoned after RevokeTimeout and
+		// the group moves on without it.
+		if err := stopA(); err != nil {
+			t.Fatal(err)
+		}
+		// B claims the partitions, then holds its writes until the zombie
+		// wrote: the offsets stored are still below the zombie's batch,
+		// only the owner epoch can refuse it.
+		var claimed atomic.Bool
+		hook := run.WithAssignHook(func(context.Context, map[string][]int32) error { claimed.Store(true); return nil })
+		heldB := make(chan struct{})
+		sinkB := stages.SinkFunc[applied](func(ctx context.Context, batch []applied) error {
+			<-heldB
+			return c.sink.Write(ctx, batch)
+		})
+		cfgB := cfg
+		cfgB.BatchMaxRecords = 7 // batches that straddle A's
+		_, stopB := start(t, k, cfgB, applyStage, stages.Sink[applied](sinkB), append(ropts, hook)...)
+		testkit.WaitFor(t, 30*time.Second, "B assigned the partitions", claimed.Load)
+		close(zombie.release)
+		<-zombie.done
+		close(heldB)
+		testkit.WaitFor(t, 30*time.Second, "every offset committed", func() bool {
+			return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+		})
+		if err := stopB(); err != nil {
+			t.Fatal(err)
+		}
+		if c.withStore != errors.Is(zombie.err, pgsink.ErrFenced) {
+			t.Errorf("the zombie's write returned %v; fenced: want %v", zombie.err, c.withStore)
+		}
+		checkApplied(t, pool, recs, c.withStore)
+	})
 }
