@@ -4,16 +4,19 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/sinks/memsink"
 	"github.com/sluicehq/sluice/sinks/pgsink"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/run"
@@ -324,4 +327,106 @@ func TestOffsetStoreFencesAZombie(t *testing.T) {
 		}
 		checkApplied(t, pool, recs, c.withStore)
 	})
+}
+
+// fakeStore is an OffsetStore whose first claim fails; it then stores
+// nothing (next -1) and returns the epoch generation+10.
+type fakeStore struct {
+	failed atomic.Bool
+	claims atomic.Int32
+}
+
+func (f *fakeStore) Claim(_ context.Context, _, _ string, _, generation int32) (int64, int32, error) {
+	if f.failed.CompareAndSwap(false, true) {
+		return 0, 0, errors.New("store down")
+	}
+	f.claims.Add(1)
+	return -1, generation + 10, nil
+}
+
+// The runner claims every assigned partition (a failed claim is retried
+// and counted as sluice_runtime_errors_total{kind="claim"}) and hands the
+// sink each batch's position: the group, the partition, the offset after
+// the batch and the claimed epoch. Without an offset store Write's
+// context has no position.
+func TestOffsetStorePositions(t *testing.T) {
+	t.Parallel()
+	for _, withStore := range []bool{true, false} {
+		t.Run(map[bool]string{true: "with offset store", false: "without"}[withStore], func(t *testing.T) {
+			t.Parallel()
+			k := testkit.NewKafka(t, testkit.ForceFake())
+			cfg := baseConfig(t, k, 2)
+			cfg.BatchMaxRecords = 10
+			const n = 60
+			produce(t, k.Client(t), cfg.Topics[0], n, 6, nil)
+			store := &fakeStore{}
+			reg := prometheus.NewRegistry()
+			opts := []run.Option{run.WithRegisterer(reg)}
+			if withStore {
+				opts = append(opts, run.WithOffsetStore(store))
+			}
+			var mu sync.Mutex
+			next := map[int32]int64{} // greatest Next per partition
+			var written, unpositioned int
+			sink := stages.SinkFunc[msg](func(ctx context.Context, batch []msg) error {
+				mu.Lock()
+				defer mu.Unlock()
+				written += len(batch)
+				pos, ok := stages.PositionOf(ctx)
+				if !ok {
+					unpositioned += len(batch)
+					return nil
+				}
+				last := batch[len(batch)-1].Source
+				if pos.Group != cfg.Group || pos.Topic != last.Topic || pos.Partition != last.Partition || pos.Next != last.Offset+1 || pos.Epoch != 11 {
+					t.Errorf("position %+v for a batch ending at %s/%d@%d, want group %s, next %d, epoch 11", pos, last.Topic, last.Partition, last.Offset, cfg.Group, last.Offset+1)
+				}
+				next[pos.Partition] = max(next[pos.Partition], pos.Next)
+				return nil
+			})
+			_, stop := start(t, k, cfg, passthrough, stages.Sink[msg](sink), opts...)
+			testkit.WaitFor(t, 30*time.Second, "every record written", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return written == n
+			})
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			claimErrors := testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "claim")
+			if !withStore {
+				if unpositioned != n || claimErrors != 0 {
+					t.Errorf("without a store: %d items written without a position (want %d), %v claim errors", unpositioned, n, claimErrors)
+				}
+				return
+			}
+			if store.claims.Load() != 2 || claimErrors != 1 {
+				t.Errorf("%d claims after 1 failure counted %v times, want 2 claims and 1 counted", store.claims.Load(), claimErrors)
+			}
+			if sum(map[int32]int64(next)) != n || unpositioned != 0 {
+				t.Errorf("last positions %v (%d items without), want the partitions' ends (summing to %d)", next, unpositioned, n)
+			}
+		})
+	}
+}
+
+// An offset store does not go with coalescing windows or timers.
+func TestOffsetStoreRefusesWindowsAndTimers(t *testing.T) {
+	t.Parallel()
+	cfg := run.Config{Name: "p", Topics: []string{"in"}, DLQTopic: "in.dlq"}
+	win := cfg
+	win.Window = run.WindowConfig{MaxKeys: 10}
+	sink := memsink.New[msg]()
+	if _, err := run.New(win, decodeString, passthrough, stages.Sink[msg](mergeSink{sink}), run.WithOffsetStore(&fakeStore{})); err == nil || !strings.Contains(err.Error(), "windows") {
+		t.Errorf("windows: New = %v, want a refusal", err)
+	}
+	timers := run.WithTimers[msg](time.Second, func(context.Context, run.Firing) ([]msg, error) { return nil, nil })
+	if _, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink), run.WithOffsetStore(&fakeStore{}), timers); err == nil || !strings.Contains(err.Error(), "timers") {
+		t.Errorf("timers: New = %v, want a refusal", err)
+	}
+	if _, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink), run.WithOffsetStore(&fakeStore{})); err != nil {
+		t.Errorf("plain: New = %v", err)
+	}
 }
