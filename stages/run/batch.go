@@ -259,7 +259,9 @@ var errInvalidRejection = errors.New("sink rejected an item outside its batch")
 // offsets for commit — in that order, each step durable before the next.
 func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 	r := w.r
-	if pos, ok := w.storedOnly(batch, p); ok { // WithOffsetStore (offsetstore.go)
+	if pos, ok, err := w.storedOnly(batch, p); err != nil { // WithOffsetStore (offsetstore.go)
+		return err
+	} else if ok {
 		w.wpos = &pos
 		defer func() { w.wpos = nil }()
 	}

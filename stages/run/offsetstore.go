@@ -98,11 +98,17 @@ func (r *Runner[In, Out]) claimAll(ctx context.Context, gen int32, assigned map[
 // storedOnly drops from p the outputs of the records of batch below the
 // partition's stored offset (their effects are durable already, see
 // WithOffsetStore) and returns the position to write the rest with; ok is
-// false without an offset store.
-func (w *worker[In, Out]) storedOnly(batch []*kgo.Record, p *pending[Out]) (pos stages.Position, ok bool) {
+// false without an offset store. A stored offset past the partition's high
+// watermark is a fatal error: the topic was deleted and recreated, or its
+// log truncated, and every record of the new log would be skipped.
+func (w *worker[In, Out]) storedOnly(batch []*kgo.Record, p *pending[Out]) (pos stages.Position, ok bool, err error) {
 	r := w.r
 	if r.o.offsets == nil {
-		return stages.Position{}, false
+		return stages.Position{}, false, nil
+	}
+	if hwm := w.hwm.Load(); w.claim.next > hwm {
+		return stages.Position{}, false, fmt.Errorf("the offset store holds offset %d for %s/%d of group %s, past the partition's end %d: the topic was recreated or its log truncated; delete (or lower) the group's offsets in the store to consume it",
+			w.claim.next, w.tp.topic, w.tp.partition, r.cfg.Group, hwm)
 	}
 	if batch[0].Offset < w.claim.next {
 		outs, owners := p.outs[:0], p.owners[:0]
@@ -119,7 +125,7 @@ func (w *worker[In, Out]) storedOnly(batch []*kgo.Record, p *pending[Out]) (pos 
 	}
 	last := batch[len(batch)-1]
 	return stages.Position{Group: r.cfg.Group, Topic: last.Topic, Partition: last.Partition,
-		Next: last.Offset + 1, LeaderEpoch: last.LeaderEpoch, Epoch: w.claim.epoch}, true
+		Next: last.Offset + 1, LeaderEpoch: last.LeaderEpoch, Epoch: w.claim.epoch}, true, nil
 }
 
 // sinkCtx returns the context of the sink's Write: the worker's, carrying

@@ -329,9 +329,10 @@ func TestOffsetStoreFencesAZombie(t *testing.T) {
 	})
 }
 
-// fakeStore is an OffsetStore whose first claim fails; it then stores
-// nothing (next -1) and returns the epoch generation+10.
+// fakeStore is an OffsetStore whose first claim fails; it then returns
+// next and the epoch generation+10.
 type fakeStore struct {
+	next   int64
 	failed atomic.Bool
 	claims atomic.Int32
 }
@@ -341,7 +342,7 @@ func (f *fakeStore) Claim(_ context.Context, _, _ string, _, generation int32) (
 		return 0, 0, errors.New("store down")
 	}
 	f.claims.Add(1)
-	return -1, generation + 10, nil
+	return f.next, generation + 10, nil
 }
 
 // The runner claims every assigned partition (a failed claim is retried
@@ -359,7 +360,7 @@ func TestOffsetStorePositions(t *testing.T) {
 			cfg.BatchMaxRecords = 10
 			const n = 60
 			produce(t, k.Client(t), cfg.Topics[0], n, 6, nil)
-			store := &fakeStore{}
+			store := &fakeStore{next: -1}
 			reg := prometheus.NewRegistry()
 			opts := []run.Option{run.WithRegisterer(reg)}
 			if withStore {
@@ -419,14 +420,37 @@ func TestOffsetStoreRefusesWindowsAndTimers(t *testing.T) {
 	win := cfg
 	win.Window = run.WindowConfig{MaxKeys: 10}
 	sink := memsink.New[msg]()
-	if _, err := run.New(win, decodeString, passthrough, stages.Sink[msg](mergeSink{sink}), run.WithOffsetStore(&fakeStore{})); err == nil || !strings.Contains(err.Error(), "windows") {
+	if _, err := run.New(win, decodeString, passthrough, stages.Sink[msg](mergeSink{sink}), run.WithOffsetStore(&fakeStore{next: -1})); err == nil || !strings.Contains(err.Error(), "windows") {
 		t.Errorf("windows: New = %v, want a refusal", err)
 	}
 	timers := run.WithTimers[msg](time.Second, func(context.Context, run.Firing) ([]msg, error) { return nil, nil })
-	if _, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink), run.WithOffsetStore(&fakeStore{}), timers); err == nil || !strings.Contains(err.Error(), "timers") {
+	if _, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink), run.WithOffsetStore(&fakeStore{next: -1}), timers); err == nil || !strings.Contains(err.Error(), "timers") {
 		t.Errorf("timers: New = %v, want a refusal", err)
 	}
-	if _, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink), run.WithOffsetStore(&fakeStore{})); err != nil {
+	if _, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink), run.WithOffsetStore(&fakeStore{next: -1})); err != nil {
 		t.Errorf("plain: New = %v", err)
+	}
+}
+
+// A stored offset past the partition's end (the topic was recreated, its
+// offsets restarted) stops the runner with an error saying so, instead of
+// skipping every record of the new log.
+func TestOffsetStorePastTheEnd(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	produce(t, k.Client(t), cfg.Topics[0], 20, 2, nil)
+	sink := memsink.New[msg]()
+	r, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink),
+		run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...)), run.WithOffsetStore(&fakeStore{next: 1000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Run(testkit.Context(t))
+	if err == nil || !strings.Contains(err.Error(), "past the partition's end 20") || !strings.Contains(err.Error(), "recreated") {
+		t.Fatalf("Run = %v, want an error about the stored offset 1000 past the end 20", err)
+	}
+	if sink.Len() != 0 {
+		t.Errorf("%d records written", sink.Len())
 	}
 }
