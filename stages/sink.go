@@ -14,6 +14,10 @@ import (
 //     concurrent use.
 //   - Items are in partition order. A sink must be idempotent: writing the same
 //     item twice (after a redelivery) leaves the same state as writing it once.
+//     A sink whose effect is not idempotent must instead store the batch's
+//     [Position] (see [PositionOf]) in the same transaction as its effects and
+//     be the runner's offset store (run.WithOffsetStore), as pgsink does with
+//     pgsink.WithOffsets.
 //   - A nil error means every item is durable. The runtime commits offsets only
 //     after that.
 //   - A [*Rejections] error names the items the backend refused permanently;

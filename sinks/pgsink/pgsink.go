@@ -54,6 +54,11 @@
 //     the runtime retries the whole batch. Halves that landed before such an
 //     error are written again by the retry, which the upsert makes harmless.
 //
+// With [WithOffsets] a Write is a single transaction that also stores the
+// batch's consumer offset, the halves of the bisection and the other
+// retries above being savepoints of it: exactly-once effects for tables
+// whose Update is not idempotent (see [WithOffsets]).
+//
 // A Sink is safe for concurrent use. Every writer handles its rows in the
 // byte order of their KeyOf strings (the staging table is read in the order
 // it was filled; the upsert has no ORDER BY, which would cost a sort that
@@ -168,6 +173,7 @@ type options struct {
 	reg      prometheus.Registerer
 	pipeline string
 	log      *slog.Logger
+	offsets  bool
 }
 
 // WithRegisterer registers the sink's metrics (sluice_pgsink_*) on reg with
@@ -203,6 +209,11 @@ type Sink[T any] struct {
 
 	target pgx.Identifier
 	keyPos []int // positions of the Key columns in Columns
+
+	// offsets: WithOffsets (offsets.go).
+	offsets   bool
+	offsetsMu sync.Mutex
+	offsetsOK bool // the offsets table exists
 
 	// upsertOnly sends every row through the staging table (benchmarks
 	// compare it with the default).
@@ -243,6 +254,7 @@ func New[T any](db Beginner, table Table[T], opts ...Option) (*Sink[T], error) {
 		m:       m,
 		log:     o.log.With("table", table.Name),
 		target:  pgx.Identifier(strings.Split(table.Name, ".")),
+		offsets: o.offsets,
 	}
 	for _, c := range table.Columns {
 		s.columns[c] = true
@@ -375,8 +387,13 @@ func (s *Sink[T]) WriteCount(ctx context.Context, batch []T) (int64, error) {
 	if d := len(batch) - len(groups); d > 0 {
 		s.m.merged.Add(float64(d))
 	}
-	w := writer[T]{s: s, batch: batch}
-	err := w.bisect(ctx, groups, false)
+	w := writer[T]{s: s, db: s.db, batch: batch}
+	var err error
+	if s.offsets {
+		err = s.writeWithOffset(ctx, &w, groups)
+	} else {
+		err = w.bisect(ctx, groups, false)
+	}
 	s.m.written.Add(float64(w.written))
 	if err != nil {
 		s.m.duration.WithLabelValues("error").Observe(time.Since(start).Seconds())
@@ -445,6 +462,7 @@ func (s *Sink[T]) merge(batch []T) []*group[T] {
 // writer holds the state of one Write.
 type writer[T any] struct {
 	s        *Sink[T]
+	db       Beginner // where its transactions begin: the sink's pool, or the Write's transaction (WithOffsets)
 	batch    []T
 	written  int
 	affected int64 // rows the committed transactions inserted or updated
@@ -456,7 +474,7 @@ type writer[T any] struct {
 // landed while the parent failed), so the attempt on the whole is skipped.
 func (w *writer[T]) bisect(ctx context.Context, gs []*group[T], knownBad bool) error {
 	if !knownBad || len(gs) == 1 {
-		n, err := w.s.attempt(ctx, gs)
+		n, err := w.s.attempt(ctx, w.db, gs)
 		if err == nil {
 			w.affected += n
 			w.s.m.txs.WithLabelValues("ok").Inc()
@@ -544,9 +562,9 @@ func (s *Sink[T]) rowError(err error) (*pgconn.PgError, error, bool) {
 // meanwhile by another writer, or a row breaks another unique index), the
 // transaction is rolled back and gs upserted in a new one.
 // It returns how many rows the committed transaction inserted or updated.
-func (s *Sink[T]) attempt(ctx context.Context, gs []*group[T]) (n int64, err error) {
+func (s *Sink[T]) attempt(ctx context.Context, db Beginner, gs []*group[T]) (n int64, err error) {
 	if !s.upsertOnly {
-		err := s.inTx(ctx, func(tx pgx.Tx) (err error) { n, err = s.direct(ctx, tx, gs); return err })
+		err := s.inTx(ctx, db, func(tx pgx.Tx) (err error) { n, err = s.direct(ctx, tx, gs); return err })
 		var cc copyConflict
 		if !errors.As(err, &cc) {
 			return n, err
@@ -554,13 +572,15 @@ func (s *Sink[T]) attempt(ctx context.Context, gs []*group[T]) (n int64, err err
 		s.m.txs.WithLabelValues("conflict").Inc()
 		s.log.Debug("unique violation on copy, upserting instead", "rows", len(gs), "err", err)
 	}
-	err = s.inTx(ctx, func(tx pgx.Tx) (err error) { n, err = s.upsert(ctx, tx, gs); return err })
+	err = s.inTx(ctx, db, func(tx pgx.Tx) (err error) { n, err = s.upsert(ctx, tx, gs); return err })
 	return n, err
 }
 
-// inTx runs fn in a transaction and commits it.
-func (s *Sink[T]) inTx(ctx context.Context, fn func(pgx.Tx) error) (err error) {
-	tx, err := s.db.Begin(ctx)
+// inTx runs fn in a transaction of db and commits it. With [WithOffsets]
+// db is the Write's transaction: the "transaction" is a savepoint, and its
+// commit releases it.
+func (s *Sink[T]) inTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) (err error) {
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -654,6 +674,13 @@ func (s *Sink[T]) upsert(ctx context.Context, tx pgx.Tx, gs []*group[T]) (int64,
 	tag, err := tx.Exec(ctx, s.upsertSQL)
 	if err != nil {
 		return 0, fmt.Errorf("upsert: %w", err)
+	}
+	if s.offsets {
+		// The staging table is dropped at the commit of the Write's
+		// transaction only, and the next savepoint creates it again.
+		if _, err := tx.Exec(ctx, "DROP TABLE "+pgx.Identifier{stagingTable}.Sanitize()); err != nil {
+			return 0, fmt.Errorf("drop staging table: %w", err)
+		}
 	}
 	return tag.RowsAffected(), nil
 }

@@ -208,7 +208,7 @@ func (w *worker[In, Out]) write(outs []Out, rejected func(rej *stages.Rejections
 	for attempt := 1; ; attempt++ {
 		ts := time.Now()
 		undo := w.doing(blockedSink)
-		err := r.sink.Write(w.ctx, outs)
+		err := r.sink.Write(w.sinkCtx(), outs)
 		undo()
 		r.m.sinkDur.Observe(time.Since(ts).Seconds())
 		if err == nil {
@@ -259,6 +259,12 @@ var errInvalidRejection = errors.New("sink rejected an item outside its batch")
 // offsets for commit — in that order, each step durable before the next.
 func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 	r := w.r
+	if pos, ok, err := w.storedOnly(batch, p); err != nil { // WithOffsetStore (offsetstore.go)
+		return err
+	} else if ok {
+		w.wpos = &pos
+		defer func() { w.wpos = nil }()
+	}
 	if len(p.outs) > 0 {
 		err := w.write(p.outs, func(rej *stages.Rejections, attempt int) error {
 			for _, it := range rej.Items {

@@ -197,20 +197,7 @@ func TestDLQCopiesAfterUncommittedMember(t *testing.T) {
 			var refuse atomic.Bool
 			refuse.Store(true)
 			var refused atomic.Int32
-			code := kerr.GroupAuthorizationFailed.Code
-			for key, refusal := range map[kmsg.Key]func(kmsg.Request) kmsg.Response{
-				kmsg.OffsetCommit:    func(req kmsg.Request) kmsg.Response { return offsetCommitRefusal(req, code) },
-				kmsg.TxnOffsetCommit: func(req kmsg.Request) kmsg.Response { return txnOffsetCommitRefusal(req, code) },
-			} {
-				k.Fake().ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
-					k.Fake().KeepControl()
-					if !refuse.Load() {
-						return nil, nil, false
-					}
-					refused.Add(1)
-					return refusal(req), nil, true
-				})
-			}
+			refuseCommits(k, &refuse, &refused)
 			first := memsink.New[msg]()
 			_, stop := start(t, k, cfg, poisonStage, first)
 			poison := poisonCount(n)

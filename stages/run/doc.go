@@ -21,6 +21,14 @@
 // periodically, when partitions are revoked and on shutdown. A crash therefore re-delivers at most the records
 // after the last commit; sinks and stages must be idempotent.
 //
+// A sink whose effect is not idempotent (a counter, an append) can be the
+// runner's [OffsetStore] ([WithOffsetStore]; pgsink.WithOffsets): it stores
+// each batch's [stages.Position] in the transaction of its effects, the
+// runner claims each assigned partition from it before processing it, and
+// the outputs of records below the stored offset are not written again, so
+// each record's effect lands exactly once (docs/failures.md, exactly-once
+// effects).
+//
 // Records that retention or DeleteRecords removed before the group consumed
 // them (its committed offset, or a paused partition's position, fell below
 // the log start) are gone: the partition resumes at the log start, and the

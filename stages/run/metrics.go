@@ -26,7 +26,7 @@ type metrics struct {
 	paused      prometheus.Gauge         // paused partitions
 	assigned    prometheus.Gauge         // assigned partitions
 	committed   *prometheus.CounterVec   // topic: records marked for commit
-	errors      *prometheus.CounterVec   // kind: fetch|commit|fatal|abandoned|restore
+	errors      *prometheus.CounterVec   // kind: fetch|commit|fatal|abandoned|restore|claim
 	skipped     *prometheus.CounterVec   // topic: offsets deleted before they were consumed
 	batchDur    *prometheus.HistogramVec // phase: process|write|dlq
 	merged      prometheus.Counter       // outputs merged into an earlier one in a window that was written
@@ -59,7 +59,7 @@ func newMetrics(reg prometheus.Registerer, pipeline string, topics []string) (*m
 		paused:      f.Gauge("sluice_paused_partitions", "Partitions whose fetches are paused."),
 		assigned:    f.Gauge("sluice_assigned_partitions", "Partitions assigned to this member."),
 		committed:   f.CounterVec("sluice_records_done_total", "Records whose effects are durable and whose offsets are marked for commit.", "topic"),
-		errors:      f.CounterVec("sluice_runtime_errors_total", "Runtime errors, per kind (fetch, commit, fatal, abandoned, restore: a failed state store restore read, retried).", "kind"),
+		errors:      f.CounterVec("sluice_runtime_errors_total", "Runtime errors, per kind (fetch, commit, fatal, abandoned, restore: a failed state store restore read, retried; claim: a failed claim from the offset store, retried).", "kind"),
 		skipped:     f.CounterVec("sluice_offsets_skipped_total", "Offsets deleted from the log (retention, DeleteRecords) before the group consumed them, per topic: their records never reached the pipeline.", "topic"),
 		batchDur:    f.HistogramVec("sluice_batch_phase_duration_seconds", "Batch time per phase (process, write, dlq).", lat, "phase"),
 		merged:      f.Counter("sluice_window_merged_total", "Outputs merged into an earlier output of the same key in a coalescing window, counted when the window is written (writes saved); a window dropped unwritten (abandoned, partition lost, failed write at stop) counts nothing."),
@@ -75,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, pipeline string, topics []string) (*m
 	}
 	// Export the fixed kinds at 0 from the start: a series that appears only
 	// with its first event, at 1, is invisible to increase() and rate().
-	for _, kind := range []string{"fetch", "commit", "fatal", "abandoned", "restore"} {
+	for _, kind := range []string{"fetch", "commit", "fatal", "abandoned", "restore", "claim"} {
 		m.errors.WithLabelValues(kind)
 	}
 	for _, kind := range []string{"stage", "sink", "dlq"} {

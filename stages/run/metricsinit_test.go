@@ -39,7 +39,7 @@ func TestRuntimeCountersExportedAtZero(t *testing.T) {
 			}
 		}
 		for name, kinds := range map[string][]string{
-			"sluice_runtime_errors_total": {"fetch", "commit", "fatal", "abandoned", "restore"},
+			"sluice_runtime_errors_total": {"fetch", "commit", "fatal", "abandoned", "restore", "claim"},
 			"sluice_retries_total":        {"stage", "sink", "dlq"},
 		} {
 			for _, k := range kinds {

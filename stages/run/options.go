@@ -27,6 +27,8 @@ type options struct {
 	timers any // timerSpec[Out] of WithTimers
 
 	budget *Budget // WithBudget (budget.go)
+
+	offsets OffsetStore // WithOffsetStore (offsetstore.go)
 }
 
 // WithRegisterer registers the runner's metrics on reg (default: a private

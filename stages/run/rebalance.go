@@ -20,6 +20,11 @@ func (r *Runner[In, Out]) onAssigned(ctx context.Context, cl *kgo.Client, assign
 			return
 		}
 	}
+	claims, err := r.claimAll(ctx, gen, assigned) // WithOffsetStore (offsetstore.go)
+	if err != nil {
+		r.o.log.Warn("partitions not started: the group session ended before their claim", "err", err)
+		return
+	}
 	r.mu.Lock()
 	for topic, ps := range assigned {
 		for _, p := range ps {
@@ -28,6 +33,7 @@ func (r *Runner[In, Out]) onAssigned(ctx context.Context, cl *kgo.Client, assign
 				continue
 			}
 			w := newWorker(r, k)
+			w.claim = claims[k]
 			r.workers[k] = w
 			r.m.assigned.Inc()
 			go w.loop()

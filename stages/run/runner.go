@@ -78,6 +78,9 @@ func New[In, Out any](cfg Config, decode stages.Decoder[In], stage stages.Func[I
 	if err != nil {
 		return nil, err
 	}
+	if err := checkOffsetStore(cfg, o); err != nil {
+		return nil, err
+	}
 	// State stores and timers.
 	timer, err := timersOf[Out](cfg.Name, o)
 	if err != nil {

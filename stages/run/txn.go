@@ -78,8 +78,8 @@ func NewTransactional[In any](cfg Config, transactionalID string, decode stages.
 	if err != nil {
 		return nil, err
 	}
-	if len(o.stores) > 0 || o.timers != nil {
-		return nil, errors.New("transactional runner: state stores and timers are not supported")
+	if len(o.stores) > 0 || o.timers != nil || o.offsets != nil {
+		return nil, errors.New("transactional runner: state stores, timers and offset stores are not supported")
 	}
 	o.log = o.log.With("mode", "transactional")
 	return &TxRunner[In]{cfg: cfg.withDefaults(), txnID: transactionalID, decode: decode, stage: stage, o: o, m: m}, nil

@@ -68,6 +68,11 @@ type worker[In, Out any] struct {
 	held  heldDLQ // dead letters not yet handed to the committer
 
 	blocked atomic.Int32 // what the worker is waiting for (blockedSink…), for the abandon log
+
+	// WithOffsetStore (offsetstore.go): the partition's claim, and the
+	// position of the batch being written (nil: none).
+	claim claimed
+	wpos  *stages.Position
 }
 
 // heldDLQ holds a worker's dead letters until the offset after them is
