@@ -15,8 +15,8 @@ It checks that:
   4. every sluice command line in the compose file and the Kubernetes
      manifests names an existing subcommand and existing flags (the binary's
      --help is run with the same arguments) and `run` names known pipelines;
-  5. every environment variable the compose file and the ConfigMap/Secret set
-     is one the code reads.
+  5. every environment variable the compose file, the ConfigMap/Secret and
+     the containers' env set is one the code reads.
 
 Needs Python 3 with PyYAML and Go (to build the binary). Exit status 1 on
 any finding.
@@ -326,6 +326,15 @@ def code_env_vars():
         # secret-bearing settings read after flag parsing (root.go's
         # secretsFromEnv table: {"flag-name", "ENV_NAME", &dst})
         names |= set(re.findall(r'\{"[a-z0-9-]+",\s*"([A-Z0-9_]+)",\s*&', text))
+    # Pipelines read their own settings through an injected getenv
+    # (getenv("AI_BASE_URL"), get("UW_API_KEY"), dur("MODULES_ERROR_COOLDOWN"), tables of
+    # {"TRADES_DIGEST_GRACE", &d.Grace}).
+    for p in (ROOT / "pipelines").rglob("*.go"):
+        if p.name.endswith("_test.go"):
+            continue
+        text = p.read_text()
+        names |= set(re.findall(r'(?:[Gg]etenv|\bget|\bdur|LookupEnv)\("([A-Z0-9_]+)"', text))
+        names |= set(re.findall(r'\{"([A-Z0-9_]+)",\s*&', text))
     return names
 
 
@@ -346,7 +355,12 @@ def check_env(docs):
                 for k in list((d.get("data") or {})) + list((d.get("stringData") or {})):
                     if k not in known:
                         finding(f"env   {p.name} {d['kind']} {d['metadata']['name']}: {k} is not read by sluice")
-    ok(f"env   compose and ConfigMap/Secret keys are all read by sluice ({len(known)} known)")
+            spec = ((d.get("spec") or {}).get("template") or {}).get("spec") or {}
+            for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+                for e in c.get("env") or []:
+                    if e["name"] not in known:
+                        finding(f"env   {p.name} {d['kind']} {d['metadata']['name']}/{c['name']}: {e['name']} is not read by sluice")
+    ok(f"env   compose, ConfigMap/Secret keys and container env are all read by sluice ({len(known)} known)")
 
 
 def main():

@@ -47,6 +47,29 @@ const (
 	SmapDataCollected    = "smap.data.collected"
 	SmapAnalysisFinished = "smap.analysis.finished"
 	SmapJobCompleted     = "smap.job.completed"
+
+	// trades (docs/pipelines/trades.md): TradesEvent is the envelope of
+	// every event; each Trades<Type> schema is the envelope with its type
+	// and payload.
+	TradesCommand         = "trades.command"
+	TradesRawTrade        = "trades.raw_trade"
+	TradesImportState     = "trades.import.state"
+	TradesEvent           = "trades.event"
+	TradesTradeUpserted   = "trades.trade.upserted"
+	TradesImportProgress  = "trades.import.progress"
+	TradesImportCompleted = "trades.import.completed"
+	TradesImportFailed    = "trades.import.failed"
+	TradesScoreRequest    = "trades.score.request"
+	TradesTradeScored     = "trades.trade.scored"
+	TradesDigestRequest   = "trades.digest.request"
+	TradesCoachReflect    = "trades.coach.reflect"
+	TradesDigestReady     = "trades.digest.ready"
+	TradesDigestState     = "trades.digest.state"
+	TradesDigestObject    = "trades.digest.object"
+
+	// modules (docs/pipelines/modules.md).
+	ModulesRefresh = "modules.refresh"
+	ModulesState   = "modules.state"
 )
 
 // Names returns the name of every embedded schema, sorted.

@@ -12,9 +12,13 @@ import (
 func TestNamesAndCompile(t *testing.T) {
 	t.Parallel()
 	want := []string{
-		"control.flag", "ingest.job", "ingest.task", "sa.article", "silver.envelope",
+		"control.flag", "ingest.job", "ingest.task", "modules.refresh", "modules.state", "sa.article", "silver.envelope",
 		"smap.analysis.finished", "smap.data.collected", "smap.event", "smap.job.completed",
 		"smap.project.created", "ta.bar",
+		"trades.coach.reflect", "trades.command", "trades.digest.object", "trades.digest.ready",
+		"trades.digest.request", "trades.digest.state", "trades.event", "trades.import.completed",
+		"trades.import.failed", "trades.import.progress", "trades.import.state", "trades.raw_trade",
+		"trades.score.request", "trades.trade.scored", "trades.trade.upserted",
 	}
 	if got := schemas.Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
@@ -85,12 +89,7 @@ func TestValidateTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	const uuid = "0b6f5a4e-6a0e-4b52-9a47-0d1a4a2a7f11"
-	tests := []struct {
-		schema string
-		name   string
-		doc    string
-		want   []string // failing pointers; nil = valid
-	}{
+	tests := []validateCase{
 		// silver envelope
 		{schemas.SilverEnvelope, "ta.bar", `{"task_type":"ta.bar","payload":` + bar + `}`, nil},
 		{schemas.SilverEnvelope, "sa.article with optional fields", `{"task_type":"sa.article","task_id":"t-1","first_seen":"2025-11-20T08:05:00Z","payload":` + article + `}`, nil},
@@ -154,6 +153,21 @@ func TestValidateTable(t *testing.T) {
 		{schemas.SmapJobCompleted, "negative errors", `{"event_id":"e","timestamp":"2025-11-29T11:00:00Z","payload":{"project_id":"p","total":1,"done":1,"errors":-1}}`, []string{"/payload/errors"}},
 		{schemas.SmapEvent, "timestamp not RFC 3339", `{"event_id":"e","timestamp":"now","payload":{}}`, []string{"/timestamp"}},
 	}
+	checkCases(t, set, tests)
+}
+
+// validateCase is a document and the pointers Validate must report.
+type validateCase struct {
+	schema string
+	name   string
+	doc    string
+	want   []string // failing pointers; nil = valid
+}
+
+// checkCases validates each case's document against its schema and
+// compares the failing pointers with the case's.
+func checkCases(t *testing.T, set *schemas.Set, tests []validateCase) {
+	t.Helper()
 	for _, tc := range tests {
 		t.Run(tc.schema+"/"+tc.name, func(t *testing.T) {
 			t.Parallel()
