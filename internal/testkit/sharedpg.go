@@ -74,3 +74,22 @@ func startSharedPostgres() (stop func(), err error) {
 		}
 	}, nil
 }
+
+// NewPrivatePostgresServer returns a fresh local PostgreSQL server of t's
+// own, whatever DATABASE_URL says (for a test that needs a database no
+// other test touched, e.g. one where no extension is installed yet): the
+// local binaries started as NewPostgresServer starts them, stopped on
+// cleanup. Without binaries the test is skipped (failed under CI=true).
+func NewPrivatePostgresServer(t testing.TB) *PostgresServer {
+	t.Helper()
+	u, err := startLocalPostgres(t)
+	if err != nil {
+		var why reasons
+		why.addLocal(t, "PostgreSQL", err)
+		unavailable(t, "no private PostgreSQL: %s", why)
+		return nil
+	}
+	s := &PostgresServer{URL: u, Real: true, Kind: "local"}
+	t.Logf("testkit: %s", s)
+	return s
+}

@@ -78,3 +78,19 @@ func TestMainWithPostgresKeepsDatabaseURL(t *testing.T) {
 		t.Fatalf("code %d, DATABASE_URL %q, marker %q: want 0, %q, none", code, seen, marker, env)
 	}
 }
+
+// NewPrivatePostgresServer starts a server of the test's own even when
+// DATABASE_URL names another one.
+func TestNewPrivatePostgresServerIgnoresDatabaseURL(t *testing.T) {
+	const env = "postgres://u@127.0.0.1:1/db"
+	t.Setenv("DATABASE_URL", env)
+	s := NewPrivatePostgresServer(t)
+	if s.URL == env || s.Kind != "local" {
+		t.Fatalf("server %s (%s): want a local one of its own", s.URL, s.Kind)
+	}
+	pg := s.Postgres(t)
+	var one int
+	if err := pg.Pool.QueryRow(Context(t), "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("query the private server: %v", err)
+	}
+}

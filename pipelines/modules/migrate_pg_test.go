@@ -11,12 +11,12 @@ import (
 
 // Schemas of one database migrated at once all get the citext extension
 // (installed once per database, by whichever migration comes first) and
-// see its type and case-insensitive comparison. On a database where
-// citext is not installed yet (a fresh local server, when DATABASE_URL is
-// unset), the migrations race for its installation.
+// see its type and case-insensitive comparison. On a fresh server of the
+// test's own, where citext is not installed yet, the migrations race for
+// its installation (a shared server has it from earlier migrations).
 func TestMigrateSchemasConcurrently(t *testing.T) {
 	t.Parallel()
-	srv := testkit.NewPostgresServer(t)
+	srv := testkit.NewPrivatePostgresServer(t)
 	const n = 4
 	pgs := make([]*testkit.Postgres, n)
 	for i := range pgs {
