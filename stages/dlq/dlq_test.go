@@ -2,6 +2,7 @@ package dlq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/testkit"
@@ -86,8 +88,18 @@ func ctxT(t *testing.T) context.Context {
 func (e env) write(t *testing.T, topic string, specs ...spec) {
 	t.Helper()
 	for _, s := range specs {
-		if err := e.cl.ProduceSync(ctxT(t), s.record(topic)).FirstErr(); err != nil {
-			t.Fatal(err)
+		// A broker may not know a just recreated topic's new id yet: such
+		// a produce appended nothing and is tried again.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := e.cl.ProduceSync(ctxT(t), s.record(topic)).FirstErr()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, kerr.UnknownTopicID) || time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 }
