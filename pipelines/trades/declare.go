@@ -18,7 +18,7 @@ func Declare(cfg Config) pipelines.Spec {
 	return pipelines.Spec{
 		Name:  Name,
 		Doc:   "imports users' broker trades into Postgres (trades-import), scores them for behavioural biases (trades-score) and sums them up in weekly digests (trades-digest)",
-		Needs: pipelines.Needs{DB: true, Objects: true},
+		Needs: pipelines.Needs{DB: true, Redis: true, Objects: true},
 		Consumers: []pipelines.Consumer{{
 			Group:   ImportName,
 			Input:   topics.TradesImport,
