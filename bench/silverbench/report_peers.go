@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+)
+
+// Report sections of the peers (variants k and w, variant_peers.go).
+
+// peerTargets are the acceptance ratios of a over each peer (records/s).
+var peerTargets = map[string]float64{peerKStreams: 6, peerWatermill: 30}
+
+// verifyPeers checks each measured peer's tables (row counts, and contents
+// equal to c's expected rows, or to a's when c did not run) and dead
+// letters (total and per reason/rule equal to the expected ones); a peer
+// failing any of them is marked as differing and left out of the ratios.
+func (r *results) verifyPeers(add func(name string, ok bool, info string, args ...any)) {
+	p := r.p
+	ref, refName := "c", "c (expected rows)"
+	if _, ok := r.sums["c"]; !ok {
+		ref, refName = "a", "a"
+	}
+	for _, pr := range r.peers {
+		if pr.failure != "" {
+			continue
+		}
+		check := func(what string, ok bool, info string, args ...any) {
+			add(pr.name+": "+what, ok, info, args...)
+			if !ok {
+				pr.differs = append(pr.differs, what)
+			}
+		}
+		s := r.sums[pr.name]
+		check("row counts", s.ta.rows == int64(len(p.finalTA)) && s.sa.rows == int64(len(p.finalSA)),
+			"ta_silver %d (want %d), sa_silver %d (want %d)", s.ta.rows, len(p.finalTA), s.sa.rows, len(p.finalSA))
+		if sr, ok := r.sums[ref]; ok {
+			check("contents = "+refName, s == sr, "ta sum %s vs %s; sa sum %s vs %s", s.ta.sum, sr.ta.sum, s.sa.sum, sr.sa.sum)
+		}
+		check("DLQ records", pr.dlqTotal == p.invalid() && maps.Equal(pr.dlq, p.dlq),
+			"%d in its DLQ topic (want %d); per reason/rule equal: %v", pr.dlqTotal, p.invalid(), maps.Equal(pr.dlq, p.dlq))
+	}
+}
+
+// counted reports whether pr's time may be used: it was measured and its
+// output is the expected one.
+func (pr *resultPeer) counted() bool { return pr.failure == "" && len(pr.differs) == 0 }
+
+func (r *results) peerThroughput(w func(string, ...any)) {
+	for _, pr := range r.peers {
+		label := map[string]string{peerKStreams: "k. Kafka Streams peer", peerWatermill: "w. Watermill peer"}[pr.name]
+		switch {
+		case pr.failure != "":
+			w("| %s | %s: **%s** | – | – |", label, pr.what, pr.failure)
+		case !pr.counted():
+			w("| %s | %s; separate process: start → its group's lag 0 | %.2f s | output differs (%s): not counted |",
+				label, pr.what, pr.run.Seconds(), strings.Join(pr.differs, ", "))
+		default:
+			w("| %s | %s; separate process: start → its group's lag 0 (every record's effects durable, offsets committed) | %.2f s | **%s** |",
+				label, pr.what, pr.run.Seconds(), fmtRate(r.cfg.n, pr.run))
+		}
+	}
+}
+
+func (r *results) peerResources(w func(string, ...any)) {
+	for _, pr := range r.peers {
+		if pr.failure != "" {
+			continue
+		}
+		w("%s: peak RSS (VmHWM) **%d MiB**, CPU %.1f s; machine CPU busy during %s: %.0f %%. CPU time by process: %s.",
+			pr.name, pr.peakRSSKB/1024, pr.cpu.Seconds(), pr.name, 100*pr.machine, pr.cpuSplit)
+		w("")
+	}
+}
+
+func (r *results) peerRatios(w func(string, ...any)) {
+	if r.a == nil {
+		return
+	}
+	for _, pr := range r.peers {
+		target := peerTargets[pr.name]
+		switch {
+		case pr.failure != "":
+			w("| a/%s | – (%s) | ≥ %.0f | %s |", pr.name, pr.failure, target, passMiss(false))
+		case !pr.counted():
+			w("| a/%s | – (output differs: not counted) | ≥ %.0f | %s |", pr.name, target, passMiss(false))
+		default:
+			v := pr.run.Seconds() / r.a.run.Seconds()
+			w("| a/%s (records/s of a over %s's) | %.1f | ≥ %.0f | %s |", pr.name, pr.name, v, target, passMiss(v >= target))
+		}
+	}
+}
+
+func (r *results) peerDLQHeader() string {
+	var b strings.Builder
+	for _, pr := range r.peers {
+		fmt.Fprintf(&b, " %s |", pr.name)
+	}
+	return b.String()
+}
+
+func (r *results) peerDLQCells(key string) string {
+	var b strings.Builder
+	for _, pr := range r.peers {
+		if pr.failure != "" {
+			b.WriteString(" – |")
+			continue
+		}
+		fmt.Fprintf(&b, " %d |", pr.dlq[key])
+	}
+	return b.String()
+}
