@@ -67,8 +67,12 @@ func (r *results) peerResources(w func(string, ...any)) {
 		if pr.failure != "" {
 			continue
 		}
-		w("%s: peak RSS (VmHWM) **%d MiB**, CPU %.1f s; machine CPU busy during %s: %.0f %%. CPU time by process: %s.",
-			pr.name, pr.peakRSSKB/1024, pr.cpu.Seconds(), pr.name, 100*pr.machine, pr.cpuSplit)
+		ready := ""
+		if pr.ready > 0 {
+			ready = fmt.Sprintf(" Start → RUNNING (JVM start, group join, assignment) took %.1f s of its %.1f s.", pr.ready.Seconds(), pr.run.Seconds())
+		}
+		w("%s: peak RSS (VmHWM) **%d MiB**, CPU %.1f s; load average %s at its start, %s at its end; machine CPU busy during %s: %.0f %%.%s CPU time by process: %s.",
+			pr.name, pr.peakRSSKB/1024, pr.cpu.Seconds(), pr.load[0], pr.load[1], pr.name, 100*pr.machine, ready, pr.cpuSplit)
 		w("")
 	}
 }

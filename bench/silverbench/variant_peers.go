@@ -7,8 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -54,8 +54,10 @@ type resultPeer struct {
 	dlq       map[string]int
 	dlqTotal  int
 	logFile   string
-	failure   string   // why it was not measured ("" when it was)
-	differs   []string // the checks its output failed (verifyPeers)
+	failure   string        // why it was not measured ("" when it was)
+	differs   []string      // the checks its output failed (verifyPeers)
+	ready     time.Duration // k: process start → the first RUNNING state (JVM start, group join, assignment); 0 when unknown
+	load      [2]string     // load average at the start and at the end
 }
 
 // peerCmd is how one peer is built and started.
@@ -116,28 +118,14 @@ func runPeer(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, na
 	cmd.Env = append(os.Environ(), pc.env...)
 
 	quiesce()
+	res.load[0] = loadAvg()
 	cpu0, sampler := machineCPU(), startCPUSampler()
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	ch, err := startChild(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("start peer %s: %w", name, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	defer stop()
+	defer ch.stop()
 	pid := cmd.Process.Pid
 	deadline := time.After(cfg.peerTimeout)
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -145,8 +133,8 @@ func runPeer(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, na
 	lastLog := time.Now()
 	for {
 		select {
-		case err := <-exited:
-			stopped = true
+		case err := <-ch.exited:
+			err = ch.exitedWith(err)
 			sampler.stop()
 			res.failure = fmt.Sprintf("exited early (%v); see %s", err, res.logFile)
 			logf2("%s: %s", name, res.failure)
@@ -171,12 +159,14 @@ func runPeer(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, na
 			logf2("  %s: lag %d after %s (rss %d MiB)", name, lag, time.Since(start).Round(time.Second), procStatusKB(pid, "VmRSS")/1024)
 		}
 	}
+	res.load[1] = loadAvg()
 	res.machine = machineCPU().busySince(cpu0)
 	res.cpuBy = sampler.stop()
+	res.ready = firstRunning(res.logFile, start)
 	res.cpuSplit = cpuSplit(res.cpuBy)
 	res.peakRSSKB = procStatusKB(pid, "VmHWM")
 	res.cpu = procCPU(pid)
-	stop()
+	ch.stop()
 	if res.dlq, res.dlqTotal, err = dlqStats(ctx, adm, cfg.kopts, dlqTopic); err != nil {
 		return nil, err
 	}
@@ -306,4 +296,26 @@ func jdbcURL(dbURL string) (string, error) {
 		host = "localhost"
 	}
 	return "jdbc:postgresql://" + host + u.Path + "?" + q.Encode(), nil
+}
+
+// firstRunning returns how long after start the Kafka Streams peer logged
+// its first {"state":"RUNNING","at_ms":…} line in logFile, 0 when it did
+// not (or for the Watermill peer, which logs none).
+func firstRunning(logFile string, start time.Time) time.Duration {
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, `{"state":"RUNNING","at_ms":`)
+		if !ok {
+			continue
+		}
+		ms, err := strconv.ParseInt(strings.TrimSuffix(rest, "}"), 10, 64)
+		if err != nil {
+			return 0
+		}
+		return time.UnixMilli(ms).Sub(start)
+	}
+	return 0
 }
