@@ -292,6 +292,7 @@ func (r *results) markdown() string {
 	w("- Checks: every variant's tables are compared by row count and by the sum of `hashtextextended(ROW(key and value columns)::text, 0)` over all rows (ingest_time excluded); c holds exactly the expected rows, so a = c and b = c mean both produced the expected contents. The DLQ topic of a is read back and counted by its `dlq.reason`/`dlq.rule` headers.")
 	w("- The children run from symbolic links named `silver-pipeline` (a), `seed-workers` (b) and `consume-floor`, so the per-process CPU split (sampled from /proc every 500 ms, exited processes counted up to their last sample) tells them apart from the harness, which holds the corpus and is garbage-collected before each timed section.")
 	w("- A CHECKPOINT runs before each timed section. The PostgreSQL settings are the stack's, the same for all three variants.")
+	r.peerMethod(w)
 	return b.String()
 }
 

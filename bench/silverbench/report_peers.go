@@ -114,3 +114,15 @@ func (r *results) peerDLQCells(key string) string {
 	}
 	return b.String()
 }
+
+// peerMethod describes the peers that ran (the Method section).
+func (r *results) peerMethod(w func(string, ...any)) {
+	for _, pr := range r.peers {
+		switch pr.name {
+		case peerKStreams:
+			w("- **k** (`bench/silverpeers/kstreams`, built with Maven, run with `java -Xmx1g`): a Kafka Streams 4.4.0 application on the same bronze topic with its own application id (consumer group), DLQ topic and schema. A fixed-key processor applies a Java port of `silver.Decode` and the 14 rules (first failure wins; Jackson for the JSON), `split()` sends the dead letters, value unchanged, to its DLQ topic with the `dlq.reason`/`dlq.rule` headers, and the valid rows go to a processor that buffers them per key in a state store of its own (rows of one key merged as the upsert merges them); the store writes its buffer in one transaction of JDBC batches (`INSERT … ON CONFLICT DO UPDATE` with the silver sink's SET clause, `reWriteBatchedInserts=true`) when Kafka Streams flushes it before committing the task's offsets (every second) and when it holds 10 000 keys. 2 stream threads (2 cores), at least once. Its clock runs from the process start (JVM start and group join included, as a's process start is in a's) to its group's lag 0.")
+		case peerWatermill:
+			w("- **w** (`bench/silverpeers/watermill`, its own Go module so that Watermill and sarama stay out of sluice's go.mod): a Watermill v1.5.1 router with a watermill-kafka v3.0.6 subscriber (consumer group, oldest offset) and one handler call per message, which runs sluice's own `silver.Decode` and validator (same rules, only the framework differs) and writes a valid row with one single-row `INSERT … ON CONFLICT DO UPDATE` (the seed port's statement, the sink's SET clause) before the message is acked; a dead letter is returned as an error with `dlq.reason`/`dlq.rule` in its metadata and published by Watermill's poison queue middleware (`PoisonQueueWithFilter`, a synchronous sarama producer) to its DLQ topic. Offsets are auto-committed by sarama every second; its clock runs from the process start to its group's lag 0.")
+		}
+	}
+}
