@@ -91,6 +91,10 @@ func (r *results) peerRatios(w func(string, ...any)) {
 		default:
 			v := pr.run.Seconds() / r.a.run.Seconds()
 			w("| a/%s (records/s of a over %s's) | %.1f | ≥ %.0f | %s |", pr.name, pr.name, v, target, passMiss(v >= target))
+			if r.a.cpu > 0 && pr.cpu > 0 {
+				w("| a/%s by the process's own CPU time (%s %.1f s / a %.1f s; less sensitive to other jobs' load on the shared cores, PostgreSQL and Kafka not included) | %.1f | (information) | |",
+					pr.name, pr.name, pr.cpu.Seconds(), r.a.cpu.Seconds(), pr.cpu.Seconds()/r.a.cpu.Seconds())
+			}
 		}
 	}
 }
