@@ -4,7 +4,7 @@ GO ?= go
 STACK_ENV = $(shell bash deploy/stack/env.sh 2>/dev/null)
 
 # console-assets: see deploy/scripts/console-assets.sh
-.PHONY: console-assets console-screenshots all build demo test test-race bench bench-runtime bench-silver bench-trades bench-modules chaos first-run lint stack-up stack-down ci clean
+.PHONY: console-assets console-screenshots all build demo test test-race bench bench-runtime bench-silver bench-silver-peers bench-trades bench-modules chaos first-run lint stack-up stack-down ci clean
 
 all: build
 
@@ -39,6 +39,9 @@ bench-runtime: ## runtime per-record overhead vs a bare kgo poll loop (kfake, in
 
 bench-silver: ## silver pipeline vs the seed's SKIP LOCKED design vs the database ceiling (real Kafka + Postgres)
 	bash bench/silver.sh
+
+bench-silver-peers: ## bench-silver plus its peers side by side: Kafka Streams 4.4 (Java 17, Maven) and Watermill v1.5.1 (minutes); writes bench/results-silver-peers.md
+	SILVER_OUT=$${SILVER_OUT:-bench/results-silver-peers.md} SILVER_ARGS="--variants acpmkw $${SILVER_ARGS:-}" bash bench/silver.sh
 
 first-run: ## the README's first screen on a fresh clone: build, demo --keep, its exports, the commands it names, Ctrl-C
 	bash deploy/scripts/firstrun.sh

@@ -6,6 +6,9 @@
 #   SILVER_N=100000 bash bench/silver.sh # a quicker run (report not written)
 #   SILVER_ARGS="--profile --keep" bash bench/silver.sh
 #   SILVER_ARGS="--variants abcpm" bash bench/silver.sh  # also b, the seed's SKIP LOCKED design (minutes)
+#   SILVER_ARGS="--variants acpmkw" bash bench/silver.sh # also the peers (make bench-silver-peers):
+#       k = Kafka Streams 4.4 (bench/silverpeers/kstreams; Java 17, Maven),
+#       w = Watermill v1.5.1 (bench/silverpeers/watermill; its own Go module)
 #
 # The default variants are a (sluice), c (upsert ceiling), p (c′, the full
 # ingest ceiling with its COPY timed) and m (a in a 512 MiB memory cgroup,

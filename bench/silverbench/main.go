@@ -17,11 +17,16 @@
 //	   temporary staging tables timed as well (variant_cfull.go);
 //	m. a again inside a memory cgroup of the deployment's limit with its
 //	   GOMEMLIMIT (memcg.go; needs root, reported as not run otherwise);
+//	k. the Kafka Streams 4.4 peer (bench/silverpeers/kstreams, Java 17 and
+//	   Maven; variant_peers.go);
+//	w. the Watermill peer (bench/silverpeers/watermill, its own Go module);
 //
 // The default is acpm (about a minute for 1 M records); b takes minutes and
-// is opt-in (--variants abcpm). It checks that every variant leaves
-// identical ta_silver/sa_silver contents and that a, m and b dead-letter the
-// same records, and writes a Markdown report.
+// is opt-in (--variants abcpm), and so are the peers k and w (--variants
+// acpmkw, minutes). It checks that every variant leaves
+// identical ta_silver/sa_silver contents and that a, m, b, k and w
+// dead-letter the same records (a peer whose output differs is reported and
+// left out of the ratios), and writes a Markdown report.
 //
 // Usage:
 //
@@ -101,6 +106,8 @@ type config struct {
 	out         string
 	variants    string
 	memLimitMiB int64
+	peersDir    string
+	peerTimeout time.Duration
 	keep        bool
 	profile     bool
 	timeout     time.Duration
@@ -116,8 +123,10 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.partitions, "partitions", 6, "partitions of the bronze topic")
 	fs.StringVar(&cfg.workDir, "workdir", "bench/.work", "directory for the pipeline log and profiles")
 	fs.StringVar(&cfg.out, "out", "", "write the Markdown report to this file")
-	fs.StringVar(&cfg.variants, "variants", "acpm", "variants to run: a, c, p = c′ (the full ingest ceiling: COPY + upsert timed), m = a in a memory cgroup (--memory-limit-mib, needs root; reported as not run without it), b = the seed's SKIP LOCKED design (opt-in: minutes), and B = the seed port without its advisory lock (informational)")
+	fs.StringVar(&cfg.variants, "variants", "acpm", "variants to run: a, c, p = c′ (the full ingest ceiling: COPY + upsert timed), m = a in a memory cgroup (--memory-limit-mib, needs root; reported as not run without it), b = the seed's SKIP LOCKED design (opt-in: minutes), k = the Kafka Streams 4.4 peer and w = the Watermill peer (opt-in: minutes, --variants acpmkw), and B = the seed port without its advisory lock (informational)")
 	fs.Int64Var(&cfg.memLimitMiB, "memory-limit-mib", 512, "variant m: the memory cgroup's limit and GOMEMLIMIT, MiB (deploy/k8s/silver.yaml's limits.memory)")
+	fs.StringVar(&cfg.peersDir, "peers-dir", "bench/silverpeers", "variants k and w: the directory of the peers' sources (kstreams/, watermill/)")
+	fs.DurationVar(&cfg.peerTimeout, "peer-timeout", 30*time.Minute, "variants k and w: limit for one peer")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the topics, group and schemas")
 	fs.BoolVar(&cfg.profile, "profile", false, "write CPU and allocation profiles of the pipeline process to WORKDIR/pipeline.cpu.pprof and WORKDIR/pipeline.allocs.pprof")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "limit for variant a")
@@ -222,6 +231,7 @@ type results struct {
 	bUnlocked *resultB // informational: the seed port without its advisory lock
 	c         *resultC
 	p2        *resultP             // c′: the full ingest ceiling (variant p)
+	peers     []*resultPeer        // k, w: the peers, in run order
 	floor     time.Duration        // fetch-only consumer of the bronze topic
 	sums      map[string]tableSums // variant → checksums
 	dlqB      map[string]int
@@ -273,7 +283,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		for _, v := range []string{"a", "m", "b", "bu", "c", "p"} {
+		for _, v := range []string{"a", "m", "b", "bu", "c", "p", "k", "w"} {
 			_, _ = admin.Exec(cctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schemaOf(v)}.Sanitize()+" CASCADE")
 		}
 		if ts.bronze != "" {
@@ -282,7 +292,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		}
 	}()
 
-	if has("a") || has("m") {
+	if has("a") || has("m") || has(peerKStreams) || has(peerWatermill) {
 		logf2("a: topics %s* (%d partitions)", cfg.prefix, cfg.partitions)
 		if ts, err = silverTopics(ctx, adm, cfg.prefix, cfg.partitions); err != nil {
 			return err
@@ -332,6 +342,30 @@ func bench(ctx context.Context, cfg *config) (err error) {
 				return err
 			}
 			logf2("a: Kafka consume floor (fetch only, separate process): %s → %.0f records/s", r.floor.Round(time.Millisecond), rate(cfg.n, r.floor))
+		}
+		for _, name := range []string{peerKStreams, peerWatermill} {
+			if !has(name) {
+				continue
+			}
+			urlP, err := freshSchema(ctx, admin, cfg.databaseURL, schemaOf(name))
+			if err != nil {
+				return err
+			}
+			checkpoint(ctx, admin)
+			res, err := runPeer(ctx, cfg, adm, ts, name, urlP)
+			if err != nil {
+				return fmt.Errorf("variant %s: %w", name, err)
+			}
+			r.peers = append(r.peers, res)
+			if res.failure != "" {
+				continue
+			}
+			logf2("%s: %s → %.0f records/s (group lag 0); peak RSS %d MiB, CPU %.1f s", name, res.run.Round(time.Millisecond),
+				rate(cfg.n, res.run), res.peakRSSKB/1024, res.cpu.Seconds())
+			logf2("%s: CPU by process: %s", name, res.cpuSplit)
+			if r.sums[name], err = checksums(ctx, admin, schemaOf(name)); err != nil {
+				return err
+			}
 		}
 	}
 	for _, bv := range []struct {

@@ -111,6 +111,7 @@ func (r *results) verify() {
 			"%d in task_q_dlq (want %d); per reason/rule equal: %v", r.dlqBTotal, p.invalid(), maps.Equal(r.dlqB, p.dlq))
 		add("b: queue drained", r.readyB == 0, "%d task(s) still ready", r.readyB)
 	}
+	r.verifyPeers(add)
 }
 
 func fmtRate(n int, d time.Duration) string {
@@ -187,6 +188,7 @@ func (r *results) markdown() string {
 		w("| c. database ceiling | the two INSERT … SELECT … ON CONFLICT (ta %.2f s, sa %.2f s) | %.2f s | **%s** |",
 			r.c.ta.Seconds(), r.c.sa.Seconds(), r.c.total().Seconds(), fmtRate(cfg.n, r.c.total()))
 	}
+	r.peerThroughput(w)
 	if r.p2 != nil {
 		w("| c′. full ingest ceiling | COPY of the final rows into temporary staging tables (ta %.2f s, sa %.2f s) + the two upserts (%.2f s), all timed | %.2f s | **%s** |",
 			r.p2.copyTA.Seconds(), r.p2.copySA.Seconds(), r.p2.upsert.total().Seconds(), r.p2.total().Seconds(), fmtRate(cfg.n, r.p2.total()))
@@ -214,6 +216,7 @@ func (r *results) markdown() string {
 		w("c: the untimed preparation (creating the staging tables, COPY of the %d final rows, VACUUM ANALYZE) took %.2f s.", len(p.finalTA)+len(p.finalSA), r.c.load.Seconds())
 		w("")
 	}
+	r.peerResources(w)
 	r.whereTimeGoes(w)
 	w("## Ratios")
 	w("")
@@ -245,6 +248,7 @@ func (r *results) markdown() string {
 			w("| a/m (a's time over m's) | %.2f | ≥ 0.8 | %s |", am, passMiss(am >= 0.8))
 		}
 	}
+	r.peerRatios(w)
 	if r.a != nil {
 		w("| a: peak RSS | %d MiB | ≤ 400 MiB | %s |", r.a.peakRSSKB/1024, passMiss(r.a.peakRSSKB <= 400<<10))
 	}
@@ -263,10 +267,10 @@ func (r *results) markdown() string {
 		w("")
 	}
 	keys := slices.Sorted(maps.Keys(p.dlq))
-	w("Dead-lettered records per reason and rule (expected = a = b when the checks pass):")
+	w("Dead-lettered records per reason and rule (expected = a = b = k = w when the checks pass):")
 	w("")
-	w("| reason | rule | expected | a | b |")
-	w("| --- | --- | ---: | ---: | ---: |")
+	w("| reason | rule | expected | a | b |%s", r.peerDLQHeader())
+	w("| --- | --- | ---: | ---: | ---: |%s", strings.Repeat(" ---: |", len(r.peers)))
 	for _, k := range keys {
 		reason, rule, _ := strings.Cut(k, " ")
 		av, bv := "–", "–"
@@ -276,7 +280,7 @@ func (r *results) markdown() string {
 		if r.b != nil {
 			bv = fmt.Sprint(r.dlqB[k])
 		}
-		w("| %s | %s | %d | %s | %s |", reason, rule, p.dlq[k], av, bv)
+		w("| %s | %s | %d | %s | %s |%s", reason, rule, p.dlq[k], av, bv, r.peerDLQCells(k))
 	}
 	w("")
 	w("## Method")
@@ -288,6 +292,7 @@ func (r *results) markdown() string {
 	w("- Checks: every variant's tables are compared by row count and by the sum of `hashtextextended(ROW(key and value columns)::text, 0)` over all rows (ingest_time excluded); c holds exactly the expected rows, so a = c and b = c mean both produced the expected contents. The DLQ topic of a is read back and counted by its `dlq.reason`/`dlq.rule` headers.")
 	w("- The children run from symbolic links named `silver-pipeline` (a), `seed-workers` (b) and `consume-floor`, so the per-process CPU split (sampled from /proc every 500 ms, exited processes counted up to their last sample) tells them apart from the harness, which holds the corpus and is garbage-collected before each timed section.")
 	w("- A CHECKPOINT runs before each timed section. The PostgreSQL settings are the stack's, the same for all three variants.")
+	r.peerMethod(w)
 	return b.String()
 }
 

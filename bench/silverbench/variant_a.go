@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -165,26 +164,11 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	quiesce()
 	cpu0, sampler := machineCPU(), startCPUSampler()
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	ch, err := startChild(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("start pipeline: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	stopChild := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	defer stopChild()
+	defer ch.stop()
 	pid := cmd.Process.Pid
 	metricsURL := "http://" + pf.opsAddr + "/metrics"
 	n := float64(len(p.recs))
@@ -196,7 +180,7 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	fail := func(why string) (*resultA, error) {
 		res.failure = why
 		res.peakRSSKB = procStatusKB(pid, "VmHWM")
-		stopChild()
+		ch.stop()
 		res.cg = cg.stats()
 		res.cpuBy = sampler.stop()
 		res.cpuSplit = cpuSplit(res.cpuBy)
@@ -206,8 +190,8 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	}
 	for done := false; !done; {
 		select {
-		case err := <-exited:
-			stopped = true
+		case err := <-ch.exited:
+			err = ch.exitedWith(err)
 			if cg != nil {
 				return fail(fmt.Sprintf("process exited (%v)", err))
 			}
@@ -216,10 +200,10 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 			if cg != nil {
 				return fail(fmt.Sprintf("not finished within %s", cfg.timeout))
 			}
-			stopChild()
+			ch.stop()
 			return nil, fmt.Errorf("pipeline did not finish within %s; see %s", cfg.timeout, res.logFile)
 		case <-ctx.Done():
-			stopChild()
+			ch.stop()
 			return nil, ctx.Err()
 		case <-tick.C:
 		}
@@ -267,7 +251,7 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	}
 	res.peakRSSKB = procStatusKB(pid, "VmHWM")
 	res.cpu = procCPU(pid)
-	stopChild()
+	ch.stop()
 	if cg != nil {
 		res.cg = cg.stats()
 	}
