@@ -23,6 +23,7 @@ type result struct {
 	sent           int
 	doneAtFault    float64 // fraction of the work done when the fault began
 	pendingAtFault int64   // units of work not done then (0: it hit nothing)
+	unit           string  // of pendingAtFault
 	effects        []effect
 	notes          []string
 	recovery       time.Duration // fault over → every effect there, every lag 0
@@ -32,7 +33,9 @@ type result struct {
 
 func (r *result) add(e effect) { r.effects = append(r.effects, e) }
 
-func (r *result) note(format string, args ...any) { r.notes = append(r.notes, fmt.Sprintf(format, args...)) }
+func (r *result) note(format string, args ...any) {
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
 
 func (r result) lost() (n int64) {
 	for _, e := range r.effects {
@@ -81,7 +84,7 @@ func renderReport(cfg *config, rs []result) string {
 		if r.err != nil {
 			verdict += " (" + r.err.Error() + ")"
 		}
-		w("| %s | %d | %.0f %% | %d | %s | %d | %d | %.1f | %.1f | %s |", r.scenario, r.sent, 100*r.doneAtFault, r.pendingAtFault,
+		w("| %s | %d | %.0f %% | %d %s | %s | %d | %d | %.1f | %.1f | %s |", r.scenario, r.sent, 100*r.doneAtFault, r.pendingAtFault, r.unit,
 			strings.Join(eff, "; "), r.lost(), r.duplicated(), r.recovery.Seconds(), r.total.Seconds(), verdict)
 	}
 	w("")
@@ -96,7 +99,7 @@ func renderReport(cfg *config, rs []result) string {
 		}
 	}
 	w("")
-	w("Faults: kill = kill -9 of one of two `sluice run` members, started again 2 s later; redis, postgres, broker = the service (Kafka: every node) stopped for 5 s and started again. pending then = units of work (items, segments, trades, keys) whose effects were not there when the fault began (a fault that hits nothing fails). lost = effects the input implies that are missing; duplicated = effects present or counted more than once. recovery = from the end of the fault until every effect is there and every group's lag is 0.")
+	w("Faults: kill = kill -9 of one of two `sluice run` members, started again 2 s later; redis, postgres, broker = the service (Kafka: every node) stopped for 5 s and started again. pending then = units of work (smap: items counted, plus one per project completed; ticks: source ticks in files, plus one per job completed) whose effects were not there when the fault began (a fault that hits nothing fails). lost = effects the input implies that are missing; duplicated = effects present or counted more than once. recovery = from the end of the fault until every effect is there and every group's lag is 0.")
 	return b.String()
 }
 

@@ -33,6 +33,8 @@ type workload interface {
 	setup(ctx context.Context, sc *scene) error
 	// sent is the number of input records setup produced.
 	sent() int
+	// unit names what progress counts (items, ticks …).
+	unit() string
 	// progress returns the units of work whose effects are there and the
 	// units the input implies, read from the effects themselves; it may
 	// fail while a service is down.
@@ -259,7 +261,7 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 		res.err = fmt.Errorf("setup: %w", err)
 		return res
 	}
-	res.sent = w.sent()
+	res.sent, res.unit = w.sent(), w.unit()
 	members := 1
 	if fault == "kill" {
 		members = 2

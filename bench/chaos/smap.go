@@ -42,6 +42,7 @@ func newSmapLoad(cfg *config) *smapLoad {
 
 func (l *smapLoad) pipeline() string { return "smap" }
 func (l *smapLoad) sent() int        { return l.projects }
+func (l *smapLoad) unit() string     { return "items" }
 func (l *smapLoad) itemsPer() int64  { return int64(len(smapPlatforms) * l.perTarget) }
 
 func (l *smapLoad) groups() map[string][]string {
