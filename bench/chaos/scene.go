@@ -51,6 +51,7 @@ type workload interface {
 // prefix, a PostgreSQL schema, an object-store bucket, and the members.
 type scene struct {
 	cfg      *config
+	id       string // unique per scenario
 	name     string // PIPELINE-FAULT-id, the members' log names
 	prefix   string // of topics and groups
 	schema   string
@@ -79,7 +80,7 @@ func (sc *scene) group(name string) string { return sc.prefix + name }
 // schema (every migration applied) and bucket, and connects to them.
 func newScene(ctx context.Context, cfg *config, pipeline, fault string) (*scene, error) {
 	id := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffffffff)
-	sc := &scene{cfg: cfg, name: pipeline + "-" + fault + "-" + id, prefix: "chaos-" + id + ".",
+	sc := &scene{cfg: cfg, id: id, name: pipeline + "-" + fault + "-" + id, prefix: "chaos-" + id + ".",
 		schema: "chaos_" + id, bucket: "chaos-" + id}
 	var err error
 	if sc.kopts, err = cfg.kc.Opts(); err != nil {
@@ -347,6 +348,14 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 	}
 	res.recovery = time.Since(faultOver)
 	for _, m := range sc.members {
+		if done, _ := m.Exited(); done {
+			continue
+		}
+		// The limiter held an account's grants after finding its Redis
+		// state lost (restart without persistence, lost writes).
+		if v, err := faults.ScrapeSum(m.metrics, "sluice_ratelimit_state_lost_total", ""); err == nil && v > 0 {
+			res.note("member %s: sluice_ratelimit_state_lost_total %g (the limiter held an account's grants for its longest window)", m.name, v)
+		}
 		m.Stop(syscall.SIGTERM)
 	}
 	if err := w.verify(ctx, sc, &res); err != nil {

@@ -33,8 +33,7 @@ func newTicksLoad(cfg *config) *ticksLoad {
 	symbols := []string{"NQ", "ES", "CL", "GC", "YM", "RTY"}
 	n := max(1, int(24*cfg.scale))
 	for i := range n {
-		l.jobs = append(l.jobs, ticksJob{symbol: symbols[i%len(symbols)], date: fmt.Sprintf("2025-10-%02d", 1+i/len(symbols)),
-			account: fmt.Sprintf("chaos%03d", i)})
+		l.jobs = append(l.jobs, ticksJob{symbol: symbols[i%len(symbols)], date: fmt.Sprintf("2025-10-%02d", 1+i/len(symbols))})
 	}
 	return l
 }
@@ -53,7 +52,11 @@ func (l *ticksLoad) config(sc *scene) ticks.Config {
 
 func (l *ticksLoad) setup(ctx context.Context, sc *scene) error {
 	coord := ticks.NewCoordinator(sc.cl, sc.kopts, l.config(sc))
-	for _, j := range l.jobs {
+	for i := range l.jobs {
+		// The limiter's windows are per account: a scenario's own accounts
+		// start empty whatever ran before.
+		j := &l.jobs[i]
+		j.account = fmt.Sprintf("%s-%03d", sc.id, i)
 		if _, err := coord.Trigger(ctx, ticks.TriggerRequest{Symbol: j.symbol, Date: j.date, AccountID: j.account}); err != nil {
 			return fmt.Errorf("trigger %s %s: %w", j.symbol, j.date, err)
 		}
