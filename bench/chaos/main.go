@@ -74,8 +74,9 @@ type pipelineDef struct {
 // workloads returns the pipelines this runner drives, by name.
 func workloads() map[string]pipelineDef {
 	return map[string]pipelineDef{
-		"smap":  {func(cfg *config) workload { return newSmapLoad(cfg) }, []string{"kill", "redis"}},
-		"ticks": {func(cfg *config) workload { return newTicksLoad(cfg) }, []string{"kill", "redis", "broker"}},
+		"smap":   {func(cfg *config) workload { return newSmapLoad(cfg) }, []string{"kill", "redis"}},
+		"ticks":  {func(cfg *config) workload { return newTicksLoad(cfg) }, []string{"kill", "redis", "broker"}},
+		"trades": {func(cfg *config) workload { return newTradesLoad(cfg) }, []string{"kill", "broker"}},
 	}
 }
 
