@@ -16,6 +16,11 @@
 //     5 s and started again with deploy/stack/down.sh and up.sh, so run
 //     them against a private stack (the script does), never a shared one.
 //
+// Per pipeline: smap kill, redis; ticks kill, redis, broker (ticks keeps
+// nothing in PostgreSQL); trades kill, broker; modules kill, postgres. The
+// input and the verifier of each are documented on its workload type
+// (smapLoad, ticksLoad, tradesLoad, modulesLoad).
+//
 // A scenario passes only with 0 lost and 0 duplicated effects (rows,
 // counters, events, objects, dead letters) and work still pending when the
 // fault began. The Markdown report goes to stdout and to --out.
@@ -74,9 +79,10 @@ type pipelineDef struct {
 // workloads returns the pipelines this runner drives, by name.
 func workloads() map[string]pipelineDef {
 	return map[string]pipelineDef{
-		"smap":   {func(cfg *config) workload { return newSmapLoad(cfg) }, []string{"kill", "redis"}},
-		"ticks":  {func(cfg *config) workload { return newTicksLoad(cfg) }, []string{"kill", "redis", "broker"}},
-		"trades": {func(cfg *config) workload { return newTradesLoad(cfg) }, []string{"kill", "broker"}},
+		"smap":    {func(cfg *config) workload { return newSmapLoad(cfg) }, []string{"kill", "redis"}},
+		"ticks":   {func(cfg *config) workload { return newTicksLoad(cfg) }, []string{"kill", "redis", "broker"}},
+		"trades":  {func(cfg *config) workload { return newTradesLoad(cfg) }, []string{"kill", "broker"}},
+		"modules": {func(cfg *config) workload { return newModulesLoad(cfg) }, []string{"kill", "postgres"}},
 	}
 }
 

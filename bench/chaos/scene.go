@@ -47,6 +47,13 @@ type workload interface {
 	verify(ctx context.Context, sc *scene, r *result) error
 }
 
+// memberEnver is a workload whose members need more environment.
+type memberEnver interface{ memberEnv(sc *scene) []string }
+
+// stopWatcher is a workload that reads a member's metrics before the
+// scenario stops or kills it.
+type stopWatcher interface{ beforeStop(m *member) }
+
 // scene is one scenario's isolated resources: topics and groups under
 // prefix, a PostgreSQL schema, an object-store bucket, and the members.
 type scene struct {
@@ -184,7 +191,7 @@ func (sc *scene) close(ctx context.Context) {
 // start starts member i of pipeline (`sluice run` on the scene's prefix,
 // schema and bucket, an ops server on a free port); its log is
 // workdir/<scene>-<i>[-restart].log.
-func (sc *scene) start(pipeline string, i int) (*member, error) {
+func (sc *scene) start(w workload, i int) (*member, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -194,8 +201,11 @@ func (sc *scene) start(pipeline string, i int) (*member, error) {
 	if sc.restarts > 0 {
 		name += fmt.Sprintf("-r%d", sc.restarts)
 	}
-	cmd := exec.Command(sc.cfg.sluice, "run", pipeline, "--topic-prefix", sc.prefix, "--group-prefix", sc.prefix, "--ops-addr", addr)
+	cmd := exec.Command(sc.cfg.sluice, "run", w.pipeline(), "--topic-prefix", sc.prefix, "--group-prefix", sc.prefix, "--ops-addr", addr)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+sc.dbURL, "S3_BUCKET="+sc.bucket)
+	if e, ok := w.(memberEnver); ok {
+		cmd.Env = append(cmd.Env, e.memberEnv(sc)...)
+	}
 	c, err := faults.Start(cmd, filepath.Join(sc.cfg.workDir, name+".log"))
 	if err != nil {
 		return nil, err
@@ -268,7 +278,7 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 		members = 2
 	}
 	for i := range members {
-		if _, err := sc.start(w.pipeline(), i); err != nil {
+		if _, err := sc.start(w, i); err != nil {
 			res.err = err
 			return res
 		}
@@ -302,10 +312,13 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 	case "kill":
 		killed = sc.members[1]
 		logf("%s: kill -9 of member %s", scenario, killed.name)
+		if sw, ok := w.(stopWatcher); ok {
+			sw.beforeStop(killed)
+		}
 		killed.Stop(syscall.SIGKILL)
 		time.Sleep(2 * time.Second)
 		sc.restarts++
-		if _, err := sc.start(w.pipeline(), 1); err != nil {
+		if _, err := sc.start(w, 1); err != nil {
 			res.err = err
 			return res
 		}
@@ -355,6 +368,9 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 		// state lost (restart without persistence, lost writes).
 		if v, err := faults.ScrapeSum(m.metrics, "sluice_ratelimit_state_lost_total", ""); err == nil && v > 0 {
 			res.note("member %s: sluice_ratelimit_state_lost_total %g (the limiter held an account's grants for its longest window)", m.name, v)
+		}
+		if sw, ok := w.(stopWatcher); ok {
+			sw.beforeStop(m)
 		}
 		m.Stop(syscall.SIGTERM)
 	}

@@ -9,10 +9,11 @@
 # and static membership), a restart of every broker, kill -9 of the
 # partition leader, a PostgreSQL restart; rows and dead letters against what
 # the corpus implies.
-# smap, ticks, trades (bench/chaos): kill -9 of one of two `sluice run`
-# members, and per pipeline the restarts of the services it uses — smap:
-# redis; ticks: redis, broker; trades: broker — each verified against what the
-# input implies (tables, counters, events, objects, dead letters).
+# smap, ticks, trades, modules (bench/chaos): kill -9 of one of two `sluice
+# run` members, and per pipeline a restart of a service it depends on —
+# smap: redis; ticks: redis, broker; trades: broker; modules: postgres — each
+# verified against what the input implies (tables, counters, events,
+# objects, upstream calls, dead letters).
 # Every scenario fails on any lost or duplicated effect.
 # CHAOS_KAFKA_NODES=1 runs them on a single broker (~/.sluice-chaos; silver's
 # leader scenario needs 3).
@@ -43,7 +44,7 @@ fi
 export SLUICE_STACK_PORT_OFFSET=${CHAOS_PORT_OFFSET:-10000}
 N=${CHAOS_N:-200000}
 SCALE=${CHAOS_SCALE:-1}
-PIPELINES=${CHAOS_PIPELINES:-silver,smap,ticks,trades}
+PIPELINES=${CHAOS_PIPELINES:-silver,smap,ticks,trades,modules}
 
 # Split CHAOS_SCENARIOS (or the pipelines' defaults) into silver's and the
 # others'.
