@@ -12,11 +12,11 @@ func TestParseScenarios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"smap:kill", "smap:redis", "ticks:redis", "trades:kill"}
+	want := []string{"smap:kill", "smap:redis", "smap:postgres", "smap:broker", "ticks:redis", "trades:kill"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
-	for _, bad := range []string{"", "nosuch", "nosuch:kill", "smap:postgres", "ticks:leader"} {
+	for _, bad := range []string{"", "nosuch", "nosuch:kill", "ticks:postgres", "smap:leader"} {
 		if got, err := parseScenarios(bad); err == nil {
 			t.Errorf("%q: accepted as %v", bad, got)
 		}

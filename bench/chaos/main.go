@@ -16,8 +16,9 @@
 //     5 s and started again with deploy/stack/down.sh and up.sh, so run
 //     them against a private stack (the script does), never a shared one.
 //
-// Per pipeline: smap kill, redis; ticks kill, redis, broker (ticks keeps
-// nothing in PostgreSQL); trades kill, broker; modules kill, postgres. The
+// Per pipeline: smap kill, redis, postgres, broker; ticks kill, redis,
+// broker (ticks keeps nothing in PostgreSQL); trades kill, broker,
+// postgres; modules kill, postgres, redis (its limiter), broker. The
 // input and the verifier of each are documented on its workload type
 // (smapLoad, ticksLoad, tradesLoad, modulesLoad).
 //
@@ -79,10 +80,10 @@ type pipelineDef struct {
 // workloads returns the pipelines this runner drives, by name.
 func workloads() map[string]pipelineDef {
 	return map[string]pipelineDef{
-		"smap":    {func(cfg *config) workload { return newSmapLoad(cfg) }, []string{"kill", "redis"}},
+		"smap":    {func(cfg *config) workload { return newSmapLoad(cfg) }, []string{"kill", "redis", "postgres", "broker"}},
 		"ticks":   {func(cfg *config) workload { return newTicksLoad(cfg) }, []string{"kill", "redis", "broker"}},
-		"trades":  {func(cfg *config) workload { return newTradesLoad(cfg) }, []string{"kill", "broker"}},
-		"modules": {func(cfg *config) workload { return newModulesLoad(cfg) }, []string{"kill", "postgres"}},
+		"trades":  {func(cfg *config) workload { return newTradesLoad(cfg) }, []string{"kill", "broker", "postgres"}},
+		"modules": {func(cfg *config) workload { return newModulesLoad(cfg) }, []string{"kill", "postgres", "redis", "broker"}},
 	}
 }
 
