@@ -46,7 +46,7 @@ bench-silver-peers: ## bench-silver plus its peers side by side: Kafka Streams 4
 first-run: ## the README's first screen on a fresh clone: build, demo --keep, its exports, the commands it names, Ctrl-C
 	bash deploy/scripts/firstrun.sh
 
-chaos: ## silver under faults (kill -9 of a member, broker and PostgreSQL restarts) on a private stack; 0 lost, 0 duplicated
+chaos: ## silver, smap, ticks, trades, modules under faults (kill -9 of a member; broker, PostgreSQL, Redis restarts) on a private stack; 0 lost, 0 duplicated (CHAOS_PIPELINES, CHAOS_SCENARIOS)
 	bash deploy/scripts/chaos.sh
 
 bench-trades: ## trades digest: sluice's trades-digest vs a Kafka Streams 4.4.0 peer on 1.2 M trade.scored records, then the import, sim and digest SLOs (real stack, Java 17, Maven)

@@ -29,13 +29,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,7 +42,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/bench/internal/faults"
 )
 
 type chaosConfig struct {
@@ -125,33 +123,8 @@ func runChaos(args []string) error {
 
 // chaosChild is one pipeline process of a scenario.
 type chaosChild struct {
-	cmd     *exec.Cmd
-	exited  chan error
+	*faults.Child
 	metrics string
-	logPath string
-}
-
-// diagnose returns whether the child has exited and the last lines of its
-// log above INFO, for the report of a scenario that failed.
-func (c *chaosChild) diagnose() string {
-	state := "running"
-	select {
-	case err := <-c.exited:
-		c.exited <- err
-		state = fmt.Sprintf("exited (%v)", err)
-	default:
-	}
-	b, _ := os.ReadFile(c.logPath)
-	var keep []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.HasPrefix(l, "panic") {
-			keep = append(keep, l)
-		}
-	}
-	if len(keep) > 12 {
-		keep = append([]string{fmt.Sprintf("… %d earlier lines", len(keep)-12)}, keep[len(keep)-12:]...)
-	}
-	return fmt.Sprintf("%s: %s\n  %s", c.logPath, state, strings.Join(keep, "\n  "))
 }
 
 func startChaosChild(cfg *chaosConfig, ts topicSet, dbURL, group, name, instanceID string) (*chaosChild, error) {
@@ -164,49 +137,15 @@ func startChaosChild(cfg *chaosConfig, ts topicSet, dbURL, group, name, instance
 		return nil, err
 	}
 	pf.instanceID = instanceID
-	logf, err := os.OpenFile(filepath.Join(cfg.workDir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	c, err := faults.Start(exec.Command(exe, pf.args()...), filepath.Join(cfg.workDir, name+".log"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	cmd := exec.Command(exe, pf.args()...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("start pipeline: %w", err)
-	}
-	c := &chaosChild{cmd: cmd, exited: make(chan error, 1), metrics: "http://" + pf.opsAddr + "/metrics", logPath: logf.Name()}
-	go func() { c.exited <- cmd.Wait(); logf.Close() }()
-	return c, nil
+	return &chaosChild{Child: c, metrics: "http://" + pf.opsAddr + "/metrics"}, nil
 }
 
-// stop ends the child with sig (SIGKILL: at once, as kill -9).
-func (c *chaosChild) stop(sig syscall.Signal) {
-	select {
-	case <-c.exited:
-		c.exited <- nil
-		return
-	default:
-	}
-	_ = c.cmd.Process.Signal(sig)
-	select {
-	case err := <-c.exited:
-		c.exited <- err
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		c.exited <- <-c.exited
-	}
-}
-
-// stack runs deploy/stack/down.sh or up.sh for service, with the
-// environment's SLUICE_STACK_DIR.
-func (cfg *chaosConfig) stack(script, service string) error {
-	cmd := exec.Command("bash", filepath.Join(cfg.stackSrc, script), service)
-	cmd.Stdout, cmd.Stderr = nil, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %w", script, service, err)
-	}
-	return nil
-}
+// stack restarts the services of the stack in SLUICE_STACK_DIR.
+func (cfg *chaosConfig) stack() faults.Stack { return faults.Stack{Scripts: cfg.stackSrc} }
 
 func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario string) (res chaosResult) {
 	res = chaosResult{scenario: scenario, sent: len(p.recs), dlqWant: p.invalid(),
@@ -267,7 +206,7 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 	var children []*chaosChild
 	defer func() {
 		for _, c := range children {
-			c.stop(syscall.SIGTERM)
+			c.Stop(syscall.SIGTERM)
 		}
 	}()
 	for i := range members {
@@ -284,7 +223,7 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 	for {
 		var done float64
 		for _, c := range children {
-			if v, err := scrapeSum(c.metrics, "sluice_records_done_total"); err == nil {
+			if v, err := faults.ScrapeSum(c.metrics, "sluice_records_done_total", ""); err == nil {
 				done += v
 			}
 		}
@@ -298,7 +237,7 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 		time.Sleep(20 * time.Millisecond)
 	}
 	// A fault after the work was committed tests nothing.
-	if res.lagAtFault, err = groupLag(ctx, adm, group, ts.bronze); err != nil || res.lagAtFault == 0 {
+	if res.lagAtFault, err = faults.GroupLag(ctx, adm, group, ts.bronze); err != nil || res.lagAtFault == 0 {
 		res.err = fmt.Errorf("the group had committed everything (lag %d, %v) when the fault began: it would hit nothing (use more records)", res.lagAtFault, err)
 		return res
 	}
@@ -306,7 +245,7 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 	switch scenario {
 	case "kill", "kill-static":
 		logf2("%s: kill -9 of member 1", scenario)
-		children[1].stop(syscall.SIGKILL)
+		children[1].Stop(syscall.SIGKILL)
 		time.Sleep(2 * time.Second)
 		c, err := startChaosChild(cfg, ts, url, group, fmt.Sprintf("%s-%s-1b", scenario, id), instance(1))
 		if err != nil {
@@ -315,7 +254,7 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 		}
 		children = append(children, c)
 	case "leader":
-		node, err := killLeader(ctx, adm, ts.bronze)
+		node, err := faults.KillLeader(ctx, adm, ts.bronze)
 		if err != nil {
 			res.err = err
 			return res
@@ -327,12 +266,12 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 	case "broker", "postgres":
 		svc := map[string]string{"broker": "kafka", "postgres": "postgres"}[scenario]
 		logf2("%s: stopping %s for 5 s", scenario, svc)
-		if err := cfg.stack("down.sh", svc); err != nil {
+		if err := cfg.stack().Run("down.sh", svc); err != nil {
 			res.err = err
 			return res
 		}
 		time.Sleep(5 * time.Second)
-		if err := cfg.stack("up.sh", svc); err != nil {
+		if err := cfg.stack().Run("up.sh", svc); err != nil {
 			res.err = err
 			return res
 		}
@@ -350,14 +289,14 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 	}
 	faultOver := time.Now()
 	for {
-		lag, err := groupLag(ctx, adm, group, ts.bronze)
+		lag, err := faults.GroupLag(ctx, adm, group, ts.bronze)
 		if err == nil && lag == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			res.err = fmt.Errorf("group lag %d (%v) after %s", lag, err, cfg.timeout)
 			for _, c := range children {
-				logf2("%s: member %s", scenario, c.diagnose())
+				logf2("%s: member %s", scenario, c.Diagnose())
 			}
 			return res
 		}
@@ -366,13 +305,13 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 	res.recovery, res.total = time.Since(faultOver), time.Since(start)
 	if restartNode {
 		logf2("%s: starting the killed broker again", scenario)
-		if err := cfg.stack("up.sh", "kafka"); err != nil {
+		if err := cfg.stack().Run("up.sh", "kafka"); err != nil {
 			res.err = err
 			return res
 		}
 	}
 	for _, c := range children {
-		c.stop(syscall.SIGTERM)
+		c.Stop(syscall.SIGTERM)
 	}
 	got, err := checksums(ctx, admin, schema)
 	if err != nil {
@@ -385,7 +324,7 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 		return res
 	}
 	res.rows, res.rowsEqual = got.ta.rows+got.sa.rows, got == want
-	if res.dlqRecords, res.dlqUniq, err = dlqCoordinates(ctx, adm, cfg.kopts, ts.dlq); err != nil {
+	if res.dlqRecords, res.dlqUniq, err = faults.DLQCoordinates(ctx, adm, cfg.kopts, ts.dlq); err != nil {
 		res.err = err
 		return res
 	}
@@ -395,33 +334,6 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 	_, _ = adm.DeleteGroups(ctx, group)
 	_, _ = adm.DeleteTopics(ctx, ts.bronze, ts.dlq, ts.flags)
 	return res
-}
-
-// killLeader kills (SIGKILL) the broker leading partition 0 of topic, a
-// node of the stack in SLUICE_STACK_DIR started with SLUICE_KAFKA_NODES=3,
-// and returns its id.
-func killLeader(ctx context.Context, adm *kadm.Client, topic string) (int32, error) {
-	md, err := adm.Metadata(ctx, topic)
-	if err != nil {
-		return 0, err
-	}
-	if len(md.Brokers) < 3 {
-		return 0, fmt.Errorf("leader: %d broker(s); the scenario needs the 3-node stack (SLUICE_KAFKA_NODES=3)", len(md.Brokers))
-	}
-	leader := md.Topics[topic].Partitions[0].Leader
-	pidfile := filepath.Join(os.Getenv("SLUICE_STACK_DIR"), "kafka", fmt.Sprintf("node%d", leader), "kafka.pid")
-	b, err := os.ReadFile(pidfile)
-	if err != nil {
-		return 0, fmt.Errorf("leader: broker %d: %w", leader, err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0, fmt.Errorf("leader: %s: %w", pidfile, err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		return 0, fmt.Errorf("leader: kill broker %d (pid %d): %w", leader, pid, err)
-	}
-	return leader, nil
 }
 
 // loadReference fills the reference schema with the rows the corpus
@@ -437,98 +349,6 @@ func loadReference(ctx context.Context, url string, p *prepared) error {
 	}
 	_, err = runVariantC(ctx, conn)
 	return err
-}
-
-// awaitStable waits until topic's last stable offset equals its high
-// watermark on every partition: no transaction is open on it.
-func awaitStable(ctx context.Context, adm *kadm.Client, topic string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		hw, err1 := adm.ListEndOffsets(ctx, topic)
-		lso, err2 := adm.ListCommittedOffsets(ctx, topic)
-		open := 0
-		if err1 == nil && err2 == nil {
-			hw.Each(func(o kadm.ListedOffset) {
-				if l, ok := lso.Lookup(o.Topic, o.Partition); !ok || l.Offset != o.Offset {
-					open++
-				}
-			})
-			if open == 0 {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %d partition(s) with an open transaction after %s (%v, %v)", topic, open, limit, err1, err2)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// dlqCoordinates reads topic (see readCommitted) and returns the number of
-// records and of distinct source coordinates (dlq.source.topic/partition/
-// offset headers).
-func dlqCoordinates(ctx context.Context, adm *kadm.Client, kopts []kgo.Opt, topic string) (records, distinct int, err error) {
-	seen := map[string]bool{}
-	err = readCommitted(ctx, adm, kopts, topic, func(r *kgo.Record) {
-		records++
-		var coord [3]string
-		for _, h := range r.Headers {
-			switch h.Key {
-			case stages.HeaderSourceTopic:
-				coord[0] = string(h.Value)
-			case stages.HeaderSourcePartition:
-				coord[1] = string(h.Value)
-			case stages.HeaderSourceOffset:
-				coord[2] = string(h.Value)
-			}
-		}
-		seen[strings.Join(coord[:], "/")] = true
-	})
-	return records, len(seen), err
-}
-
-// readCommitted waits (up to a minute) until no transaction is open on
-// topic — a killed member's holds read_committed readers back until it is
-// aborted — then calls fn for every committed record of topic, from the
-// start, until a poll has been idle for 3 s. The runtime writes dead
-// letters in transactions: their end offsets hold markers, so a reader
-// cannot stop at "the record before the end offset".
-func readCommitted(ctx context.Context, adm *kadm.Client, kopts []kgo.Opt, topic string, fn func(*kgo.Record)) error {
-	if err := awaitStable(ctx, adm, topic, time.Minute); err != nil {
-		return err
-	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, kopts...),
-		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	for {
-		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		if fs.IsClientClosed() {
-			return errors.New("client closed")
-		}
-		var ferr error
-		fs.EachError(func(_ string, _ int32, e error) {
-			if !errors.Is(e, context.DeadlineExceeded) {
-				ferr = e
-			}
-		})
-		if ferr != nil {
-			return fmt.Errorf("read %s: %w", topic, ferr)
-		}
-		n := 0
-		fs.EachRecord(func(r *kgo.Record) {
-			n++
-			fn(r)
-		})
-		if n == 0 {
-			return nil
-		}
-	}
 }
 
 func chaosReport(cfg *chaosConfig, rs []chaosResult) string {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/internal/faults"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicehq/sluice/pipelines/silver"
@@ -348,7 +350,7 @@ func (r *results) whereTimeGoes(w func(string, ...any)) {
 	w("## Where the time goes")
 	w("")
 	if a := r.a; a != nil && a.metrics != "" {
-		m := func(name, label string) float64 { v, _ := metricSum(a.metrics, name, label); return v }
+		m := func(name, label string) float64 { v, _ := faults.MetricSum(a.metrics, name, label); return v }
 		batches := m("sluice_batch_records_count", "")
 		written := m("sluice_pgsink_rows_written_total", "")
 		merged := m("sluice_pgsink_rows_merged_total", "")

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -15,6 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/faults"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -207,11 +206,11 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 			return nil, ctx.Err()
 		case <-tick.C:
 		}
-		got, err := scrapeSum(metricsURL, "sluice_records_done_total")
+		got, err := faults.ScrapeSum(metricsURL, "sluice_records_done_total", "")
 		switch {
 		case err == nil:
 			res.done = got
-		case !errors.Is(err, errNotExposed):
+		case !errors.Is(err, faults.ErrNotExposed):
 			res.misses++
 		}
 		if err == nil && got >= n {
@@ -233,7 +232,7 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	// Offsets are committed every second after the effects are durable:
 	// wait for the group's lag to reach zero (not part of the rate).
 	for {
-		lag, err := groupLag(ctx, adm, pf.group, ts.bronze)
+		lag, err := faults.GroupLag(ctx, adm, pf.group, ts.bronze)
 		if err == nil && lag == 0 {
 			res.committed = time.Since(start)
 			break
@@ -245,7 +244,7 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	}
 	// The final metrics (batch sizes, phase durations, merged rows) feed
 	// the report and stay next to the log.
-	if text, err := scrape(metricsURL); err == nil {
+	if text, err := faults.Scrape(metricsURL); err == nil {
 		res.metrics = text
 		_ = os.WriteFile(cfg.workDir+"/pipeline"+suffix+".metrics", []byte(text), 0o644)
 	}
@@ -273,98 +272,13 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// scrape fetches the Prometheus text exposition at url.
-func scrape(url string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
-}
-
-// errNotExposed: the metric is not (yet) in the exposition.
-var errNotExposed = errors.New("metric not exposed yet")
-
-// scrapeSum returns the sum of every series of metric at url.
-func scrapeSum(url, metric string) (float64, error) {
-	text, err := scrape(url)
-	if err != nil {
-		return 0, err
-	}
-	v, ok := metricSum(text, metric, "")
-	if !ok {
-		return 0, errNotExposed
-	}
-	return v, nil
-}
-
-// metricSum sums the series of metric in a text exposition whose labels
-// contain label (e.g. `phase="write"`; "" for all).
-func metricSum(text, metric, label string) (float64, bool) {
-	var sum float64
-	found := false
-	sc := bufio.NewScanner(strings.NewReader(text))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, metric)
-		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') || !strings.Contains(rest, label) {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			continue
-		}
-		sum += v
-		found = true
-	}
-	return sum, found
-}
-
-// groupLag is the number of records of topic not committed by group.
-func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return -1, err
-	}
-	committed, err := adm.FetchOffsets(ctx, group)
-	if err != nil {
-		return -1, err
-	}
-	var lag int64
-	var ferr error
-	ends.Each(func(e kadm.ListedOffset) {
-		if e.Err != nil {
-			ferr = e.Err
-			return
-		}
-		at := int64(0)
-		if c, ok := committed.Lookup(e.Topic, e.Partition); ok && c.Err == nil {
-			at = c.At
-		}
-		lag += max(0, e.Offset-at)
-	})
-	return lag, ferr
-}
-
 // dlqStats reads the whole DLQ topic (committed records: see
 // readCommitted) and counts records by their dlq.reason and dlq.rule
 // headers.
 func dlqStats(ctx context.Context, adm *kadm.Client, kopts []kgo.Opt, topic string) (map[string]int, int, error) {
 	out := map[string]int{}
 	total := 0
-	err := readCommitted(ctx, adm, kopts, topic, func(r *kgo.Record) {
+	err := faults.ReadCommitted(ctx, adm, kopts, topic, func(r *kgo.Record) {
 		var reason, rule string
 		for _, h := range r.Headers {
 			switch h.Key {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/sluicehq/sluice/bench/internal/faults"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/topics"
 )
@@ -149,7 +150,7 @@ func runPeer(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, na
 			return nil, ctx.Err()
 		case <-tick.C:
 		}
-		lag, err := groupLag(ctx, adm, pc.group, ts.bronze)
+		lag, err := faults.GroupLag(ctx, adm, pc.group, ts.bronze)
 		if err == nil && lag == 0 {
 			res.run = time.Since(start)
 			break

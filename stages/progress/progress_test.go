@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/progress"
@@ -318,5 +320,76 @@ func TestStageAndSink(t *testing.T) {
 	cs, err := stage(ctx, msg{Key: "p", Value: "a"})
 	if err != nil || len(cs) != 0 {
 		t.Fatalf("after done: %v %v", cs, err)
+	}
+}
+
+// failHook fails every command while down is set, as a Redis that went
+// away would.
+type failHook struct{ down *atomic.Bool }
+
+func (h failHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h failHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.down.Load() {
+			return errors.New("connection refused")
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h failHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.down.Load() {
+			return errors.New("connection refused")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// Redis goes away after a completion was published, before it is marked
+// done: the runtime's retries of the batch mark it done once Redis is back
+// and do not publish it again (make chaos's smap:redis found one
+// job.completed per failed attempt).
+func TestSinkRetryAfterMarkDoneFailedDoesNotRepublish(t *testing.T) {
+	t.Parallel()
+	tr, r := newTracker(t)
+	ctx := testkit.Context(t)
+	must(tr.Init(ctx, "p"))
+	must(tr.Discover(ctx, "p", "a"))
+	must(tr.Seal(ctx, "p", 1))
+	d := must(tr.Count(ctx, "p", "a", false))
+	if !d.Publish {
+		t.Fatalf("counting the only item decided nothing: %+v", d)
+	}
+	// The sink's tracker talks to the same Redis through a client that can
+	// be cut off.
+	var down atomic.Bool
+	rc := redis.NewClient(r.Client.Options())
+	rc.AddHook(failHook{&down})
+	t.Cleanup(func() { _ = rc.Close() })
+	str, err := progress.New(rc, progress.Config{Prefix: r.Prefix + "job:", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := 0
+	sink := progress.NewSink(str, func(_ context.Context, cs []progress.Completion) error {
+		published += len(cs)
+		down.Store(true) // Redis goes away once the event is acknowledged
+		return nil
+	})
+	batch := []progress.Completion{{State: d.State}}
+	for attempt := range 3 {
+		if err := sink.Write(ctx, batch); err == nil {
+			t.Fatalf("attempt %d: MarkDone on a Redis that is down reported success", attempt)
+		}
+	}
+	down.Store(false)
+	if err := sink.Write(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if published != 1 {
+		t.Fatalf("published %d times, want once", published)
+	}
+	if st := must(tr.Get(ctx, "p")); st.Status != progress.StatusDone || st.Pending {
+		t.Fatalf("after the retry: %+v", st)
 	}
 }

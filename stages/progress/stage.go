@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/stages"
@@ -61,11 +62,18 @@ func Stage[In any](t *Tracker, item func(stages.Msg[In]) (Item, error), missingW
 // order) and, only when publish returned nil (every event acknowledged),
 // calls MarkDone for each job. A publish or MarkDone failure is returned as
 // a transient error: the runtime retries the batch, so the completion may
-// be published again with the same event id, never lost.
+// be published again with the same event id, never lost. A job whose
+// completion this Sink published but could not mark done (Redis down) is
+// not published again by the retries of this Sink: they only mark it done.
+// Another process that gets the record (a crash, a revoke) publishes it
+// again. Safe for concurrent use.
 type Sink struct {
 	t         *Tracker
 	publish   func(ctx context.Context, cs []Completion) error
 	afterDone func(ctx context.Context, cs []Completion)
+
+	mu        sync.Mutex
+	published map[string]bool // jobs published (acknowledged), not yet marked done
 }
 
 // SinkOption configures a Sink.
@@ -81,7 +89,7 @@ func WithAfterDone(fn func(ctx context.Context, cs []Completion)) SinkOption {
 // NewSink returns a completion sink; publish must return only after every
 // completion is durable (e.g. acknowledged by the broker).
 func NewSink(t *Tracker, publish func(ctx context.Context, cs []Completion) error, opts ...SinkOption) *Sink {
-	s := &Sink{t: t, publish: publish}
+	s := &Sink{t: t, publish: publish, published: map[string]bool{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -102,14 +110,32 @@ func (s *Sink) Write(ctx context.Context, batch []Completion) error {
 	if len(cs) == 0 {
 		return nil
 	}
-	if err := s.publish(ctx, cs); err != nil {
-		return fmt.Errorf("progress: publish %d completion(s): %w", len(cs), err)
+	s.mu.Lock()
+	unpublished := make([]Completion, 0, len(cs))
+	for _, c := range cs {
+		if !s.published[c.ID] {
+			unpublished = append(unpublished, c)
+		}
+	}
+	s.mu.Unlock()
+	if len(unpublished) > 0 {
+		if err := s.publish(ctx, unpublished); err != nil {
+			return fmt.Errorf("progress: publish %d completion(s): %w", len(unpublished), err)
+		}
+		s.mu.Lock()
+		for _, c := range unpublished {
+			s.published[c.ID] = true
+		}
+		s.mu.Unlock()
 	}
 	for i, c := range cs {
 		st, err := s.t.MarkDone(ctx, c.ID)
 		if err != nil && !errors.Is(err, ErrMissing) {
 			return fmt.Errorf("progress: mark %s done: %w", c.ID, err)
 		}
+		s.mu.Lock()
+		delete(s.published, c.ID)
+		s.mu.Unlock()
 		if err == nil {
 			cs[i].State = st
 		}
