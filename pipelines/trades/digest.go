@@ -81,13 +81,20 @@ type WindowState struct {
 // ignored. The result depends only on the set of contributions: not on map
 // order, nor on how often or in which order they were stored.
 func Aggregate(w Window, contributions map[string]TradeScored) Agg {
-	in := make([]TradeScored, 0, len(contributions))
+	in := make([]contrib, 0, len(contributions))
 	for _, c := range contributions {
 		if w.Contains(c.TS) {
-			in = append(in, c)
+			in = append(in, contribOf(c))
 		}
 	}
-	slices.SortFunc(in, func(a, b TradeScored) int {
+	return aggregate(w, in)
+}
+
+// aggregate is Aggregate over contributions (one per trade id); it sorts
+// in in place.
+func aggregate(w Window, in []contrib) Agg {
+	in = slices.DeleteFunc(in, func(c contrib) bool { return !w.Contains(c.TS) })
+	slices.SortFunc(in, func(a, b contrib) int {
 		return cmp.Or(a.TS.Compare(b.TS), cmp.Compare(a.Broker, b.Broker), cmp.Compare(a.ExtID, b.ExtID),
 			cmp.Compare(a.TradeID, b.TradeID))
 	})
@@ -99,31 +106,28 @@ func Aggregate(w Window, contributions map[string]TradeScored) Agg {
 	var win, loss int
 	for _, c := range in {
 		a.Trades++
-		notional = notional.Add(c.Qty.Mul(c.Price.Decimal))
-		fees = fees.Add(c.Fee.Decimal)
+		notional = notional.Add(c.Notional)
+		fees = fees.Add(c.Fee)
 		if len(c.Labels) > 0 {
 			biased++
 		}
-		for _, l := range distinct(c.Labels) {
+		for _, l := range c.Labels {
 			a.CountsByLabel[l]++
 		}
-		if c.Side == Buy {
+		if !c.Sell {
 			a.Buys++
 			continue
 		}
 		a.Sells++
-		r := decimal.Zero
-		if c.RealizedPnL != nil {
-			r = c.RealizedPnL.Decimal
-		}
+		r := c.Realized
 		realized = realized.Add(r)
 		for _, lot := range c.Lots {
-			labels := distinct(lot.Labels)
+			labels := lot.Labels
 			if len(labels) == 0 {
 				labels = []string{LabelNone}
 			}
 			for _, l := range labels {
-				pnl[l] = pnl[l].Add(lot.PnL.Decimal)
+				pnl[l] = pnl[l].Add(lot.PnL)
 			}
 		}
 		switch r.RoundBank(PnLPlaces).Sign() {

@@ -112,7 +112,7 @@ func buildDigest(env pipelines.Env, cfg Config, names func(string) string, r *pi
 	runner, err := run.New(rc, decodeDigestIn, d.stage, sink,
 		run.WithKafkaOpts(env.GroupKafka(rc.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(envLogger(env)),
 		run.WithStageName(DigestName), run.WithBudget(env.Memory), run.WithStores(store),
-		run.WithTimers(dc.Tick, d.tick), run.WithRevokeHook(d.revoked))
+		run.WithTimers(dc.Tick, d.tick), run.WithRevokeHook(d.revoked), run.WithStateFlushEvery(dc.StateFlush))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", DigestName, err)
 	}
