@@ -67,12 +67,21 @@ type DigestObject struct {
 // emitted aggregate) and EmittedPartial describe the last emission, so
 // that changes that leave the aggregate as emitted make no revision and a
 // partial emission is followed by a final one.
+//
+// Publishing says that EmittedRevision's digest.ready may have been
+// published without this state being written after it: it is written
+// (durable) before the publish, at PublishMark (wall clock), and cleared
+// by the write after it. A restored window with Publishing set looks for
+// its digest.ready on the topic (records timestamped from PublishMark on)
+// and publishes it only when it is not there.
 type WindowState struct {
 	Revision        int       `json:"revision"`
 	EmittedRevision int       `json:"emitted_revision"`
 	LastChange      time.Time `json:"last_change"`
 	EmittedAgg      string    `json:"emitted_agg,omitempty"`
 	EmittedPartial  bool      `json:"emitted_partial,omitempty"`
+	Publishing      bool      `json:"publishing,omitempty"`
+	PublishMark     time.Time `json:"publish_mark,omitzero"`
 }
 
 // Aggregate computes the digest of window w from the contributions of one

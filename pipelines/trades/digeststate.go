@@ -204,8 +204,8 @@ const (
 )
 
 // encodeWindowState encodes a window's state: tag, revision, emitted
-// revision, flags (partial, hash, last change), the emitted aggregate's
-// hash (16 bytes), last_change (Unix ns).
+// revision, flags (1 partial, 2 last change, 4 publishing), the emitted
+// aggregate's hash (16 bytes), last_change and publish_mark (Unix ns).
 func encodeWindowState(w WindowState) ([]byte, error) {
 	b := []byte{tagWindow}
 	b = binary.AppendUvarint(b, uint64(max(w.Revision, 0)))
@@ -221,10 +221,16 @@ func encodeWindowState(w WindowState) ([]byte, error) {
 	if !w.LastChange.IsZero() {
 		flags |= 2
 	}
+	if w.Publishing {
+		flags |= 4
+	}
 	b = append(b, flags)
 	b = appendString(b, string(hash))
 	if !w.LastChange.IsZero() {
 		b = binary.AppendVarint(b, w.LastChange.UnixNano())
+	}
+	if w.Publishing {
+		b = binary.AppendVarint(b, w.PublishMark.UnixNano())
 	}
 	return b, nil
 }
@@ -238,6 +244,9 @@ func decodeWindowState(s string) (WindowState, error) {
 	w.EmittedAgg = hex.EncodeToString([]byte(r.string()))
 	if flags&2 != 0 {
 		w.LastChange = time.Unix(0, r.varint()).UTC()
+	}
+	if flags&4 != 0 {
+		w.Publishing, w.PublishMark = true, time.Unix(0, r.varint()).UTC()
 	}
 	if r.err == nil && r.off != len(s) {
 		r.err = fmt.Errorf("%d bytes after the window state", len(s)-r.off)

@@ -113,6 +113,8 @@ func TestWindowStateEncoding(t *testing.T) {
 		{},
 		{Revision: 3, EmittedRevision: 2, LastChange: time.Date(2025, 1, 8, 10, 0, 0, 123, time.UTC),
 			EmittedAgg: "00112233445566778899aabbccddeeff", EmittedPartial: true},
+		{Revision: 1, EmittedRevision: 1, LastChange: time.Date(2025, 1, 8, 10, 0, 0, 0, time.UTC), Publishing: true,
+			PublishMark: time.Date(2026, 11, 26, 10, 0, 0, 5, time.UTC)},
 	} {
 		raw, err := encodeDigestEntry(digestEntry{Window: &st})
 		if err != nil {

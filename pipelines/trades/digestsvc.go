@@ -138,6 +138,11 @@ type digestOut struct {
 	partial  bool
 	agg      Agg
 	kind     string
+	// recheck is set for a revision whose digest.ready may already be on
+	// the topic (a window restored with Publishing set): the sink
+	// publishes it only when no record of its event id timestamped from
+	// recheck on is there.
+	recheck time.Time
 }
 
 // digester is trades-digest's stage and timer. It is safe for concurrent
@@ -272,7 +277,8 @@ func (d *digester) request(part *run.Partition[digestEntry], key string, r Diges
 	if err != nil || out == nil {
 		return nil, err
 	}
-	return []digestOut{*out}, nil
+	outs := []digestOut{*out}
+	return outs, d.announce(part, outs)
 }
 
 // emit computes the user's window w and records its emission in the
@@ -280,6 +286,11 @@ func (d *digester) request(part *run.Partition[digestEntry], key string, r Diges
 // emission). Without force (the timer) an aggregate and partial flag
 // equal to the last emitted ones emit nothing: the pending revision is
 // dropped. With force (a request) they re-emit the last revision.
+//
+// A fresh emission leaves the window's state with Publishing set (see
+// WindowState): announce makes it durable before the sink publishes. A
+// window restored with Publishing set is emitted again as it was, to be
+// published only if it is not on the topic (digestOut.recheck).
 func (d *digester) emit(part *run.Partition[digestEntry], userID string, w Window, now time.Time, force bool) (*digestOut, error) {
 	cur := d.contribs(part, userID, w)
 	in := make([]contrib, 0, len(cur))
@@ -299,6 +310,15 @@ func (d *digester) emit(part *run.Partition[digestEntry], userID string, w Windo
 	hash := hex.EncodeToString(sum[:16])
 	partial := now.Before(w.End)
 	st := d.window(part, userID, w)
+	if st.Publishing {
+		out := &digestOut{userID: userID, window: w, revision: st.EmittedRevision, partial: st.EmittedPartial, agg: agg,
+			kind: emitRevision, recheck: st.PublishMark}
+		if st.EmittedRevision == 1 {
+			out.kind = emitFirst
+		}
+		st.Publishing, st.PublishMark = false, time.Time{}
+		return out, part.Put(WindowStateKey(userID, w), digestEntry{Window: &st})
+	}
 	same := st.EmittedRevision > 0 && st.EmittedAgg == hash && st.EmittedPartial == partial
 	kind := emitRequested
 	switch {
@@ -319,6 +339,7 @@ func (d *digester) emit(part *run.Partition[digestEntry], userID string, w Windo
 		}
 	}
 	st.Revision, st.EmittedAgg, st.EmittedPartial = st.EmittedRevision, hash, partial
+	st.Publishing, st.PublishMark = true, time.Now() // wall clock, as the records' timestamps
 	if st.LastChange.IsZero() {
 		st.LastChange = now
 	}
@@ -326,6 +347,34 @@ func (d *digester) emit(part *run.Partition[digestEntry], userID string, w Windo
 		return nil, err
 	}
 	return &digestOut{userID: userID, window: w, revision: st.Revision, partial: partial, agg: agg, kind: kind}, nil
+}
+
+// announce makes the Publishing marks of the fresh emissions among outs
+// durable now (the store's Flush: before the sink publishes them), then
+// clears them; the cleared states are written after the sink, with the
+// batch or firing. A crash in between leaves the mark: the next owner
+// rechecks the topic instead of publishing the same revision again.
+func (d *digester) announce(part *run.Partition[digestEntry], outs []digestOut) error {
+	var fresh []digestOut
+	for _, o := range outs {
+		if o.recheck.IsZero() {
+			fresh = append(fresh, o)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	if err := part.Flush(); err != nil {
+		return err
+	}
+	for _, o := range fresh {
+		st := d.window(part, o.userID, o.window)
+		st.Publishing, st.PublishMark = false, time.Time{}
+		if err := part.Put(WindowStateKey(o.userID, o.window), digestEntry{Window: &st}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tick is the partition's periodic timer: it emits every window that is
@@ -366,7 +415,7 @@ func (d *digester) tick(ctx context.Context, _ run.Firing) ([]digestOut, error) 
 			continue
 		}
 		kept++
-		due := !now.Before(x.w.End.Add(d.cfg.Grace)) && now.Sub(x.st.LastChange) >= d.cfg.Settle &&
+		due := x.st.Publishing || !now.Before(x.w.End.Add(d.cfg.Grace)) && now.Sub(x.st.LastChange) >= d.cfg.Settle &&
 			(x.st.Revision > x.st.EmittedRevision || x.st.EmittedPartial)
 		if !due {
 			continue
@@ -382,7 +431,7 @@ func (d *digester) tick(ctx context.Context, _ run.Firing) ([]digestOut, error) 
 	d.mu.Lock()
 	d.windows[part.Partition()] = kept
 	d.mu.Unlock()
-	return outs, nil
+	return outs, d.announce(part, outs)
 }
 
 // forget tombstones the user's window w and its contributions.
@@ -426,6 +475,7 @@ type digestSink struct {
 	db      *pgxpool.Pool
 	objects objstore.Store
 	prod    *kgo.Client
+	kopts   []kgo.Opt // connection options, to recheck digest.ready
 	m       *digestMetrics
 }
 
@@ -433,10 +483,30 @@ func (s *digestSink) Write(ctx context.Context, batch []digestOut) error {
 	var rej stages.Rejections
 	var recs []*kgo.Record
 	var kinds []string
+	// Revisions whose digest.ready may be on the topic already (a window
+	// restored mid-publish) are published only if they are not.
+	want, since := map[string]bool{}, time.Time{}
+	for _, o := range batch {
+		if !o.recheck.IsZero() {
+			want[DigestReadyEventID(o.userID, o.window.StartDate(), o.revision)] = true
+			if since.IsZero() || o.recheck.Before(since) {
+				since = o.recheck
+			}
+		}
+	}
+	var published map[string]bool
+	if len(want) > 0 {
+		var err error
+		if published, err = readyPublished(ctx, s.kopts, s.cfg.ReadyTopic, since, want); err != nil {
+			return err
+		}
+	}
 	for i, o := range batch {
 		rec, err := s.write(ctx, o)
 		var pe *pgconn.PgError
 		switch {
+		case err == nil && published[DigestReadyEventID(o.userID, o.window.StartDate(), o.revision)]:
+			// on the topic already: not again
 		case err == nil:
 			recs, kinds = append(recs, rec), append(kinds, o.kind)
 		case errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23")):

@@ -407,6 +407,33 @@ func (p *Partition[V]) PutNow(key string, v V) error {
 	return nil
 }
 
+// Flush produces the changelog records of every key written since the
+// last flush now, and waits for their acknowledgement (retrying like the
+// batch's), instead of with the batch: like [Partition.PutNow] for all of
+// them at once, so the values are durable ahead of the batch's outputs
+// (and its offsets, as always). Use it to make a value that announces an
+// external effect durable before the effect. It fails when the worker lost
+// its partition.
+func (p *Partition[V]) Flush() error {
+	p.mu.Lock()
+	closed := p.closed || p.produceNow == nil
+	p.mu.Unlock()
+	if closed {
+		return fmt.Errorf("state store %s: flush: %w", p.s.cfg.Name, ErrPartitionClosed)
+	}
+	recs, err := p.changes()
+	if err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := p.produceNow(recs); err != nil {
+		return fmt.Errorf("state store %s: flush %d keys now: %w", p.s.cfg.Name, len(recs), err)
+	}
+	return nil
+}
+
 // Delete removes key and its timer; a tombstone is produced with the
 // batch. Deleting a key without a value does nothing.
 func (p *Partition[V]) Delete(key string) error {

@@ -192,3 +192,44 @@ func TestStateFlushEveryDefersQuietFirings(t *testing.T) {
 		t.Errorf("flushed %q (%v), want the %d firings", got[0], err, fired.Load())
 	}
 }
+
+// Partition.Flush makes the keys written so far durable before the batch's
+// outputs: the sink, called after the stage flushed, finds both keys'
+// records on the changelog already.
+func TestPartitionFlushBeforeTheOutputs(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg, changelog := stateConfig(t, k, 1)
+	store := newKeyTallies(t, changelog, nil)
+	produce(t, k.Client(t), cfg.Topics[0], 1, 1, nil)
+	stage := func(ctx context.Context, m msg) ([]msg, error) {
+		part, err := store.Of(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, key := range []string{"a", "b"} {
+			if err := part.Put(key, keyTally{N: 1}); err != nil {
+				return nil, err
+			}
+		}
+		return []msg{m}, part.Flush()
+	}
+	var atSink atomic.Int64
+	sink := stages.SinkFunc[msg](func(_ context.Context, _ []msg) error {
+		atSink.Store(int64(len(changelogRecords(t, k, changelog, "a")) + len(changelogRecords(t, k, changelog, "b"))))
+		return nil
+	})
+	_, stop := start(t, k, cfg, stage, sink, run.WithStores(store), run.WithStateFlushEvery(time.Hour))
+	testkit.WaitFor(t, 30*time.Second, "the record committed", func() bool {
+		return sum(testkit.Committed(t, k.Admin(t), cfg.Group, cfg.Topics[0])) == 1
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := atSink.Load(); n != 2 {
+		t.Errorf("the sink found %d changelog records of the two keys, want 2 (flushed before it)", n)
+	}
+	if got := changelogRecords(t, k, changelog, "a"); len(got) != 1 {
+		t.Errorf("changelog records of a: %q, want one (nothing left to write after the flush)", got)
+	}
+}
