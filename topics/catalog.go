@@ -40,7 +40,7 @@ const (
 	// user's partition).
 	TradesImportState = "trades.import.state"
 	// TradesDigestState holds trades-digest's window store (compacted,
-	// co-partitioned with TradesBias; keys W|user|start and T|user|trade_id).
+	// co-partitioned with TradesBias; keys W|user|start and C|user|start).
 	TradesDigestState = "trades.digest.state"
 
 	ModulesRefresh = "modules.refresh"
@@ -167,7 +167,7 @@ func Catalog() []Spec {
 	jobs.CoPartitionedWith = IngestTasks
 	importState := state(TradesImportState, "import_id, in its user's partition", 3, "trades-import state per import (last record per import_id)")
 	importState.CoPartitionedWith = TradesImport
-	digestState := state(TradesDigestState, "W|user|start and T|user|trade_id, in the user's partition", 3, "trades-digest window store: windows and trade contributions")
+	digestState := state(TradesDigestState, "W|user|start and C|user|start, in the user's partition", 3, "trades-digest window store: window states and their contributions, one per trade id")
 	digestState.CoPartitionedWith = TradesBias
 	modState := state(ModulesState, "TICKER:module", 3, "module state (greatest (epoch, version) per ticker and module, seed 003)")
 	modState.CoPartitionedWith = ModulesRefresh

@@ -67,12 +67,21 @@ type DigestObject struct {
 // emitted aggregate) and EmittedPartial describe the last emission, so
 // that changes that leave the aggregate as emitted make no revision and a
 // partial emission is followed by a final one.
+//
+// Publishing says that EmittedRevision's digest.ready may have been
+// published without this state being written after it: it is written
+// (durable) before the publish, at PublishMark (wall clock), and cleared
+// by the write after it. A restored window with Publishing set looks for
+// its digest.ready on the topic (records timestamped from PublishMark on)
+// and publishes it only when it is not there.
 type WindowState struct {
 	Revision        int       `json:"revision"`
 	EmittedRevision int       `json:"emitted_revision"`
 	LastChange      time.Time `json:"last_change"`
 	EmittedAgg      string    `json:"emitted_agg,omitempty"`
 	EmittedPartial  bool      `json:"emitted_partial,omitempty"`
+	Publishing      bool      `json:"publishing,omitempty"`
+	PublishMark     time.Time `json:"publish_mark,omitzero"`
 }
 
 // Aggregate computes the digest of window w from the contributions of one
@@ -81,13 +90,20 @@ type WindowState struct {
 // ignored. The result depends only on the set of contributions: not on map
 // order, nor on how often or in which order they were stored.
 func Aggregate(w Window, contributions map[string]TradeScored) Agg {
-	in := make([]TradeScored, 0, len(contributions))
+	in := make([]contrib, 0, len(contributions))
 	for _, c := range contributions {
 		if w.Contains(c.TS) {
-			in = append(in, c)
+			in = append(in, contribOf(c))
 		}
 	}
-	slices.SortFunc(in, func(a, b TradeScored) int {
+	return aggregate(w, in)
+}
+
+// aggregate is Aggregate over contributions (one per trade id); it sorts
+// in in place.
+func aggregate(w Window, in []contrib) Agg {
+	in = slices.DeleteFunc(in, func(c contrib) bool { return !w.Contains(c.TS) })
+	slices.SortFunc(in, func(a, b contrib) int {
 		return cmp.Or(a.TS.Compare(b.TS), cmp.Compare(a.Broker, b.Broker), cmp.Compare(a.ExtID, b.ExtID),
 			cmp.Compare(a.TradeID, b.TradeID))
 	})
@@ -99,31 +115,28 @@ func Aggregate(w Window, contributions map[string]TradeScored) Agg {
 	var win, loss int
 	for _, c := range in {
 		a.Trades++
-		notional = notional.Add(c.Qty.Mul(c.Price.Decimal))
-		fees = fees.Add(c.Fee.Decimal)
+		notional = notional.Add(c.Notional)
+		fees = fees.Add(c.Fee)
 		if len(c.Labels) > 0 {
 			biased++
 		}
-		for _, l := range distinct(c.Labels) {
+		for _, l := range c.Labels {
 			a.CountsByLabel[l]++
 		}
-		if c.Side == Buy {
+		if !c.Sell {
 			a.Buys++
 			continue
 		}
 		a.Sells++
-		r := decimal.Zero
-		if c.RealizedPnL != nil {
-			r = c.RealizedPnL.Decimal
-		}
+		r := c.Realized
 		realized = realized.Add(r)
 		for _, lot := range c.Lots {
-			labels := distinct(lot.Labels)
+			labels := lot.Labels
 			if len(labels) == 0 {
 				labels = []string{LabelNone}
 			}
 			for _, l := range labels {
-				pnl[l] = pnl[l].Add(lot.PnL.Decimal)
+				pnl[l] = pnl[l].Add(lot.PnL)
 			}
 		}
 		switch r.RoundBank(PnLPlaces).Sign() {

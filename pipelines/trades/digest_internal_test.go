@@ -3,16 +3,16 @@ package trades
 import "testing"
 
 // The digest store's groups are the ones its Range calls read: a user's
-// contributions and the windows; a prefix of several groups names none.
+// contribution sets and the windows; a prefix of several groups names none.
 func TestDigestGroup(t *testing.T) {
 	for key, want := range map[string]string{
-		ContributionKey("u1", "t-9"): "T|u1|",
-		"T|u1|":                      "T|u1|",
-		"T|":                         "",
-		"T|u1":                       "",
-		"W|":                         "W|",
-		"W|u1|2025-01-06":            "W|",
-		"X|a":                        "",
+		ContributionsKey("u1", week0): "C|u1|",
+		"C|u1|":                       "C|u1|",
+		"C|":                          "",
+		"C|u1":                        "",
+		"W|":                          "W|",
+		"W|u1|2025-01-06":             "W|",
+		"X|a":                         "",
 	} {
 		if got := digestGroup(key); got != want {
 			t.Errorf("digestGroup(%q) = %q, want %q", key, got, want)

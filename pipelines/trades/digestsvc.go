@@ -22,57 +22,64 @@ import (
 	"github.com/sluicehq/sluice/stages/run"
 )
 
-// digestEntry is a value of the digest store: a window's state (key
-// W|user|start) or a trade's contribution (key T|user|trade_id). Exactly
-// one is set; on the changelog each is its own JSON object.
+// digestEntry is a value of the digest store (see digeststate.go): a
+// window's state (key W|user|start) or its contributions (key
+// C|user|start, with the user id the encoding needs). Exactly one of
+// Window and Contribs is set.
 type digestEntry struct {
-	Window *WindowState
-	Trade  *TradeScored
+	Window   *WindowState
+	User     string
+	Contribs windowContribs
 }
 
 func encodeDigestEntry(e digestEntry) ([]byte, error) {
-	if e.Window != nil {
-		return json.Marshal(e.Window)
-	}
-	if e.Trade != nil {
-		return json.Marshal(e.Trade)
+	switch {
+	case e.Window != nil:
+		return encodeWindowState(*e.Window)
+	case e.Contribs != nil:
+		return encodeContribs(e.User, e.Contribs), nil
 	}
 	return nil, errors.New("digest store: empty entry")
 }
 
 func decodeDigestEntry(b []byte) (digestEntry, error) {
-	var probe map[string]json.RawMessage
-	if err := json.Unmarshal(b, &probe); err != nil {
-		return digestEntry{}, fmt.Errorf("digest store entry: %w", err)
+	if len(b) == 0 {
+		return digestEntry{}, errors.New("digest store entry: empty value")
 	}
-	if _, ok := probe["trade_id"]; ok {
-		var t TradeScored
-		if err := json.Unmarshal(b, &t); err != nil {
-			return digestEntry{}, fmt.Errorf("digest store contribution: %w", err)
+	switch b[0] {
+	case tagWindow:
+		w, err := decodeWindowState(string(b))
+		if err != nil {
+			return digestEntry{}, err
 		}
-		return digestEntry{Trade: &t}, nil
+		return digestEntry{Window: &w}, nil
+	case tagContribs:
+		user, m, err := decodeContribs(string(b))
+		if err != nil {
+			return digestEntry{}, err
+		}
+		return digestEntry{User: user, Contribs: m}, nil
 	}
-	var w WindowState
-	if err := json.Unmarshal(b, &w); err != nil {
-		return digestEntry{}, fmt.Errorf("digest store window: %w", err)
-	}
-	return digestEntry{Window: &w}, nil
+	return digestEntry{}, fmt.Errorf("digest store entry: unknown tag %q (a changelog of an earlier layout is not read: see docs/pipelines/trades-score-digest.md)", b[0])
 }
 
 // NewDigestStore declares the digest store on its changelog topic
 // (compacted, co-partitioned with trades.bias). Among the records of a key
-// a restore keeps the one with the greatest fencing token.
+// a restore keeps the one with the greatest fencing token. Values are
+// encoded when they are flushed (the contributions of a window change in
+// place, record after record).
 func NewDigestStore(topic string) (*run.Store[digestEntry], error) {
 	return run.NewStore(run.StoreConfig[digestEntry]{
 		Name: "digest", Topic: topic, Encode: encodeDigestEntry, Decode: decodeDigestEntry,
-		Fold: run.KeepGreatest[digestEntry], Group: digestGroup,
+		Fold: run.KeepGreatest[digestEntry], Group: digestGroup, EncodeAtFlush: true,
 	})
 }
 
 // digestGroup groups the digest store's keys as they are read: a user's
-// contributions (T|user|) and the windows (W|). User ids hold no '|'.
+// contribution sets (C|user|) and the window states (W|). User ids hold
+// no '|'.
 func digestGroup(key string) string {
-	if rest, ok := strings.CutPrefix(key, "T|"); ok {
+	if rest, ok := strings.CutPrefix(key, "C|"); ok {
 		if i := strings.IndexByte(rest, '|'); i >= 0 {
 			return key[:2+i+1]
 		}
@@ -131,6 +138,11 @@ type digestOut struct {
 	partial  bool
 	agg      Agg
 	kind     string
+	// recheck is set for a revision whose digest.ready may already be on
+	// the topic (a window restored with Publishing set): the sink
+	// publishes it only when no record of its event id timestamped from
+	// recheck on is there.
+	recheck time.Time
 }
 
 // digester is trades-digest's stage and timer. It is safe for concurrent
@@ -147,8 +159,8 @@ type digester struct {
 // stage applies one trade.scored or digest.request. A trade.scored
 // replaces the trade's contribution; when it changes, the trade's window
 // (and the window it left, if its ts moved) gets a pending revision and
-// its last change is now. A trade.scored equal to the stored contribution
-// changes nothing. A digest.request emits the window at once.
+// its last change is now. A trade.scored whose contribution equals the
+// stored one changes nothing. A digest.request emits the window at once.
 func (d *digester) stage(ctx context.Context, m stages.Msg[digestIn]) ([]digestOut, error) {
 	in := m.Value
 	if in.skip {
@@ -177,25 +189,37 @@ func (d *digester) stage(ctx context.Context, m stages.Msg[digestIn]) ([]digestO
 	if err := CheckWindowOpen(w, now, d.cfg.Horizon); err != nil {
 		return nil, err
 	}
-	key := ContributionKey(c.UserID, c.TradeID)
-	newJSON, err := json.Marshal(c)
-	if err != nil {
-		return nil, stages.DeadLetter(stages.ReasonException, "", fmt.Errorf("encode contribution %s: %w", c.TradeID, err))
-	}
-	old, had := part.Get(key)
-	if had && old.Trade != nil {
-		if oldJSON, err := json.Marshal(old.Trade); err == nil && string(oldJSON) == string(newJSON) {
-			return nil, nil // a redelivery or a re-score that changed nothing
-		}
-	}
-	if err := part.Put(key, digestEntry{Trade: &c}); err != nil {
-		return nil, err
+	key, enc := encodeContrib(c.UserID, contribOf(c))
+	cur := d.contribs(part, c.UserID, w)
+	old, had := cur[key]
+	if had && old == enc {
+		return nil, nil // a redelivery or a re-score that changed nothing
 	}
 	touched := []Window{w}
-	if had && old.Trade != nil {
-		if ow := WeekOf(old.Trade.TS); !ow.Start.Equal(w.Start) && CheckWindowOpen(ow, now, d.cfg.Horizon) == nil {
-			touched = append(touched, ow)
+	if !had {
+		// A trade seen before in another window (its ts moved) leaves it.
+		var moved []string
+		part.Range("C|"+c.UserID+"|", func(k string, e digestEntry) bool {
+			if _, in := e.Contribs[key]; in && k != ContributionsKey(c.UserID, w) {
+				moved = append(moved, k)
+			}
+			return true
+		})
+		for _, k := range moved {
+			e, _ := part.Get(k)
+			delete(e.Contribs, key)
+			if err := part.Put(k, e); err != nil {
+				return nil, err
+			}
+			_, start, _ := splitStateKey(k, "C|")
+			if ow, err := WindowStarting(start); err == nil && CheckWindowOpen(ow, now, d.cfg.Horizon) == nil {
+				touched = append(touched, ow)
+			}
 		}
+	}
+	cur[key] = enc
+	if err := part.Put(ContributionsKey(c.UserID, w), digestEntry{User: c.UserID, Contribs: cur}); err != nil {
+		return nil, err
 	}
 	for _, tw := range touched {
 		st := d.window(part, c.UserID, tw)
@@ -208,6 +232,15 @@ func (d *digester) stage(ctx context.Context, m stages.Msg[digestIn]) ([]digestO
 		}
 	}
 	return nil, nil
+}
+
+// contribs returns the contributions of the user's window w, to change in
+// place and Put again (an empty set when it has none).
+func (d *digester) contribs(part *run.Partition[digestEntry], userID string, w Window) windowContribs {
+	if e, ok := part.Get(ContributionsKey(userID, w)); ok && e.Contribs != nil {
+		return e.Contribs
+	}
+	return windowContribs{}
 }
 
 // window returns the state of the user's window w (zero when none).
@@ -244,7 +277,8 @@ func (d *digester) request(part *run.Partition[digestEntry], key string, r Diges
 	if err != nil || out == nil {
 		return nil, err
 	}
-	return []digestOut{*out}, nil
+	outs := []digestOut{*out}
+	return outs, d.announce(part, outs)
 }
 
 // emit computes the user's window w and records its emission in the
@@ -252,15 +286,22 @@ func (d *digester) request(part *run.Partition[digestEntry], key string, r Diges
 // emission). Without force (the timer) an aggregate and partial flag
 // equal to the last emitted ones emit nothing: the pending revision is
 // dropped. With force (a request) they re-emit the last revision.
+//
+// A fresh emission leaves the window's state with Publishing set (see
+// WindowState): announce makes it durable before the sink publishes. A
+// window restored with Publishing set is emitted again as it was, to be
+// published only if it is not on the topic (digestOut.recheck).
 func (d *digester) emit(part *run.Partition[digestEntry], userID string, w Window, now time.Time, force bool) (*digestOut, error) {
-	contribs := map[string]TradeScored{}
-	part.Range("T|"+userID+"|", func(_ string, e digestEntry) bool {
-		if e.Trade != nil && w.Contains(e.Trade.TS) {
-			contribs[e.Trade.TradeID] = *e.Trade
+	cur := d.contribs(part, userID, w)
+	in := make([]contrib, 0, len(cur))
+	for key, enc := range cur {
+		c, _, err := decodeContrib(userID, key, enc)
+		if err != nil {
+			return nil, stages.Fatal(fmt.Errorf("the digest store of %s %s: %w", userID, w.StartDate(), err))
 		}
-		return true
-	})
-	agg := Aggregate(w, contribs)
+		in = append(in, c)
+	}
+	agg := aggregate(w, in)
 	aj, err := json.Marshal(agg)
 	if err != nil {
 		return nil, fmt.Errorf("encode the digest of %s %s: %w", userID, w.StartDate(), err)
@@ -269,6 +310,15 @@ func (d *digester) emit(part *run.Partition[digestEntry], userID string, w Windo
 	hash := hex.EncodeToString(sum[:16])
 	partial := now.Before(w.End)
 	st := d.window(part, userID, w)
+	if st.Publishing {
+		out := &digestOut{userID: userID, window: w, revision: st.EmittedRevision, partial: st.EmittedPartial, agg: agg,
+			kind: emitRevision, recheck: st.PublishMark}
+		if st.EmittedRevision == 1 {
+			out.kind = emitFirst
+		}
+		st.Publishing, st.PublishMark = false, time.Time{}
+		return out, part.Put(WindowStateKey(userID, w), digestEntry{Window: &st})
+	}
 	same := st.EmittedRevision > 0 && st.EmittedAgg == hash && st.EmittedPartial == partial
 	kind := emitRequested
 	switch {
@@ -289,6 +339,7 @@ func (d *digester) emit(part *run.Partition[digestEntry], userID string, w Windo
 		}
 	}
 	st.Revision, st.EmittedAgg, st.EmittedPartial = st.EmittedRevision, hash, partial
+	st.Publishing, st.PublishMark = true, time.Now() // wall clock, as the records' timestamps
 	if st.LastChange.IsZero() {
 		st.LastChange = now
 	}
@@ -296,6 +347,34 @@ func (d *digester) emit(part *run.Partition[digestEntry], userID string, w Windo
 		return nil, err
 	}
 	return &digestOut{userID: userID, window: w, revision: st.Revision, partial: partial, agg: agg, kind: kind}, nil
+}
+
+// announce makes the Publishing marks of the fresh emissions among outs
+// durable now (the store's Flush: before the sink publishes them), then
+// clears them; the cleared states are written after the sink, with the
+// batch or firing. A crash in between leaves the mark: the next owner
+// rechecks the topic instead of publishing the same revision again.
+func (d *digester) announce(part *run.Partition[digestEntry], outs []digestOut) error {
+	var fresh []digestOut
+	for _, o := range outs {
+		if o.recheck.IsZero() {
+			fresh = append(fresh, o)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	if err := part.Flush(); err != nil {
+		return err
+	}
+	for _, o := range fresh {
+		st := d.window(part, o.userID, o.window)
+		st.Publishing, st.PublishMark = false, time.Time{}
+		if err := part.Put(WindowStateKey(o.userID, o.window), digestEntry{Window: &st}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tick is the partition's periodic timer: it emits every window that is
@@ -315,7 +394,7 @@ func (d *digester) tick(ctx context.Context, _ run.Firing) ([]digestOut, error) 
 	}
 	var wins []win
 	part.Range("W|", func(key string, e digestEntry) bool {
-		user, start, ok := splitWindowKey(key)
+		user, start, ok := splitStateKey(key, "W|")
 		if !ok || e.Window == nil {
 			return true
 		}
@@ -336,7 +415,7 @@ func (d *digester) tick(ctx context.Context, _ run.Firing) ([]digestOut, error) 
 			continue
 		}
 		kept++
-		due := !now.Before(x.w.End.Add(d.cfg.Grace)) && now.Sub(x.st.LastChange) >= d.cfg.Settle &&
+		due := x.st.Publishing || !now.Before(x.w.End.Add(d.cfg.Grace)) && now.Sub(x.st.LastChange) >= d.cfg.Settle &&
 			(x.st.Revision > x.st.EmittedRevision || x.st.EmittedPartial)
 		if !due {
 			continue
@@ -352,25 +431,15 @@ func (d *digester) tick(ctx context.Context, _ run.Firing) ([]digestOut, error) 
 	d.mu.Lock()
 	d.windows[part.Partition()] = kept
 	d.mu.Unlock()
-	return outs, nil
+	return outs, d.announce(part, outs)
 }
 
-// forget tombstones the user's window w and the contributions in it.
+// forget tombstones the user's window w and its contributions.
 func (d *digester) forget(part *run.Partition[digestEntry], userID string, w Window) error {
-	var keys []string
-	part.Range("T|"+userID+"|", func(key string, e digestEntry) bool {
-		if e.Trade == nil || w.Contains(e.Trade.TS) {
-			keys = append(keys, key)
-		}
-		return true
-	})
-	keys = append(keys, WindowStateKey(userID, w))
-	for _, k := range keys {
-		if err := part.Delete(k); err != nil {
-			return err
-		}
+	if err := part.Delete(ContributionsKey(userID, w)); err != nil {
+		return err
 	}
-	return nil
+	return part.Delete(WindowStateKey(userID, w))
 }
 
 // revoked drops the window counts of partitions this member lost.
@@ -396,19 +465,6 @@ func (d *digester) windowCount() float64 {
 	return float64(n)
 }
 
-// splitWindowKey splits "W|user|start".
-func splitWindowKey(key string) (user, start string, ok bool) {
-	rest, ok := strings.CutPrefix(key, "W|")
-	if !ok {
-		return "", "", false
-	}
-	i := strings.LastIndexByte(rest, '|')
-	if i <= 0 {
-		return "", "", false
-	}
-	return rest[:i], rest[i+1:], true
-}
-
 // digestSink emits digests in the order that makes a crash repeat, never
 // lose, an emission: the object (digests/{user}/{start}-{end}.json), the
 // digests row (upserted unless it holds a later revision), digest.ready
@@ -419,6 +475,7 @@ type digestSink struct {
 	db      *pgxpool.Pool
 	objects objstore.Store
 	prod    *kgo.Client
+	kopts   []kgo.Opt // connection options, to recheck digest.ready
 	m       *digestMetrics
 }
 
@@ -426,10 +483,30 @@ func (s *digestSink) Write(ctx context.Context, batch []digestOut) error {
 	var rej stages.Rejections
 	var recs []*kgo.Record
 	var kinds []string
+	// Revisions whose digest.ready may be on the topic already (a window
+	// restored mid-publish) are published only if they are not.
+	want, since := map[string]bool{}, time.Time{}
+	for _, o := range batch {
+		if !o.recheck.IsZero() {
+			want[DigestReadyEventID(o.userID, o.window.StartDate(), o.revision)] = true
+			if since.IsZero() || o.recheck.Before(since) {
+				since = o.recheck
+			}
+		}
+	}
+	var published map[string]bool
+	if len(want) > 0 {
+		var err error
+		if published, err = readyPublished(ctx, s.kopts, s.cfg.ReadyTopic, since, want); err != nil {
+			return err
+		}
+	}
 	for i, o := range batch {
 		rec, err := s.write(ctx, o)
 		var pe *pgconn.PgError
 		switch {
+		case err == nil && published[DigestReadyEventID(o.userID, o.window.StartDate(), o.revision)]:
+			// on the topic already: not again
 		case err == nil:
 			recs, kinds = append(recs, rec), append(kinds, o.kind)
 		case errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23")):

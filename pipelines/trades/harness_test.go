@@ -118,7 +118,7 @@ func newSvcHarnessParts(t *testing.T, biasParts int32, opts ...testkit.Option) *
 }
 
 // fastConfig is the services' config of the tests: short batches, commit
-// interval and timer tick, the clock now.
+// interval, timer tick and state flush, the clock now.
 func fastConfig(now func() time.Time) Config {
 	fast := run.Config{
 		BatchLinger: 5 * time.Millisecond, CommitInterval: 100 * time.Millisecond, RevokeTimeout: 2 * time.Second,
@@ -126,7 +126,7 @@ func fastConfig(now func() time.Time) Config {
 	}
 	cfg := Config{
 		Score: ScoreConfig{Runtime: fast, Now: now},
-		Digest: DigestConfig{Runtime: fast, Now: now, Tick: 20 * time.Millisecond,
+		Digest: DigestConfig{Runtime: fast, Now: now, Tick: 20 * time.Millisecond, StateFlush: 100 * time.Millisecond,
 			Grace: time.Hour, Settle: 30 * time.Second, Horizon: 8 * 7 * 24 * time.Hour},
 	}
 	cfg.Score.Runtime.Retry = run.RetryPolicy{MaxAttempts: 3, Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}

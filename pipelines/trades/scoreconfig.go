@@ -32,6 +32,10 @@ const (
 	DefaultDigestHorizon = 8 * 7 * 24 * time.Hour
 	// DefaultDigestTick is the period of a partition's emission timer.
 	DefaultDigestTick = 10 * time.Second
+	// DefaultDigestStateFlush is how long the digest store's writes made
+	// without an emission may wait for their changelog records (Kafka
+	// Streams' default commit interval).
+	DefaultDigestStateFlush = 30 * time.Second
 )
 
 // ScoreConfig configures trades-score. Zero fields take the defaults
@@ -73,6 +77,11 @@ type DigestConfig struct {
 	Grace, Settle, Horizon time.Duration
 	// Tick is the period of each partition's emission timer (default 10 s).
 	Tick time.Duration
+	// StateFlush bounds how long store writes made without an emission
+	// (contributions, pending revisions) wait before their changelog
+	// records, one per key, are written with their offsets (default 30 s;
+	// see run.WithStateFlushEvery). An emission flushes at once.
+	StateFlush time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -108,6 +117,9 @@ func (c DigestConfig) withDefaults() DigestConfig {
 	}
 	if c.Tick == 0 {
 		c.Tick = DefaultDigestTick
+	}
+	if c.StateFlush == 0 {
+		c.StateFlush = DefaultDigestStateFlush
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -108,11 +108,11 @@ func buildDigest(env pipelines.Env, cfg Config, names func(string) string, r *pi
 	}
 	rc := dc.Runtime
 	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = DigestName, names(DigestName), []string{names(topics.TradesBias)}, names(topics.TradesDLQ)
-	sink := &digestSink{cfg: dc, db: env.DB, objects: objects, prod: prod, m: d.m}
+	sink := &digestSink{cfg: dc, db: env.DB, objects: objects, prod: prod, kopts: env.Kafka, m: d.m}
 	runner, err := run.New(rc, decodeDigestIn, d.stage, sink,
 		run.WithKafkaOpts(env.GroupKafka(rc.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(envLogger(env)),
 		run.WithStageName(DigestName), run.WithBudget(env.Memory), run.WithStores(store),
-		run.WithTimers(dc.Tick, d.tick), run.WithRevokeHook(d.revoked))
+		run.WithTimers(dc.Tick, d.tick), run.WithRevokeHook(d.revoked), run.WithStateFlushEvery(dc.StateFlush))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", DigestName, err)
 	}

@@ -84,5 +84,6 @@ func DigestObjectKey(userID string, w Window) string {
 // WindowStateKey is "W|{user_id}|{start}".
 func WindowStateKey(userID string, w Window) string { return "W|" + userID + "|" + w.StartDate() }
 
-// ContributionKey is "T|{user_id}|{trade_id}".
-func ContributionKey(userID, tradeID string) string { return "T|" + userID + "|" + tradeID }
+// ContributionsKey is "C|{user_id}|{start}": the window's contributions,
+// one per trade id.
+func ContributionsKey(userID string, w Window) string { return "C|" + userID + "|" + w.StartDate() }

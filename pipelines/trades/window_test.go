@@ -67,7 +67,7 @@ func TestWindowKeys(t *testing.T) {
 	if got := WindowStateKey("u1", w); got != "W|u1|2025-01-06" {
 		t.Errorf("window key %s", got)
 	}
-	if got := ContributionKey("u1", "t1"); got != "T|u1|t1" {
+	if got := ContributionsKey("u1", w); got != "C|u1|2025-01-06" {
 		t.Errorf("contribution key %s", got)
 	}
 	if p := w.Period(); p.Start != "2025-01-06" || p.End != "2025-01-13" {

@@ -286,14 +286,18 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 		}
 	}
 	// State stores: the batch's changelog records, after its outputs and
-	// dead letters, before its offsets (changelog.go).
+	// dead letters, before its offsets (changelog.go), unless they wait
+	// for the next flush with WithStateFlushEvery (statecoalesce.go).
+	if w.deferState(batch, p) {
+		return nil
+	}
 	if err := w.flushState(); err != nil {
 		return err
 	}
 	if w.lost.Load() {
 		return errAbandoned
 	}
-	return w.markDone(batch[len(batch)-1], dataRecords(batch))
+	return w.markDone(batch[len(batch)-1], dataRecords(batch)+w.unflushed.take())
 }
 
 // markDone marks the offset after last for commit once the effects of

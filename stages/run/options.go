@@ -23,8 +23,9 @@ type options struct {
 	lagEvery   time.Duration // period of watchLag (default lagInterval); set by tests
 
 	// State stores and timers (see state.go, timer.go).
-	stores []StateStore
-	timers any // timerSpec[Out] of WithTimers
+	stores     []StateStore
+	timers     any           // timerSpec[Out] of WithTimers
+	stateEvery time.Duration // WithStateFlushEvery (statecoalesce.go)
 
 	budget *Budget // WithBudget (budget.go)
 

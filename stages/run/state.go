@@ -49,6 +49,14 @@ type StoreConfig[V any] struct {
 	// every key of the partition — a store of many keys read a group at a
 	// time needs it. nil: Range scans every key.
 	Group func(key string) string
+	// EncodeAtFlush defers Put's encoding to the key's changelog record:
+	// Put stores the value only, and the flush encodes the latest value of
+	// each key it writes, once (an encoding error then stops the runner:
+	// state cannot be skipped). For a store whose keys change many times
+	// between flushes (see WithStateFlushEvery) and whose Encode cannot
+	// fail; the value Put must then not change until its flush. false:
+	// Put encodes at once and returns Encode's error.
+	EncodeAtFlush bool
 }
 
 // Entry is one changelog record of a key, as a restore's Fold sees it.
@@ -323,16 +331,20 @@ func (p *Partition[V]) Range(prefix string, fn func(key string, v V) bool) {
 }
 
 // Put sets the value of key. It encodes v at once (an encoding error is
-// returned and changes nothing); the key's changelog record is produced
-// when the batch (or the timer firing) is made durable. The key's timer,
+// returned and changes nothing; see StoreConfig.EncodeAtFlush); the key's
+// changelog record is produced when the batch (or the timer firing) is
+// made durable. The key's timer,
 // if any, is kept.
 func (p *Partition[V]) Put(key string, v V) error {
-	raw, err := p.s.cfg.Encode(v)
-	if err != nil {
-		return fmt.Errorf("state store %s: encode %q: %w", p.s.cfg.Name, key, err)
-	}
-	if raw == nil {
-		raw = []byte{} // a nil value would be a tombstone
+	var raw []byte // nil: encoded by changes (StoreConfig.EncodeAtFlush)
+	if !p.s.cfg.EncodeAtFlush {
+		var err error
+		if raw, err = p.s.cfg.Encode(v); err != nil {
+			return fmt.Errorf("state store %s: encode %q: %w", p.s.cfg.Name, key, err)
+		}
+		if raw == nil {
+			raw = []byte{} // a nil value would be a tombstone
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -391,6 +403,33 @@ func (p *Partition[V]) PutNow(key string, v V) error {
 	p.mu.Unlock()
 	if err := p.produceNow([]*kgo.Record{rec}); err != nil {
 		return fmt.Errorf("state store %s: put %q now: %w", p.s.cfg.Name, key, err)
+	}
+	return nil
+}
+
+// Flush produces the changelog records of every key written since the
+// last flush now, and waits for their acknowledgement (retrying like the
+// batch's), instead of with the batch: like [Partition.PutNow] for all of
+// them at once, so the values are durable ahead of the batch's outputs
+// (and its offsets, as always). Use it to make a value that announces an
+// external effect durable before the effect. It fails when the worker lost
+// its partition.
+func (p *Partition[V]) Flush() error {
+	p.mu.Lock()
+	closed := p.closed || p.produceNow == nil
+	p.mu.Unlock()
+	if closed {
+		return fmt.Errorf("state store %s: flush: %w", p.s.cfg.Name, ErrPartitionClosed)
+	}
+	recs, err := p.changes()
+	if err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := p.produceNow(recs); err != nil {
+		return fmt.Errorf("state store %s: flush %d keys now: %w", p.s.cfg.Name, len(recs), err)
 	}
 	return nil
 }

@@ -115,10 +115,16 @@ func (w *worker[In, Out]) timerWait() (<-chan time.Time, func()) {
 
 // nextTimer returns the due time of the worker's earliest timer.
 func (w *worker[In, Out]) nextTimer() (time.Time, bool) {
-	if w.st == nil || w.r.timer.fn == nil {
+	if w.st == nil {
 		return time.Time{}, false
 	}
-	at, ok := w.ts.next, !w.ts.next.IsZero()
+	at, ok := w.unflushedDue() // WithStateFlushEvery's deadline (statecoalesce.go)
+	if w.r.timer.fn == nil {
+		return at, ok
+	}
+	if !w.ts.next.IsZero() && (!ok || w.ts.next.Before(at)) {
+		at, ok = w.ts.next, true
+	}
 	for _, s := range w.st.stores {
 		if ms, has := s.nextTimer(); has {
 			if t := time.UnixMilli(ms); !ok || t.Before(at) {
@@ -133,10 +139,18 @@ func (w *worker[In, Out]) nextTimer() (time.Time, bool) {
 // effects durable: sink write, then the changelog.
 func (w *worker[In, Out]) fireTimers() error {
 	r := w.r
-	if w.st == nil || r.timer.fn == nil {
+	if w.st == nil {
 		return nil
 	}
 	now := time.Now()
+	if due, ok := w.unflushedDue(); ok && !now.Before(due) {
+		if err := w.flushUnflushed(); err != nil {
+			return err
+		}
+	}
+	if r.timer.fn == nil {
+		return nil
+	}
 	var fs []Firing
 	if !w.ts.next.IsZero() && !now.Before(w.ts.next) {
 		fs = append(fs, Firing{Due: w.ts.next, Attempt: w.ts.tries + 1})
@@ -209,7 +223,10 @@ func (w *worker[In, Out]) fireTimers() error {
 			return err
 		}
 	}
-	return w.flushState()
+	if len(outs) == 0 && w.deferWrites(now) {
+		return nil // the firing's state writes wait for the next flush (statecoalesce.go)
+	}
+	return w.flushUnflushed() // the firing's state, and any batches' that waited
 }
 
 // refire fires f again at, after tries failed calls: a keyed timer is

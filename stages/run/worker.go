@@ -59,9 +59,10 @@ type worker[In, Out any] struct {
 	// State stores and timers (state.go, timer.go, fence.go).
 	st        *partitionState // the partition's stores; nil without stores and timers
 	ts        timerState
-	gen       int32        // group generation at which the partition was assigned
-	epoch     atomic.Int32 // fencing epoch, known after the restore
-	restoring atomic.Bool  // counted in stateRuntime.restoring
+	unflushed unflushedState // batches whose state writes wait for the next flush (statecoalesce.go)
+	gen       int32          // group generation at which the partition was assigned
+	epoch     atomic.Int32   // fencing epoch, known after the restore
+	restoring atomic.Bool    // counted in stateRuntime.restoring
 
 	// Dead letters with Config.DLQCommit DLQTransactional (dlqtxn.go).
 	owner *txnOwner
@@ -375,6 +376,12 @@ func (w *worker[In, Out]) loop() {
 	for {
 		batch := w.take()
 		if batch == nil {
+			if w.unflushed.pending && w.ctx.Err() == nil && !w.lost.Load() {
+				// A clean stop: flush what waited (statecoalesce.go).
+				if err := w.flushUnflushed(); err != nil && !errors.Is(err, errAbandoned) {
+					w.r.fail(err)
+				}
+			}
 			if w.win != nil && w.ctx.Err() == nil {
 				if err := w.closeWindow(); err != nil && !errors.Is(err, errAbandoned) {
 					w.r.fail(err)
