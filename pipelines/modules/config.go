@@ -67,7 +67,8 @@ type Config struct {
 	// Runtime holds optional runtime knobs of both runners (batching,
 	// commit interval, revoke timeout). Name, Group, Topics, DLQTopic and
 	// Retry are set by the pipeline; the mirror's Window defaults to
-	// MirrorWindow.
+	// MirrorWindow; KeyConcurrency applies to the refresh only (default
+	// RefreshKeyConcurrency).
 	Runtime run.Config
 	// Now is the clock (default time.Now), for tests.
 	Now func() time.Time
@@ -91,6 +92,14 @@ type RateLimitConfig struct {
 // DefaultRateLimit is MODULES_RATE_LIMIT's default: 120 calls a minute,
 // 5 a second, over all members.
 const DefaultRateLimit = "1m:120,1s:5"
+
+// RefreshKeyConcurrency is how many requests of different keys one
+// partition's refresh handles at once (run.Config.KeyConcurrency): a
+// request mostly waits for the upstream (and the limiter), so partitions
+// alone would bound the calls in flight to one per partition. Requests of
+// one key still run one after the other, so N queued requests of a key
+// cost one call.
+const RefreshKeyConcurrency = 16
 
 // DefaultCatalogRefresh is how often the refresh service re-reads the
 // catalog.
