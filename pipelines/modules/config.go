@@ -68,7 +68,8 @@ type Config struct {
 	// commit interval, revoke timeout). Name, Group, Topics, DLQTopic and
 	// Retry are set by the pipeline; the mirror's Window defaults to
 	// MirrorWindow; KeyConcurrency applies to the refresh only (default
-	// RefreshKeyConcurrency).
+	// RefreshKeyConcurrency), whose BatchMaxRecords and BatchLinger default
+	// to RefreshBatchMaxRecords and RefreshBatchLinger.
 	Runtime run.Config
 	// Now is the clock (default time.Now), for tests.
 	Now func() time.Time
@@ -100,6 +101,18 @@ const DefaultRateLimit = "1m:120,1s:5"
 // one key still run one after the other, so N queued requests of a key
 // cost one call.
 const RefreshKeyConcurrency = 16
+
+// The refresh's batches (run.Config.BatchMaxRecords and BatchLinger,
+// unless Runtime sets them). A batch grows while its requests wait for the
+// upstream, up to RefreshBatchMaxRecords, and its offsets commit when its
+// last request is done: a key whose first request lies beyond that bound
+// waits for the batch's slowest key, so the bound is large (requests are
+// a few hundred bytes; the memory budget bounds them too). No linger: the
+// batch grows anyway.
+const (
+	RefreshBatchMaxRecords = 5000
+	RefreshBatchLinger     = time.Millisecond
+)
 
 // DefaultCatalogRefresh is how often the refresh service re-reads the
 // catalog.

@@ -270,7 +270,16 @@ func (r *refresher) complete(ctx context.Context, states *run.Partition[State], 
 		next = cur.next(states.NextToken(), now)
 		next.Analysis = a
 	}
-	if err := states.Put(key, next); err != nil {
+	// A completed refresh is made durable at once rather than with the
+	// batch: the state stands for the PostgreSQL rows just committed, not
+	// for outputs of the batch, so the mirror (and every reader of the
+	// view) sees the key ready without waiting for the batch's other keys.
+	// A failed analysis goes with the batch, with its dead letter.
+	put := states.PutNow
+	if anErr != nil {
+		put = states.Put
+	}
+	if err := put(key, next); err != nil {
 		return stateErr("state", key, err)
 	}
 	outcome := DecisionFetch

@@ -113,6 +113,12 @@ func newRefreshService(env pipelines.Env, cfg Config, m *metrics, r *pipelines.R
 	if rc.KeyConcurrency == 0 {
 		rc.KeyConcurrency = RefreshKeyConcurrency
 	}
+	if rc.BatchMaxRecords == 0 {
+		rc.BatchMaxRecords = RefreshBatchMaxRecords
+	}
+	if rc.BatchLinger == 0 {
+		rc.BatchLinger = RefreshBatchLinger
+	}
 	runner, err := run.New(rc, DecodeRefresh, rf.stage, kafkasink.Records(prod),
 		run.WithKafkaOpts(env.GroupKafka(rc.Group)...),
 		run.WithRegisterer(env.Registerer),

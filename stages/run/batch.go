@@ -21,7 +21,7 @@ type pending[Out any] struct {
 // handle processes a batch. Records before a stop or a fatal error are still
 // flushed and committed; the rest is left for redelivery.
 func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
-	p, done, stopErr := w.process(batch)
+	batch, p, done, stopErr := w.process(batch)
 	if done > 0 {
 		if err := w.flush(batch[:done], p); err != nil {
 			return err
@@ -35,8 +35,8 @@ func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
 // processByKey). It returns the outputs and dead letters of the records
 // before the first one not handled, in batch order, how many those are
 // (all unless a fatal error or an abandon stopped a record) and that
-// error.
-func (w *worker[In, Out]) process(batch []*kgo.Record) (p *pending[Out], done int, stopErr error) {
+// error, with the batch (grown by processByKey).
+func (w *worker[In, Out]) process(batch []*kgo.Record) (_ []*kgo.Record, p *pending[Out], done int, stopErr error) {
 	r := w.r
 	r.m.batchSize.Observe(float64(len(batch)))
 	r.m.in.WithLabelValues(w.tp.topic).Add(float64(dataRecords(batch)))
@@ -52,11 +52,11 @@ func (w *worker[In, Out]) process(batch []*kgo.Record) (p *pending[Out], done in
 		}
 		outs, dl, err := w.processOne(rec)
 		if err != nil {
-			return p, i, err
+			return batch, p, i, err
 		}
 		p.add(i, outs, dl)
 	}
-	return p, len(batch), nil
+	return batch, p, len(batch), nil
 }
 
 // add records the outputs and the dead letter (if any) of batch record i.

@@ -48,9 +48,9 @@ func (p *overlapProbe) leave(key string) {
 }
 
 // With KeyConcurrency, records of different keys of one partition run at
-// once (the first record of k-0 blocks until a record of another key has
-// started: one after the other, it would wait for ever and the run would
-// see one call at a time), at most KeyConcurrency of them; records of one
+// once (the first record of k-0 and the first of another key each block
+// until the other has started: one after the other, they would wait for
+// ever), at most KeyConcurrency of them; records of one
 // key never overlap and keep their order, both in the key's state store
 // entry and in the sink; the sink gets the outputs in offset order; the
 // dead letters are the records that asked for one, each with its own
@@ -64,7 +64,7 @@ func TestKeyConcurrencyOverlapsKeysKeepsOrder(t *testing.T) {
 	recs := produce(t, k.Client(t), cfg.Topics[0], n, keys, nil)
 	store := newKeyTallies(t, changelog, nil)
 	probe := &overlapProbe{busy: map[string]bool{}}
-	other := make(chan struct{})
+	zeroIn, other := make(chan struct{}), make(chan struct{})
 	var otherOnce sync.Once
 	var orderMu sync.Mutex
 	seen := map[string][]int64{} // offsets per key in call order
@@ -74,9 +74,18 @@ func TestKeyConcurrencyOverlapsKeysKeepsOrder(t *testing.T) {
 		orderMu.Lock()
 		seen[m.Key] = append(seen[m.Key], m.Source.Offset)
 		orderMu.Unlock()
+		// A handshake: k-0's first record and the first record of another
+		// key each wait until the other has entered, so both are in at once.
 		if m.Key != "k-0" {
-			otherOnce.Do(func() { close(other) })
+			otherOnce.Do(func() {
+				select {
+				case <-zeroIn:
+				case <-ctx.Done():
+				}
+				close(other)
+			})
 		} else if m.Source.Offset == 0 {
+			close(zeroIn)
 			select {
 			case <-other:
 			case <-ctx.Done():
@@ -113,7 +122,7 @@ func TestKeyConcurrencyOverlapsKeysKeepsOrder(t *testing.T) {
 	}
 
 	if m := probe.max.Load(); m < 2 || m > 4 {
-		t.Errorf("at most %d calls ran at once, want 2…4 (KeyConcurrency 4)", m)
+		t.Errorf("at most %d calls ran at once, want 2…4 (KeyConcurrency 4); calls per key %v", m, seen)
 	}
 	if len(probe.sameKey) > 0 {
 		t.Errorf("calls of one key overlapped: %v", probe.sameKey)
@@ -306,5 +315,61 @@ func TestKeyConcurrencyConfig(t *testing.T) {
 	txStage := func(_ context.Context, m stages.Msg[[]byte]) ([]*kgo.Record, error) { return nil, nil }
 	if _, err := run.NewTransactional(cfg, "p-tx", decode, txStage, run.WithKafkaOpts(kgo.SeedBrokers("127.0.0.1:1"))); err == nil {
 		t.Error("the transactional runner accepted KeyConcurrency 2")
+	}
+}
+
+// A batch run with KeyConcurrency grows while a record runs: the record
+// of key slow waits until the records produced after it started have been
+// handled. They arrive after its batch was taken, so without the growth
+// they would wait for that batch to end, and it would never end.
+func TestKeyConcurrencyBatchGrowsPastSlowRecord(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	cfg.KeyConcurrency = 2
+	cl := k.Client(t)
+	if err := cl.ProduceSync(testkit.Context(t), &kgo.Record{Topic: cfg.Topics[0], Key: []byte("slow"), Value: []byte("slow")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	const later = 20
+	var handled atomic.Int32
+	laterDone, slowIn := make(chan struct{}), make(chan struct{})
+	stage := func(ctx context.Context, m msg) ([]msg, error) {
+		if m.Key == "slow" {
+			close(slowIn)
+			select {
+			case <-laterDone:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return []msg{m}, nil
+		}
+		if handled.Add(1) == later {
+			close(laterDone)
+		}
+		return []msg{m}, nil
+	}
+	sink := memsink.New[msg]()
+	_, stop := start(t, k, cfg, stage, stages.Sink[msg](sink))
+	select {
+	case <-slowIn:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the slow record never started")
+	}
+	produce(t, cl, cfg.Topics[0], later, 5, nil)
+	testkit.WaitFor(t, 60*time.Second, "every record committed", func() bool {
+		return testkit.Committed(t, k.Admin(t), cfg.Group, cfg.Topics[0])[0] == later+1
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	items := sink.Items()
+	if len(items) != later+1 || items[0].Value != "slow" {
+		t.Fatalf("outputs %s, want slow first, then the %d others", values(items), later)
+	}
+	for i, it := range items[1:] {
+		if want := fmt.Sprintf("v-%d", i); it.Value != want {
+			t.Fatalf("output %d is %s, want %s (offset order)", i+1, it.Value, want)
+		}
 	}
 }

@@ -322,12 +322,29 @@ func (w *worker[In, Out]) take() []*kgo.Record {
 		}
 		linger.Stop()
 	}
-	maxBytes := min(cfg.BatchMaxBytes, w.r.batchBytes()) // memory budget
+	return w.dequeue(cfg.BatchMaxRecords, min(cfg.BatchMaxBytes, w.r.batchBytes()), true) // memory budget
+}
+
+// takeNow returns at most maxRecords queued records holding at most
+// maxBytes of values, without waiting (a batch growing, see processByKey).
+func (w *worker[In, Out]) takeNow(maxRecords, maxBytes int) []*kgo.Record {
+	if maxRecords <= 0 || maxBytes <= 0 {
+		return nil
+	}
+	return w.dequeue(maxRecords, maxBytes, false)
+}
+
+// dequeue removes up to maxRecords records from the queue, their values at
+// most maxBytes (the first record regardless when first is set), resumes
+// the partition's fetches once the queue drained below half its bounds,
+// and returns the records.
+func (w *worker[In, Out]) dequeue(maxRecords, maxBytes int, first bool) []*kgo.Record {
+	cfg := &w.r.cfg
 	w.mu.Lock()
 	n, bytes, qb := 0, 0, int64(0)
-	for n < len(w.queue) && n < cfg.BatchMaxRecords {
+	for n < len(w.queue) && n < maxRecords {
 		bytes += len(w.queue[n].Value)
-		if n > 0 && bytes > maxBytes {
+		if (n > 0 || !first) && bytes > maxBytes {
 			break
 		}
 		qb += recordBytes(w.queue[n])
