@@ -100,7 +100,7 @@ const DefaultRateLimit = "1m:120,1s:5"
 // alone would bound the calls in flight to one per partition. Requests of
 // one key still run one after the other, so N queued requests of a key
 // cost one call.
-const RefreshKeyConcurrency = 16
+const RefreshKeyConcurrency = 32
 
 // The refresh's batches (run.Config.BatchMaxRecords and BatchLinger,
 // unless Runtime sets them). A batch grows while its requests wait for the
