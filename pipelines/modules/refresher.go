@@ -25,9 +25,11 @@ type fetchReq struct{ ticker, module string }
 // assigned partitions of modules.refresh and is their only writer: they
 // live in the runtime's state store (changelog modules.state, restored
 // keeping per key the greatest token). The runtime calls it for the
-// partitions concurrently, each in offset order; a request sees the state
-// the previous request of its key wrote, in the same batch too, which is
-// why N queued requests of a key cost one upstream call.
+// partitions concurrently, and within a partition for different keys
+// concurrently (RefreshKeyConcurrency), each key's requests in offset
+// order: a request sees the state the previous request of its key wrote,
+// in the same batch too, which is why N queued requests of a key cost one
+// upstream call. Its methods are safe for concurrent use.
 type refresher struct {
 	cfg    Config
 	db     DB
