@@ -59,9 +59,10 @@ type Config struct {
 	// single writer; a stage used with it must be safe for concurrent use
 	// within a partition. Outputs, dead letters and the committed offset
 	// stay in offset order: a batch commits up to its first record not
-	// done. For a stage waiting on I/O (an upstream call) per record, where
-	// partitions alone bound the calls in flight. Not supported by the
-	// transactional runner.
+	// done, and grows by the records queued while its records run. For a
+	// stage waiting on I/O (an upstream call) per record, where partitions
+	// alone bound the calls in flight. Not supported by the transactional
+	// runner.
 	KeyConcurrency int
 	// MaxInFlight bounds the records buffered per partition; above it, or
 	// above the partition's share of the memory budget's records (see

@@ -11,7 +11,10 @@
 // keys then run concurrently (at most KeyConcurrency at a time), those of
 // one key still one after the other in offset order, while outputs, dead
 // letters and the committed offset stay in offset order (a batch commits up
-// to its first record not done).
+// to its first record not done). Such a batch grows by the records queued
+// while its records run (up to BatchMaxRecords and BatchMaxBytes, not with
+// coalescing windows), so that one slow record holds back its batch's
+// commit but not the partition's other keys.
 //
 // # Delivery
 //
