@@ -74,6 +74,8 @@ type result struct {
 	requests        int
 	freshKeys       int
 	allFresh        time.Duration
+	upstreamDone    time.Duration // the last upstream call's end, from the start
+	start           time.Time     // the workload's start (variant ii)
 	elapsed         time.Duration
 	upstreamCalls   int64
 	slowCalls       int64
@@ -316,7 +318,15 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 	}
 	var r result
 	commits, err := commitsDuring(ctx, admin, db, func() error {
-		pool, err := pgxpool.New(ctx, dsn)
+		pcfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			return err
+		}
+		// The services' pool: 16 connections (pgxpool's default is 4 on
+		// this machine; the seed variant has one per goroutine, 52), so
+		// that the refresh's concurrent requests do not queue for one.
+		pcfg.MaxConns = 16
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {
 			return err
 		}
@@ -353,6 +363,7 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 	r.pgCommits = commits
 	if up, ok := in.source.(*upstream); ok {
 		r.upstreamCalls, r.slowCalls = up.calls.Load(), up.slowCalls.Load()
+		r.upstreamDone = up.doneAfter(r.start)
 		r.dupKeys, r.dupCalls = up.duplicates()
 	}
 	return r, nil
@@ -418,7 +429,7 @@ func renderReport(c config, rs []result) string {
 		"Upstream: at most %d calls at once, %s each. PostgreSQL: a database of its own on DATABASE_URL. "+
 		"Machine: %s, %d CPUs (GOMAXPROCS %d), shared with other jobs: load averages (1, 5, 15 min) before/after each variant below.\n\n",
 		c.keys, c.per, c.window, c.seed, c.keys*c.per, c.slots, c.latency, host, runtime.NumCPU(), runtime.GOMAXPROCS(0))
-	b.WriteString("| variant | upstream calls | keys called > once (extra calls) | slow calls | keys fresh | time until all fresh | PG commits / request (pg_stat_database) | statements / request (own count) | request p50 | request p99 | stale overwrites | requests without the lock | load before → after |\n")
+	b.WriteString("| variant | upstream calls | keys called > once (extra calls) | slow calls | keys fresh | time until all fresh (last upstream call done) | PG commits / request (pg_stat_database) | statements / request (own count) | request p50 | request p99 | stale overwrites | requests without the lock | load before → after |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range rs {
 		if !r.ran {
@@ -431,8 +442,8 @@ func renderReport(c config, rs []result) string {
 			}
 			return fmt.Sprintf("%.2f", float64(n)/float64(r.requests))
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d (%d) | %d | %d/%d | %s | %s | %s | %s | %s | %d | %d | %s → %s |\n",
-			r.name, r.upstreamCalls, r.dupKeys, r.dupCalls, r.slowCalls, r.freshKeys, c.keys, r.allFresh.Round(time.Millisecond),
+		fmt.Fprintf(&b, "| %s | %d | %d (%d) | %d | %d/%d | %s (%s) | %s | %s | %s | %s | %d | %d | %s → %s |\n",
+			r.name, r.upstreamCalls, r.dupKeys, r.dupCalls, r.slowCalls, r.freshKeys, c.keys, r.allFresh.Round(time.Millisecond), r.upstreamDone.Round(time.Millisecond),
 			perReq(r.pgCommits), perReq(r.ownCommits), ms(r.p50), ms(r.p99), r.staleOverwrites, r.lockMisses, r.loadBefore, r.loadAfter)
 	}
 	for _, r := range rs {

@@ -210,7 +210,7 @@ func runSeedLock(ctx context.Context, s *seedLock, arrivals []arrival, workers i
 	dupKeys, dupCalls := s.up.duplicates()
 	return result{
 		requests: len(all), freshKeys: fresh, allFresh: last.Sub(start), elapsed: time.Since(start),
-		upstreamCalls: s.up.calls.Load(), slowCalls: s.up.slowCalls.Load(), dupKeys: dupKeys, dupCalls: dupCalls,
+		upstreamDone: s.up.doneAfter(start), upstreamCalls: s.up.calls.Load(), slowCalls: s.up.slowCalls.Load(), dupKeys: dupKeys, dupCalls: dupCalls,
 		p50: percentile(all, 0.50), p99: percentile(all, 0.99), ownCommits: s.commits.Load(),
 		staleOverwrites: s.staleOverwrites.Load(), lockMisses: s.lockMisses.Load(),
 	}, nil

@@ -87,7 +87,7 @@ func (d *sluiceDriver) run(ctx context.Context, arrivals []arrival, timeout time
 	if err != nil {
 		return result{}, err
 	}
-	return result{requests: len(arrivals), freshKeys: fresh, allFresh: allFresh, elapsed: time.Since(start),
+	return result{requests: len(arrivals), freshKeys: fresh, allFresh: allFresh, elapsed: time.Since(start), start: start,
 		p50: percentile(lat, 0.50), p99: percentile(lat, 0.99)}, nil
 }
 

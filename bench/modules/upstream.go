@@ -27,6 +27,7 @@ type upstream struct {
 	slowCalls   atomic.Int64
 	inFlight    atomic.Int64
 	maxInFlight atomic.Int64
+	lastEnd     atomic.Int64 // Unix nanoseconds at which the last call ended
 	mu          sync.Mutex
 	rng         *rand.Rand
 	perKey      map[string]int
@@ -57,6 +58,7 @@ func (u *upstream) Fetch(ctx context.Context, ticker, module string) (modules.Sn
 	for n, m := u.inFlight.Add(1), u.maxInFlight.Load(); n > m && !u.maxInFlight.CompareAndSwap(m, n); m = u.maxInFlight.Load() {
 	}
 	defer u.inFlight.Add(-1)
+	defer func() { u.lastEnd.Store(time.Now().UnixNano()) }()
 	asOf := time.Now().UTC()
 	key := modules.Key(ticker, module)
 	u.mu.Lock()
@@ -81,6 +83,15 @@ func (u *upstream) Fetch(ctx context.Context, ticker, module string) (modules.Sn
 		return modules.Snapshot{}, fmt.Errorf("upstream payload: %w", err)
 	}
 	return modules.Snapshot{Payload: p}, nil
+}
+
+// doneAfter returns how long after start the last call ended (0 when none did).
+func (u *upstream) doneAfter(start time.Time) time.Duration {
+	end := u.lastEnd.Load()
+	if end == 0 {
+		return 0
+	}
+	return time.Unix(0, end).Sub(start)
 }
 
 // duplicates returns the keys called more than once and the calls beyond

@@ -67,7 +67,9 @@ type Config struct {
 	// Runtime holds optional runtime knobs of both runners (batching,
 	// commit interval, revoke timeout). Name, Group, Topics, DLQTopic and
 	// Retry are set by the pipeline; the mirror's Window defaults to
-	// MirrorWindow.
+	// MirrorWindow; KeyConcurrency applies to the refresh only (default
+	// RefreshKeyConcurrency), whose BatchMaxRecords and BatchLinger default
+	// to RefreshBatchMaxRecords and RefreshBatchLinger.
 	Runtime run.Config
 	// Now is the clock (default time.Now), for tests.
 	Now func() time.Time
@@ -91,6 +93,26 @@ type RateLimitConfig struct {
 // DefaultRateLimit is MODULES_RATE_LIMIT's default: 120 calls a minute,
 // 5 a second, over all members.
 const DefaultRateLimit = "1m:120,1s:5"
+
+// RefreshKeyConcurrency is how many requests of different keys one
+// partition's refresh handles at once (run.Config.KeyConcurrency): a
+// request mostly waits for the upstream (and the limiter), so partitions
+// alone would bound the calls in flight to one per partition. Requests of
+// one key still run one after the other, so N queued requests of a key
+// cost one call.
+const RefreshKeyConcurrency = 32
+
+// The refresh's batches (run.Config.BatchMaxRecords and BatchLinger,
+// unless Runtime sets them). A batch grows while its requests wait for the
+// upstream, up to RefreshBatchMaxRecords, and its offsets commit when its
+// last request is done: a key whose first request lies beyond that bound
+// waits for the batch's slowest key, so the bound is large (requests are
+// a few hundred bytes; the memory budget bounds them too). No linger: the
+// batch grows anyway.
+const (
+	RefreshBatchMaxRecords = 5000
+	RefreshBatchLinger     = time.Millisecond
+)
 
 // DefaultCatalogRefresh is how often the refresh service re-reads the
 // catalog.

@@ -25,9 +25,11 @@ type fetchReq struct{ ticker, module string }
 // assigned partitions of modules.refresh and is their only writer: they
 // live in the runtime's state store (changelog modules.state, restored
 // keeping per key the greatest token). The runtime calls it for the
-// partitions concurrently, each in offset order; a request sees the state
-// the previous request of its key wrote, in the same batch too, which is
-// why N queued requests of a key cost one upstream call.
+// partitions concurrently, and within a partition for different keys
+// concurrently (RefreshKeyConcurrency), each key's requests in offset
+// order: a request sees the state the previous request of its key wrote,
+// in the same batch too, which is why N queued requests of a key cost one
+// upstream call. Its methods are safe for concurrent use.
 type refresher struct {
 	cfg    Config
 	db     DB
@@ -270,7 +272,16 @@ func (r *refresher) complete(ctx context.Context, states *run.Partition[State], 
 		next = cur.next(states.NextToken(), now)
 		next.Analysis = a
 	}
-	if err := states.Put(key, next); err != nil {
+	// A completed refresh is made durable at once rather than with the
+	// batch: the state stands for the PostgreSQL rows just committed, not
+	// for outputs of the batch, so the mirror (and every reader of the
+	// view) sees the key ready without waiting for the batch's other keys.
+	// A failed analysis goes with the batch, with its dead letter.
+	put := states.PutNow
+	if anErr != nil {
+		put = states.Put
+	}
+	if err := put(key, next); err != nil {
 		return stateErr("state", key, err)
 	}
 	outcome := DecisionFetch

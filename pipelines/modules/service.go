@@ -110,6 +110,15 @@ func newRefreshService(env pipelines.Env, cfg Config, m *metrics, r *pipelines.R
 	rc := cfg.Runtime
 	rc.Name, rc.Group, rc.Topics, rc.DLQTopic, rc.Retry = RefreshGroup, cfg.RefreshGroup, []string{cfg.RefreshTopic}, cfg.DLQTopic, cfg.Retry
 	rc.Window = run.WindowConfig{}
+	if rc.KeyConcurrency == 0 {
+		rc.KeyConcurrency = RefreshKeyConcurrency
+	}
+	if rc.BatchMaxRecords == 0 {
+		rc.BatchMaxRecords = RefreshBatchMaxRecords
+	}
+	if rc.BatchLinger == 0 {
+		rc.BatchLinger = RefreshBatchLinger
+	}
 	runner, err := run.New(rc, DecodeRefresh, rf.stage, kafkasink.Records(prod),
 		run.WithKafkaOpts(env.GroupKafka(rc.Group)...),
 		run.WithRegisterer(env.Registerer),
@@ -185,6 +194,7 @@ func newMirrorService(env pipelines.Env, cfg Config, m *metrics) (pipelines.Serv
 	rc := cfg.Runtime
 	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = MirrorGroup, cfg.MirrorGroup, []string{cfg.StateTopic}, cfg.DLQTopic
 	rc.StartOffset = "earliest"
+	rc.KeyConcurrency = 0 // the refresh's: the mirror's stage does no I/O
 	if rc.Window.MaxKeys == 0 {
 		rc.Window = MirrorWindow()
 	}

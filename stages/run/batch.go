@@ -21,7 +21,7 @@ type pending[Out any] struct {
 // handle processes a batch. Records before a stop or a fatal error are still
 // flushed and committed; the rest is left for redelivery.
 func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
-	p, done, stopErr := w.process(batch)
+	batch, p, done, stopErr := w.process(batch)
 	if done > 0 {
 		if err := w.flush(batch[:done], p); err != nil {
 			return err
@@ -30,35 +30,44 @@ func (w *worker[In, Out]) handle(batch []*kgo.Record) error {
 	return stopErr
 }
 
-// process runs decode and the stage for the records of batch in order. It
-// returns their outputs and dead letters, how many records were handled
-// (all unless a fatal error or an abandon stopped it) and that error.
-func (w *worker[In, Out]) process(batch []*kgo.Record) (p *pending[Out], done int, stopErr error) {
+// process runs decode and the stage for the records of batch: in order,
+// or with Config.KeyConcurrency above 1 concurrently by key (see
+// processByKey). It returns the outputs and dead letters of the records
+// before the first one not handled, in batch order, how many those are
+// (all unless a fatal error or an abandon stopped a record) and that
+// error, with the batch (grown by processByKey).
+func (w *worker[In, Out]) process(batch []*kgo.Record) (_ []*kgo.Record, p *pending[Out], done int, stopErr error) {
 	r := w.r
 	r.m.batchSize.Observe(float64(len(batch)))
 	r.m.in.WithLabelValues(w.tp.topic).Add(float64(dataRecords(batch)))
 	p = &pending[Out]{}
-	done = len(batch)
 	start := time.Now()
+	defer func() { r.m.batchDur.WithLabelValues("process").Observe(time.Since(start).Seconds()) }()
+	if r.cfg.KeyConcurrency > 1 {
+		return w.processByKey(batch, p)
+	}
 	for i, rec := range batch {
 		if rec.Attrs.IsControl() {
 			continue // a transaction marker (see WithKafkaOpts): its offset commits with the batch
 		}
 		outs, dl, err := w.processOne(rec)
 		if err != nil {
-			done, stopErr = i, err
-			break
+			return batch, p, i, err
 		}
-		if dl.rec != nil {
-			p.addDLQ(i, dl) // with the outputs of a stages.DeadLetterWith
-		}
-		for _, o := range outs {
-			p.outs = append(p.outs, o)
-			p.owners = append(p.owners, i)
-		}
+		p.add(i, outs, dl)
 	}
-	r.m.batchDur.WithLabelValues("process").Observe(time.Since(start).Seconds())
-	return p, done, stopErr
+	return batch, p, len(batch), nil
+}
+
+// add records the outputs and the dead letter (if any) of batch record i.
+func (p *pending[Out]) add(i int, outs []Out, dl dlqItem) {
+	if dl.rec != nil {
+		p.addDLQ(i, dl) // with the outputs of a stages.DeadLetterWith
+	}
+	for _, o := range outs {
+		p.outs = append(p.outs, o)
+		p.owners = append(p.owners, i)
+	}
 }
 
 // addDLQ queues the dead letter d of batch record i, once per record.
@@ -189,7 +198,9 @@ func (w *worker[In, Out]) callStage(msg stages.Msg[In]) (outs []Out, err error) 
 			outs, err = nil, stages.DeadLetter(stages.ReasonException, "", fmt.Errorf("stage panic: %v", p))
 		}
 	}()
-	defer w.doing(blockedStage)()
+	if w.r.cfg.KeyConcurrency <= 1 { // processByKey marks its whole run
+		defer w.doing(blockedStage)()
+	}
 	return w.r.stage(w.sctx, msg)
 }
 

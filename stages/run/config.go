@@ -52,6 +52,18 @@ type Config struct {
 	// BatchLinger is how long a worker waits for more records to fill a
 	// batch once it has at least one (default 50ms).
 	BatchLinger time.Duration
+	// KeyConcurrency is how many records of one partition's batch the
+	// stage handles at once, of different keys (default 1: one record
+	// after the other). Records of one key keep their offset order and are
+	// never handled concurrently, so a key's state store entry keeps a
+	// single writer; a stage used with it must be safe for concurrent use
+	// within a partition. Outputs, dead letters and the committed offset
+	// stay in offset order: a batch commits up to its first record not
+	// done, and grows by the records queued while its records run. For a
+	// stage waiting on I/O (an upstream call) per record, where partitions
+	// alone bound the calls in flight. Not supported by the transactional
+	// runner.
+	KeyConcurrency int
 	// MaxInFlight bounds the records buffered per partition; above it, or
 	// above the partition's share of the memory budget's records (see
 	// [Budget]), the partition's fetches pause until the worker drained half
@@ -263,6 +275,9 @@ func (c Config) Validate() error {
 	}
 	if c.Window.MaxKeys < 0 || c.Window.MaxAge < 0 || c.Window.MaxTotalKeys < 0 {
 		errs = append(errs, errors.New("window bounds must not be negative"))
+	}
+	if c.KeyConcurrency < 0 {
+		errs = append(errs, errors.New("key concurrency must not be negative"))
 	}
 	if c.Retry.Jitter > 1 || c.SinkRetry.Jitter > 1 {
 		errs = append(errs, errors.New("retry jitter must be within 0..1"))

@@ -6,7 +6,15 @@
 // Every assigned partition gets one worker goroutine. A worker handles its
 // partition's records strictly in offset order, so records of one key (which
 // Kafka puts in one partition) are processed in the order they were produced.
-// Parallelism comes from partitions and from more members in the group.
+// Parallelism comes from partitions and from more members in the group, and
+// with Config.KeyConcurrency from the keys of a batch: records of different
+// keys then run concurrently (at most KeyConcurrency at a time), those of
+// one key still one after the other in offset order, while outputs, dead
+// letters and the committed offset stay in offset order (a batch commits up
+// to its first record not done). Such a batch grows by the records queued
+// while its records run (up to BatchMaxRecords and BatchMaxBytes, not with
+// coalescing windows), so that one slow record holds back its batch's
+// commit but not the partition's other keys.
 //
 // # Delivery
 //
@@ -205,6 +213,7 @@
 // A Runner is started once with Run. Ready may be called from any
 // goroutine. Stages and sinks are shared by all partition workers and must be
 // safe for concurrent use. A store's [Partition] is used by its partition's
-// worker only (the stage and timer calls of one partition never overlap);
-// its methods are safe for concurrent use nonetheless.
+// worker only (the stage and timer calls of one partition never overlap,
+// except the stage calls of different keys with Config.KeyConcurrency);
+// its methods are safe for concurrent use.
 package run

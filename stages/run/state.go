@@ -474,7 +474,10 @@ func (p *Partition[V]) Token(key string) (Token, bool) {
 
 // NextToken returns the token the next Put or Delete of this partition
 // will carry, for a value that records its own token (Put it right after,
-// from the same goroutine).
+// from the same goroutine). With Config.KeyConcurrency another key's write
+// may come in between: the Put then carries a greater version than the
+// value records, but a key's recorded versions still grow with its writes
+// (they are made one after the other).
 func (p *Partition[V]) NextToken() Token {
 	p.mu.Lock()
 	defer p.mu.Unlock()

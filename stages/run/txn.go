@@ -71,8 +71,8 @@ func NewTransactional[In any](cfg Config, transactionalID string, decode stages.
 	if cfg.Window.MaxKeys > 0 {
 		return nil, errors.New("transactional runner: coalescing windows are not supported")
 	}
-	if cfg.NoDLQ || cfg.StopAtEnd {
-		return nil, errors.New("transactional runner: NoDLQ and StopAtEnd are not supported")
+	if cfg.NoDLQ || cfg.StopAtEnd || cfg.KeyConcurrency > 1 {
+		return nil, errors.New("transactional runner: NoDLQ, StopAtEnd and KeyConcurrency are not supported")
 	}
 	o, m, err := setup(cfg, opts)
 	if err != nil {

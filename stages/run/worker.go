@@ -33,6 +33,9 @@ type worker[In, Out any] struct {
 	wake   chan struct{} // cap 1: records were pushed
 	paused uint8         // pause reasons, guarded by pmu
 	pmu    sync.Mutex
+	// sleepers (guarded by pmu) counts the calls of sleep under way; the
+	// partition is paused for retries while it is above 0.
+	sleepers int
 	// abandoned (guarded by pmu): the runner stopped waiting for this
 	// worker, or the worker exited; it no longer touches its partition's
 	// fetch state.
@@ -200,6 +203,25 @@ func (w *worker[In, Out]) queued() int {
 func (w *worker[In, Out]) setPause(reason uint8, on bool) {
 	w.pmu.Lock()
 	defer w.pmu.Unlock()
+	w.setPauseLocked(reason, on)
+}
+
+// retrySleep counts a sleeper of the partition (see sleep): its fetches are
+// paused for retries while there is one. Several sleep at once when
+// Config.KeyConcurrency runs records concurrently.
+func (w *worker[In, Out]) retrySleep(start bool) {
+	w.pmu.Lock()
+	defer w.pmu.Unlock()
+	if start {
+		w.sleepers++
+	} else {
+		w.sleepers--
+	}
+	w.setPauseLocked(pauseRetry, w.sleepers > 0)
+}
+
+// setPauseLocked is setPause with pmu held.
+func (w *worker[In, Out]) setPauseLocked(reason uint8, on bool) {
 	if w.abandoned {
 		return
 	}
@@ -306,12 +328,29 @@ func (w *worker[In, Out]) take() []*kgo.Record {
 		}
 		linger.Stop()
 	}
-	maxBytes := min(cfg.BatchMaxBytes, w.r.batchBytes()) // memory budget
+	return w.dequeue(cfg.BatchMaxRecords, min(cfg.BatchMaxBytes, w.r.batchBytes()), true) // memory budget
+}
+
+// takeNow returns at most maxRecords queued records holding at most
+// maxBytes of values, without waiting (a batch growing, see processByKey).
+func (w *worker[In, Out]) takeNow(maxRecords, maxBytes int) []*kgo.Record {
+	if maxRecords <= 0 || maxBytes <= 0 {
+		return nil
+	}
+	return w.dequeue(maxRecords, maxBytes, false)
+}
+
+// dequeue removes up to maxRecords records from the queue, their values at
+// most maxBytes (the first record regardless when first is set), resumes
+// the partition's fetches once the queue drained below half its bounds,
+// and returns the records.
+func (w *worker[In, Out]) dequeue(maxRecords, maxBytes int, first bool) []*kgo.Record {
+	cfg := &w.r.cfg
 	w.mu.Lock()
 	n, bytes, qb := 0, 0, int64(0)
-	for n < len(w.queue) && n < cfg.BatchMaxRecords {
+	for n < len(w.queue) && n < maxRecords {
 		bytes += len(w.queue[n].Value)
-		if n > 0 && bytes > maxBytes {
+		if (n > 0 || !first) && bytes > maxBytes {
 			break
 		}
 		qb += recordBytes(w.queue[n])
@@ -415,8 +454,8 @@ func (w *worker[In, Out]) loop() {
 // sleep waits d with the partition's fetches paused. It returns false when
 // the worker must stop instead.
 func (w *worker[In, Out]) sleep(d time.Duration) bool {
-	w.setPause(pauseRetry, true)
-	defer w.setPause(pauseRetry, false)
+	w.retrySleep(true)
+	defer w.retrySleep(false)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
