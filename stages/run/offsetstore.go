@@ -61,6 +61,9 @@ func checkOffsetStore(cfg Config, o options) error {
 	if o.timers != nil {
 		return fmt.Errorf("pipeline %s: WithOffsetStore does not support timers (WithTimers)", cfg.Name)
 	}
+	if cfg.KeyConcurrency > 1 {
+		return fmt.Errorf("pipeline %s: WithOffsetStore does not support Config.KeyConcurrency above 1", cfg.Name)
+	}
 	return nil
 }
 

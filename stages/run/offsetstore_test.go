@@ -427,6 +427,11 @@ func TestOffsetStoreRefusesWindowsAndTimers(t *testing.T) {
 	if _, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink), run.WithOffsetStore(&fakeStore{next: -1}), timers); err == nil || !strings.Contains(err.Error(), "timers") {
 		t.Errorf("timers: New = %v, want a refusal", err)
 	}
+	conc := cfg
+	conc.KeyConcurrency = 4
+	if _, err := run.New(conc, decodeString, passthrough, stages.Sink[msg](sink), run.WithOffsetStore(&fakeStore{next: -1})); err == nil || !strings.Contains(err.Error(), "KeyConcurrency") {
+		t.Errorf("key concurrency: New = %v, want a refusal", err)
+	}
 	if _, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink), run.WithOffsetStore(&fakeStore{next: -1})); err != nil {
 		t.Errorf("plain: New = %v", err)
 	}

@@ -81,6 +81,9 @@ func New[In, Out any](cfg Config, decode stages.Decoder[In], stage stages.Func[I
 	if err := checkOffsetStore(cfg, o); err != nil {
 		return nil, err
 	}
+	if err := checkStateFlush(cfg, o); err != nil {
+		return nil, err
+	}
 	// State stores and timers.
 	timer, err := timersOf[Out](cfg.Name, o)
 	if err != nil {

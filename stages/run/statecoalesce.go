@@ -1,6 +1,7 @@
 package run
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -29,6 +30,16 @@ import (
 // windows (Config.Window), which flush every window.
 func WithStateFlushEvery(every time.Duration) Option {
 	return func(o *options) { o.stateEvery = every }
+}
+
+// checkStateFlush refuses WithStateFlushEvery with Config.KeyConcurrency
+// above 1: a deferred batch marks its last record's offset, which a batch
+// run by key may not have reached.
+func checkStateFlush(cfg Config, o options) error {
+	if o.stateEvery > 0 && cfg.KeyConcurrency > 1 {
+		return fmt.Errorf("pipeline %s: WithStateFlushEvery does not support Config.KeyConcurrency above 1", cfg.Name)
+	}
+	return nil
 }
 
 // unflushedState is the batches of a worker whose state writes and

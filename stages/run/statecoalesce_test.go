@@ -233,3 +233,17 @@ func TestPartitionFlushBeforeTheOutputs(t *testing.T) {
 		t.Errorf("changelog records of a: %q, want one (nothing left to write after the flush)", got)
 	}
 }
+
+// Coalesced state writes and key concurrency do not go together: New
+// refuses them.
+func TestStateFlushEveryRefusesKeyConcurrency(t *testing.T) {
+	t.Parallel()
+	cfg := run.Config{Name: "p", Topics: []string{"in"}, DLQTopic: "in.dlq", KeyConcurrency: 4}
+	if _, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](memsink.New[msg]()), run.WithStateFlushEvery(time.Second)); err == nil || !strings.Contains(err.Error(), "KeyConcurrency") {
+		t.Errorf("New = %v, want a refusal", err)
+	}
+	cfg.KeyConcurrency = 0
+	if _, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](memsink.New[msg]()), run.WithStateFlushEvery(time.Second)); err != nil {
+		t.Errorf("without key concurrency: New = %v", err)
+	}
+}
