@@ -81,21 +81,12 @@ type sinkWrite struct {
 	analyzedAt, analysisExpires         time.Time
 }
 
-// write upserts the snapshot (keyed by input hash: a payload seen before
+// write upserts, in tx (the caller commits), the snapshot (keyed by input hash: a payload seen before
 // only moves its fetched_at) and the analysis (on the input-hash index: a
 // re-analysis of a known hash keeps its version; a new hash gets 1 + the
 // hashes already analysed for ticker, module and data date) and returns
 // the analysis's version (0 when none was written).
-func (w sinkWrite) write(ctx context.Context, db DB) (version int, err error) {
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return 0, pgErr("begin", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-		}
-	}()
+func (w sinkWrite) write(ctx context.Context, tx pgx.Tx) (version int, err error) {
 	date := dateArg(w.dataDate)
 	if w.payload != nil {
 		if _, err := tx.Exec(ctx, `INSERT INTO module_snapshots (ticker, module_id, input_hash, data_date, fetched_at, payload)
@@ -118,9 +109,6 @@ RETURNING analysis_version`,
 			return 0, pgErr("upsert unit_analyses", err)
 		}
 		version = int(v)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, pgErr("commit", err)
 	}
 	return version, nil
 }

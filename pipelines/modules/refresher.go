@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/stages"
@@ -229,37 +230,26 @@ func (r *refresher) complete(ctx context.Context, states *run.Partition[State], 
 	req, mod := v.Request, v.Module
 	key := req.Key()
 	now := r.cfg.Now().UTC()
-	a, err := cachedAnalysis(ctx, r.db, req.Ticker, req.Module, hash, now)
+	// The cache read and the writes are one transaction: one commit per
+	// refresh. The analyzers are local computations (no network call), so
+	// the transaction stays short.
+	tx, err := r.db.Begin(ctx)
 	if err != nil {
+		return r.failPG(ctx, states, m, key, pgErr("begin", err), fetched, snap, hash)
+	}
+	a, anErr, version, err := r.analyseAndWrite(ctx, tx, v, an, snap, hash, fetched, now)
+	if err == nil {
+		err = tx.Commit(ctx)
+		if err != nil {
+			err = pgErr("commit", err)
+		}
+	}
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return r.failPG(ctx, states, m, key, err, fetched, snap, hash)
 	}
-	w := sinkWrite{ticker: req.Ticker, module: req.Module, inputHash: hash, dataDate: snap.DataDate, fetchedAt: now}
-	if fetched {
-		w.payload = snap.Payload
-	}
-	var anErr error
-	if a != nil {
-		r.m.analyses.WithLabelValues(req.Module, "cache_hit").Inc()
-	} else {
-		res, err := an.Analyze(ctx, req.Ticker, snap.Payload)
-		if err != nil {
-			r.m.analyses.WithLabelValues(req.Module, "error").Inc()
-			anErr = err
-			a = &Analysis{InputHash: hash, AnalyzedAt: utc(now), Error: clipTo(err.Error(), maxErrorBytes)}
-		} else {
-			r.m.analyses.WithLabelValues(req.Module, "computed").Inc()
-			w.result, w.analyzedAt, w.analysisExpires = res, now, now.Add(mod.AnalysisTTL)
-			a = &Analysis{InputHash: hash, AnalyzedAt: utc(now), ExpiresAt: utc(now.Add(mod.AnalysisTTL))}
-		}
-	}
-	if w.payload != nil || w.result != nil {
-		version, err := w.write(ctx, r.db)
-		if err != nil {
-			return r.failPG(ctx, states, m, key, err, fetched, snap, hash)
-		}
-		if w.result != nil {
-			a.AnalysisVersion = version
-		}
+	if version > 0 {
+		a.AnalysisVersion = version
 	}
 	if err := r.owns(ctx); err != nil {
 		return err
@@ -293,6 +283,47 @@ func (r *refresher) complete(ctx context.Context, states *run.Partition[State], 
 		return AnalyzerFailed(req.Module, anErr)
 	}
 	return nil
+}
+
+// analyseAndWrite, in tx, reuses a current stored analysis of hash or runs
+// an, and writes the snapshot (when fetched) and a computed analysis. It
+// returns the analysis, the analyzer's error (the data is written all the
+// same), the written analysis's version (0: none written) and a
+// PostgreSQL error.
+func (r *refresher) analyseAndWrite(ctx context.Context, tx pgx.Tx, v Validated, an Analyzer, snap Snapshot, hash string,
+	fetched bool, now time.Time) (a *Analysis, anErr error, version int, err error) {
+	req, mod := v.Request, v.Module
+	if a, err = cachedAnalysis(ctx, tx, req.Ticker, req.Module, hash, now); err != nil {
+		return nil, nil, 0, err
+	}
+	w := sinkWrite{ticker: req.Ticker, module: req.Module, inputHash: hash, dataDate: snap.DataDate, fetchedAt: now}
+	if fetched {
+		w.payload = snap.Payload
+	}
+	if a != nil {
+		r.m.analyses.WithLabelValues(req.Module, "cache_hit").Inc()
+	} else {
+		res, err := an.Analyze(ctx, req.Ticker, snap.Payload)
+		if err != nil {
+			r.m.analyses.WithLabelValues(req.Module, "error").Inc()
+			anErr = err
+			a = &Analysis{InputHash: hash, AnalyzedAt: utc(now), Error: clipTo(err.Error(), maxErrorBytes)}
+		} else {
+			r.m.analyses.WithLabelValues(req.Module, "computed").Inc()
+			w.result, w.analyzedAt, w.analysisExpires = res, now, now.Add(mod.AnalysisTTL)
+			a = &Analysis{InputHash: hash, AnalyzedAt: utc(now), ExpiresAt: utc(now.Add(mod.AnalysisTTL))}
+		}
+	}
+	if w.payload == nil && w.result == nil {
+		return a, anErr, 0, nil
+	}
+	if version, err = w.write(ctx, tx); err != nil {
+		return nil, nil, 0, err
+	}
+	if w.result == nil {
+		version = 0
+	}
+	return a, anErr, version, nil
 }
 
 // failPG handles a PostgreSQL failure (see pgErr): a wait keeps a fetched

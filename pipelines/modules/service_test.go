@@ -562,3 +562,44 @@ func TestMirrorBadStateRecords(t *testing.T) {
 		t.Errorf("restore skipped %v records, want 1", got)
 	}
 }
+
+// countingDB counts the refresh's transactions and its statements outside
+// them.
+type countingDB struct {
+	DB
+	begins, outside atomic.Int32
+}
+
+func (d *countingDB) Begin(ctx context.Context) (pgx.Tx, error) {
+	d.begins.Add(1)
+	return d.DB.Begin(ctx)
+}
+
+func (d *countingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	d.outside.Add(1)
+	return d.DB.QueryRow(ctx, sql, args...)
+}
+
+// A fetched refresh costs PostgreSQL one transaction: the analysis cache
+// read, the snapshot and the analysis go together, nothing outside it.
+func TestRefreshOneTransactionPerFetch(t *testing.T) {
+	t.Parallel()
+	db := &countingDB{}
+	f := newSvcFixture(t, []testkit.Option{testkit.FakeOK()}, func(c *Config) {
+		c.wrapDB = func(inner DB) DB {
+			db.DB = inner
+			return db
+		}
+	})
+	keys := []string{"ONE", "TWO", "THREE"}
+	for _, k := range keys {
+		f.produce(t, &kgo.Record{Key: []byte(k + ":price_action"), Value: request(k, ModulePriceAction)})
+	}
+	f.start(t)
+	for _, k := range keys {
+		f.waitRow(t, k, ModulePriceAction, "row ready", func(r row) bool { return r.status == "ready" })
+	}
+	if b, o := db.begins.Load(), db.outside.Load(); b != int32(len(keys)) || o != 0 {
+		t.Errorf("%d transactions and %d statements outside them for %d fetches; want %d and 0", b, o, len(keys), len(keys))
+	}
+}
