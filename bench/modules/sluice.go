@@ -83,35 +83,37 @@ func (d *sluiceDriver) run(ctx context.Context, arrivals []arrival, timeout time
 	if firstErr != nil {
 		return result{}, fmt.Errorf("produce: %d requests failed: %w", failed.Load(), firstErr)
 	}
-	fresh, allFresh, err := d.waitFresh(ctx, start, timeout)
+	fresh, allFresh, polls, err := d.waitFresh(ctx, start, timeout)
 	if err != nil {
 		return result{}, err
 	}
 	return result{requests: len(arrivals), freshKeys: fresh, allFresh: allFresh, elapsed: time.Since(start), start: start,
-		p50: percentile(lat, 0.50), p99: percentile(lat, 0.99)}, nil
+		p50: percentile(lat, 0.50), p99: percentile(lat, 0.99), polls: polls}, nil
 }
 
 // waitFresh polls the view until the bench's keys are all fresh, and
-// returns how many are and when (since start) the last one was seen
-// fresh; it gives up timeout after start.
-func (d *sluiceDriver) waitFresh(ctx context.Context, start time.Time, timeout time.Duration) (int, time.Duration, error) {
+// returns how many are, when (since start) the last one was seen fresh
+// and how many polls it made; it gives up timeout after start.
+func (d *sluiceDriver) waitFresh(ctx context.Context, start time.Time, timeout time.Duration) (int, time.Duration, int64, error) {
 	tickers := make([]string, d.keys)
 	for k := range d.keys {
 		tickers[k] = benchTicker(k)
 	}
+	var polls int64
 	for {
 		var n int
+		polls++
 		if err := d.db.QueryRow(ctx, `SELECT count(*) FROM ticker_modules_status
 WHERE module_id = $1 AND ticker = ANY($2::text[]) AND freshness_status = 'fresh'`, benchModule, tickers).Scan(&n); err != nil {
-			return 0, 0, fmt.Errorf("poll ticker_modules_status: %w", err)
+			return 0, 0, polls, fmt.Errorf("poll ticker_modules_status: %w", err)
 		}
 		if n == d.keys || time.Since(start) > timeout {
-			return n, time.Since(start), nil
+			return n, time.Since(start), polls, nil
 		}
 		select {
 		case <-time.After(d.poll):
 		case <-ctx.Done():
-			return n, time.Since(start), ctx.Err()
+			return n, time.Since(start), polls, ctx.Err()
 		}
 	}
 }

@@ -118,6 +118,12 @@ const (
 // catalog.
 const DefaultCatalogRefresh = time.Minute
 
+// MirrorBatchLinger is the mirror's default run.Config.BatchLinger: a
+// state turns into a row this long after it was read, when no more follow
+// (the runtime's default 50 ms would make every refresh look that much
+// slower to readers of the view; a window still coalesces a backlog).
+const MirrorBatchLinger = 5 * time.Millisecond
+
 // MirrorWindow returns the mirror's default coalescing window: under a
 // backlog (a restart reading modules.state from the start) the states of a
 // key are merged, keeping the greatest token, and written once per window

@@ -198,6 +198,9 @@ func newMirrorService(env pipelines.Env, cfg Config, m *metrics) (pipelines.Serv
 	if rc.Window.MaxKeys == 0 {
 		rc.Window = MirrorWindow()
 	}
+	if rc.BatchLinger == 0 {
+		rc.BatchLinger = MirrorBatchLinger
+	}
 	runner, err := run.New(rc, decodeMirror, mirrorStage, stages.Sink[State](&mirrorSink{sink: ps, table: table, m: m}),
 		run.WithKafkaOpts(env.GroupKafka(rc.Group)...),
 		run.WithRegisterer(env.Registerer),
