@@ -222,9 +222,6 @@ func encodeWindowState(w WindowState) ([]byte, error) {
 	return b, nil
 }
 
-// windowStateRequired are the keys a window state's JSON must hold.
-var windowStateRequired = [...]string{"revision", "emitted_revision", "last_change"}
-
 // decodeWindowState decodes encodeWindowState's JSON. It rejects unknown
 // fields (a per-trade value of an earlier layout is no window state), a
 // missing revision, emitted_revision or last_change, and negative
@@ -243,7 +240,7 @@ func decodeWindowState(b []byte) (WindowState, error) {
 	if err := json.Unmarshal(b, &keys); err != nil {
 		return WindowState{}, fmt.Errorf("digest window state: %w", err)
 	}
-	for _, k := range windowStateRequired {
+	for _, k := range []string{"revision", "emitted_revision", "last_change"} {
 		if _, ok := keys[k]; !ok {
 			return WindowState{}, fmt.Errorf("digest window state: no %s", k)
 		}
