@@ -115,9 +115,10 @@ func TestValidateTradesTable(t *testing.T) {
 
 		// digest store and object
 		{schemas.TradesDigestState, "window", `{"revision":2,"emitted_revision":1,"last_change":"2026-11-26T10:00:00Z","emitted_agg":"ab12","emitted_partial":true}`, nil},
-		{schemas.TradesDigestState, "contribution", scoredSell, nil},
+		{schemas.TradesDigestState, "window publishing", `{"revision":1,"emitted_revision":1,"last_change":"2026-11-26T10:00:00.5Z","emitted_agg":"ab12","publishing":true,"publish_mark":"2026-11-26T10:00:01.000000005Z"}`, nil},
 		{schemas.TradesDigestState, "window without last_change", `{"revision":2,"emitted_revision":1}`, []string{"/last_change"}},
-		{schemas.TradesDigestState, "contribution without realized_pnl", strings.Replace(scoredSell, `"realized_pnl":"-5.17500000",`, ``, 1), []string{"/realized_pnl"}},
+		{schemas.TradesDigestState, "last_change not UTC", `{"revision":2,"emitted_revision":1,"last_change":"2026-11-26T11:00:00+01:00"}`, []string{"/last_change"}},
+		{schemas.TradesDigestState, "a per-trade contribution is no window state", scoredSell, []string{"", "/emitted_revision", "/last_change", "/revision"}},
 		{schemas.TradesDigestObject, "valid", `{"user_id":"u3","period":{"start":"2026-11-23","end":"2026-11-30"},"revision":1,"partial":true,"agg":` + agg + `}`, nil},
 		{schemas.TradesDigestObject, "top insight", `{"user_id":"u3","period":{"start":"2026-11-23","end":"2026-11-30"},"revision":1,"partial":false,"agg":` +
 			strings.Replace(agg, `"top_insight":null`, `"top_insight":{"label":"revenge_trading","pnl":"-5.17500000"}`, 1) + `}`, nil},

@@ -167,7 +167,7 @@ func Catalog() []Spec {
 	jobs.CoPartitionedWith = IngestTasks
 	importState := state(TradesImportState, "import_id, in its user's partition", 3, "trades-import state per import (last record per import_id)")
 	importState.CoPartitionedWith = TradesImport
-	digestState := state(TradesDigestState, "W|user|start and C|user|start, in the user's partition", 3, "trades-digest window store: window states and their contributions, one per trade id")
+	digestState := state(TradesDigestState, "W|user|start and C|user|start, in the user's partition", 3, "trades-digest window store: window states (JSON) and their contribution sets (binary, one entry per trade id)")
 	digestState.CoPartitionedWith = TradesBias
 	modState := state(ModulesState, "TICKER:module", 3, "module state (greatest (epoch, version) per ticker and module, seed 003)")
 	modState.CoPartitionedWith = ModulesRefresh

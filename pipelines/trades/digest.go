@@ -61,7 +61,8 @@ type DigestObject struct {
 }
 
 // WindowState is the value of a window's key in the digest store
-// (WindowStateKey): the revision of its contributions (above
+// (WindowStateKey), written as the JSON object its tags name
+// (schemas/json/trades.digest.state.json): the revision of its contributions (above
 // EmittedRevision while a change is pending), the last revision emitted
 // and when a contribution last changed it. EmittedAgg (a hash of the
 // emitted aggregate) and EmittedPartial describe the last emission, so

@@ -1,8 +1,10 @@
 package trades
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -16,7 +18,9 @@ import (
 
 // The digest store keeps, per (user, window), two keys:
 //
-//   - W|user|start: the window's state (WindowState), a few dozen bytes;
+//   - W|user|start: the window's state (WindowState), a JSON object
+//     {revision, emitted_revision, last_change, ...} of ~150 bytes (one
+//     per user-week);
 //   - C|user|start: the window's contributions, one per trade id: exactly
 //     what Aggregate reads of the trade's latest trade.scored (ts, broker,
 //     ext_id, side, qty × price, fee, realized P/L, labels, and a SELL's
@@ -197,45 +201,62 @@ func decodeContrib(userID, key, enc string) (contrib, string, error) {
 // in place before it Puts it again; the store encodes it at its flush.
 type windowContribs map[string]string
 
-// Value tags of the digest store's changelog records.
+// Leading bytes of the digest store's changelog values: a window state is
+// a JSON object; a contribution set is binary, tagged 'C'. tagWindow tags
+// the binary window state of an earlier layout, still read.
 const (
-	tagWindow   = 'W'
-	tagContribs = 'C'
+	tagWindowJSON = '{'
+	tagWindow     = 'W'
+	tagContribs   = 'C'
 )
 
-// encodeWindowState encodes a window's state: tag, revision, emitted
-// revision, flags (1 partial, 2 last change, 4 publishing), the emitted
-// aggregate's hash (16 bytes), last_change and publish_mark (Unix ns).
+// encodeWindowState encodes a window's state as the JSON object
+// WindowState's tags name (schemas/json/trades.digest.state.json), times in
+// UTC; revision, emitted_revision and last_change are always written.
 func encodeWindowState(w WindowState) ([]byte, error) {
-	b := []byte{tagWindow}
-	b = binary.AppendUvarint(b, uint64(max(w.Revision, 0)))
-	b = binary.AppendUvarint(b, uint64(max(w.EmittedRevision, 0)))
-	var flags byte
-	hash, err := hex.DecodeString(w.EmittedAgg)
+	w.LastChange, w.PublishMark = w.LastChange.UTC(), w.PublishMark.UTC()
+	b, err := json.Marshal(w)
 	if err != nil {
-		return nil, fmt.Errorf("window state: emitted_agg %q is not hex: %w", w.EmittedAgg, err)
-	}
-	if w.EmittedPartial {
-		flags |= 1
-	}
-	if !w.LastChange.IsZero() {
-		flags |= 2
-	}
-	if w.Publishing {
-		flags |= 4
-	}
-	b = append(b, flags)
-	b = appendString(b, string(hash))
-	if !w.LastChange.IsZero() {
-		b = binary.AppendVarint(b, w.LastChange.UnixNano())
-	}
-	if w.Publishing {
-		b = binary.AppendVarint(b, w.PublishMark.UnixNano())
+		return nil, fmt.Errorf("encode window state: %w", err)
 	}
 	return b, nil
 }
 
-func decodeWindowState(s string) (WindowState, error) {
+// decodeWindowState decodes encodeWindowState's JSON. It rejects unknown
+// fields (a per-trade value of an earlier layout is no window state), a
+// missing revision, emitted_revision or last_change, and negative
+// revisions.
+func decodeWindowState(b []byte) (WindowState, error) {
+	var w WindowState
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return WindowState{}, fmt.Errorf("digest window state: %w", err)
+	}
+	if dec.More() {
+		return WindowState{}, errors.New("digest window state: data after the object")
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return WindowState{}, fmt.Errorf("digest window state: %w", err)
+	}
+	for _, k := range []string{"revision", "emitted_revision", "last_change"} {
+		if _, ok := keys[k]; !ok {
+			return WindowState{}, fmt.Errorf("digest window state: no %s", k)
+		}
+	}
+	if w.Revision < 0 || w.EmittedRevision < 0 {
+		return WindowState{}, fmt.Errorf("digest window state: negative revision (%d, emitted %d)", w.Revision, w.EmittedRevision)
+	}
+	return w, nil
+}
+
+// decodeBinaryWindowState decodes the binary window state of an earlier
+// layout: tag 'W', revision, emitted revision (uvarints), flags (1
+// partial, 2 last change, 4 publishing), the emitted aggregate's hash
+// (length-prefixed bytes), then last_change and publish_mark (Unix ns
+// varints) when their flags are set.
+func decodeBinaryWindowState(s string) (WindowState, error) {
 	r := byteReader{s: s, off: 1}
 	var w WindowState
 	w.Revision, w.EmittedRevision = int(r.uvarint()), int(r.uvarint())

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,35 +107,52 @@ func TestStoreContributionsAggregateExactly(t *testing.T) {
 	}
 }
 
-// A window's state survives its encoding, the emitted aggregate's hash and
-// a zero last change included.
+// A window's state survives its encoding, the emitted aggregate's hash, a
+// zero last change and a publishing mark included; the encoding is a JSON
+// object with the contract's keys revision, emitted_revision and
+// last_change (RFC 3339, UTC).
 func TestWindowStateEncoding(t *testing.T) {
+	cet := time.FixedZone("CET", 3600)
 	for _, st := range []WindowState{
 		{},
 		{Revision: 3, EmittedRevision: 2, LastChange: time.Date(2025, 1, 8, 10, 0, 0, 123, time.UTC),
 			EmittedAgg: "00112233445566778899aabbccddeeff", EmittedPartial: true},
-		{Revision: 1, EmittedRevision: 1, LastChange: time.Date(2025, 1, 8, 10, 0, 0, 0, time.UTC), Publishing: true,
+		{Revision: 1, EmittedRevision: 1, LastChange: time.Date(2025, 1, 8, 11, 0, 0, 0, cet), Publishing: true,
 			PublishMark: time.Date(2026, 11, 26, 10, 0, 0, 5, time.UTC)},
 	} {
 		raw, err := encodeDigestEntry(digestEntry{Window: &st})
 		if err != nil {
 			t.Fatal(err)
 		}
+		var fields map[string]any
+		if err := json.Unmarshal(raw, &fields); err != nil {
+			t.Fatalf("window state %q is not a JSON object: %v", raw, err)
+		}
+		for _, k := range []string{"revision", "emitted_revision", "last_change"} {
+			if _, ok := fields[k]; !ok {
+				t.Errorf("window state %s has no %s", raw, k)
+			}
+		}
+		if fields["revision"] != float64(st.Revision) || fields["emitted_revision"] != float64(st.EmittedRevision) {
+			t.Errorf("window state %s: revisions, want %d and %d", raw, st.Revision, st.EmittedRevision)
+		}
+		lc, _ := fields["last_change"].(string)
+		if parsed, err := time.Parse(time.RFC3339Nano, lc); err != nil || !parsed.Equal(st.LastChange) || !strings.HasSuffix(lc, "Z") {
+			t.Errorf("window state %s: last_change %q, want %v in RFC 3339 UTC (%v)", raw, lc, st.LastChange, err)
+		}
 		e, err := decodeDigestEntry(raw)
 		if err != nil || e.Window == nil {
-			t.Fatalf("decode %x: %v", raw, err)
+			t.Fatalf("decode %s: %v", raw, err)
 		}
-		a, _ := json.Marshal(st)
+		want := st
+		want.LastChange, want.PublishMark = st.LastChange.UTC(), st.PublishMark.UTC()
+		a, _ := json.Marshal(want)
 		b, _ := json.Marshal(*e.Window)
 		if string(a) != string(b) {
 			t.Errorf("window state %s restored as %s", a, b)
 		}
 	}
-	if _, err := decodeDigestEntry([]byte(`{"revision":1}`)); err == nil {
-		t.Error("a JSON value of the earlier layout was decoded, want an error")
-	}
 }
-
 func pick(rng *rand.Rand, from []string) []string {
 	var out []string
 	for _, s := range from {
@@ -152,4 +170,35 @@ func randDec(rng *rand.Rand) decimal.Decimal {
 		d = d.Mul(decimal.New(rng.Int64N(1e12)+1e12, -6)).Mul(decimal.New(1e12, 0))
 	}
 	return d
+}
+
+// A binary window state of the earlier layout (tag 'W') is still read; a
+// per-trade JSON value of the layout before it, a window state without a
+// contract field, one with a field no window state has and one with a
+// negative revision are not.
+func TestWindowStateDecodeLayouts(t *testing.T) {
+	// encodeWindowState's output before window states were JSON.
+	old := "W\x03\x02\a\x10\x00\x11\"3DUfw\x88\x99\xaa\xbb\xcc\xdd\xee\xff\xf6\x81\xb2\x8b\x94\xd3\xd7\x980\x8a\x80\xba\xbb\xd2\xff\xc7\xeb1"
+	e, err := decodeDigestEntry([]byte(old))
+	if err != nil || e.Window == nil {
+		t.Fatalf("binary window state: %v", err)
+	}
+	want := WindowState{Revision: 3, EmittedRevision: 2, LastChange: time.Date(2025, 1, 8, 10, 0, 0, 123, time.UTC),
+		EmittedAgg: "00112233445566778899aabbccddeeff", EmittedPartial: true, Publishing: true,
+		PublishMark: time.Date(2026, 11, 26, 10, 0, 0, 5, time.UTC)}
+	if *e.Window != want {
+		t.Errorf("binary window state decoded as %+v, want %+v", *e.Window, want)
+	}
+	for _, bad := range []string{
+		`{"trade_id":"3aca7316-20fa-5af5-b34a-a0fc8e259e9c","user_id":"u3","broker":"synthetic","ext_id":"2"}`,
+		`{"revision":1,"emitted_revision":1}`,
+		`{"revision":1,"last_change":"2025-01-08T10:00:00Z"}`,
+		`{"revision":1,"emitted_revision":0,"last_change":"2025-01-08T10:00:00Z","colour":"red"}`,
+		`{"revision":-1,"emitted_revision":0,"last_change":"2025-01-08T10:00:00Z"}`,
+		`{"revision":1,"emitted_revision":0,"last_change":"2025-01-08T10:00:00Z"} {}`,
+	} {
+		if e, err := decodeDigestEntry([]byte(bad)); err == nil {
+			t.Errorf("%s decoded as %+v, want an error", bad, e)
+		}
+	}
 }

@@ -47,8 +47,14 @@ func decodeDigestEntry(b []byte) (digestEntry, error) {
 		return digestEntry{}, errors.New("digest store entry: empty value")
 	}
 	switch b[0] {
-	case tagWindow:
-		w, err := decodeWindowState(string(b))
+	case tagWindowJSON, tagWindow:
+		var w WindowState
+		var err error
+		if b[0] == tagWindow {
+			w, err = decodeBinaryWindowState(string(b)) // an earlier layout
+		} else {
+			w, err = decodeWindowState(b)
+		}
 		if err != nil {
 			return digestEntry{}, err
 		}

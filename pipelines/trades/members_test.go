@@ -59,16 +59,21 @@ type memberSpec struct {
 	// for ever (the member is killed there).
 	HangProduceTopic string
 	// HangProduceContains, when set, limits the hang to records whose
-	// value contains it.
+	// value contains it and none of HangProduceExcludes.
 	HangProduceContains string
+	HangProduceExcludes []string
 }
 
 // produceHang hangs the producer of every record to topic whose value
-// contains contains.
-type produceHang struct{ topic, contains string }
+// contains contains and none of excludes.
+type produceHang struct {
+	topic, contains string
+	excludes        []string
+}
 
 func (h produceHang) OnProduceRecordBuffered(r *kgo.Record) {
-	if r.Topic == h.topic && bytes.Contains(r.Value, []byte(h.contains)) {
+	if r.Topic == h.topic && bytes.Contains(r.Value, []byte(h.contains)) &&
+		!slices.ContainsFunc(h.excludes, func(x string) bool { return bytes.Contains(r.Value, []byte(x)) }) {
 		select {}
 	}
 }
@@ -138,7 +143,7 @@ func childMember(raw string) int {
 	}
 	kopts = append(kopts, memberKillOpts()...)
 	if s.HangProduceTopic != "" {
-		kopts = append(kopts, kgo.WithHooks(produceHang{s.HangProduceTopic, s.HangProduceContains}))
+		kopts = append(kopts, kgo.WithHooks(produceHang{s.HangProduceTopic, s.HangProduceContains, s.HangProduceExcludes}))
 	}
 	env := pipelines.Env{
 		Kafka: kopts, DB: pool, Objects: objects, Registerer: prometheus.NewRegistry(),
@@ -594,8 +599,11 @@ func digestKilled(t *testing.T, point string) {
 		spec.HangProduceTopic = h.topic(topics.DigestReady)
 	case killBeforeMark:
 		// The window state written after the publish: revision 1,
-		// emitted 1, last change set, Publishing cleared (digeststate.go).
-		spec.HangProduceTopic, spec.HangProduceContains = h.topic(topics.TradesDigestState), "W\x01\x01\x02"
+		// emitted 1, not partial, Publishing cleared (a JSON object in
+		// WindowState's field order, empty fields omitted).
+		spec.HangProduceTopic = h.topic(topics.TradesDigestState)
+		spec.HangProduceContains, spec.HangProduceExcludes = `{"revision":1,"emitted_revision":1,"last_change":`,
+			[]string{`"emitted_partial"`, `"publishing"`}
 	}
 	spec.Settle = settle
 	child := testkit.StartChild(t, memberEnv, spec)
@@ -648,6 +656,24 @@ func digestKilled(t *testing.T, point string) {
 	child.Kill(t)
 	if point != killBeforeMark && before >= 2 {
 		t.Fatalf("%d digest.ready before the kill: the kill came too late", before)
+	}
+	if point == killBeforeMark {
+		// The kill came where it should: a window's publishing mark is on
+		// the changelog, no state written after a publish is.
+		marks := 0
+		for _, r := range h.k.ReadTopic(t, h.topic(topics.TradesDigestState)) {
+			e, err := decodeDigestEntry(r.Value)
+			if err != nil || e.Window == nil || e.Window.EmittedRevision == 0 {
+				continue
+			}
+			if !e.Window.Publishing {
+				t.Fatalf("window state %s written after its publish before the kill: the hang missed it", r.Value)
+			}
+			marks++
+		}
+		if marks == 0 {
+			t.Fatal("no publishing mark on the changelog before the kill")
+		}
 	}
 
 	cfg := h.cfg

@@ -3,6 +3,7 @@ package trades
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +26,8 @@ var eventSchemas = map[string]string{
 // Every record the running pipeline writes matches its schema in
 // schemas/json: commands (import, push, chained pages with and without
 // not_before, a rejected trade's one-trade push), import states, every
-// event type, the digest store's windows and contributions, the DLQ's
+// event type, the digest store's window states (its contribution sets are
+// binary: they decode), the DLQ's
 // commands and the digest object. The scenario: a synthetic import with a
 // rate-limited page, one whose page keeps failing (import.failed), a push
 // with numbers, decimal strings and one bad trade, then score and digest
@@ -100,9 +102,8 @@ func TestRecordsMatchSchemas(t *testing.T) {
 		}
 		seen[schema]++
 	}
-	for _, name := range []string{topics.TradesImport, topics.TradesImportState, topics.TradesDigestState} {
-		schema := map[string]string{topics.TradesImport: schemas.TradesCommand,
-			topics.TradesImportState: schemas.TradesImportState, topics.TradesDigestState: schemas.TradesDigestState}[name]
+	for _, name := range []string{topics.TradesImport, topics.TradesImportState} {
+		schema := map[string]string{topics.TradesImport: schemas.TradesCommand, topics.TradesImportState: schemas.TradesImportState}[name]
 		for _, r := range h.k.ReadTopic(t, h.topic(name)) {
 			if r.Value == nil {
 				continue
@@ -110,21 +111,36 @@ func TestRecordsMatchSchemas(t *testing.T) {
 			check(schema, r)
 			var probe struct {
 				Kind      string     `json:"kind"`
-				TradeID   string     `json:"trade_id"`
 				NotBefore *time.Time `json:"not_before"`
 			}
 			if err := json.Unmarshal(r.Value, &probe); err != nil {
 				t.Fatal(err)
 			}
-			switch {
-			case name == topics.TradesImport:
+			if name == topics.TradesImport {
 				seen["command "+probe.Kind]++
 				if probe.NotBefore != nil {
 					seen["page with not_before"]++
 				}
-			case name == topics.TradesDigestState && probe.TradeID == "":
-				seen["window state"]++
 			}
+		}
+	}
+	// The digest store: a window state (W|user|start) is JSON and matches
+	// its schema; a contribution set (C|user|start) is binary and decodes.
+	for _, r := range h.k.ReadTopic(t, h.topic(topics.TradesDigestState)) {
+		if r.Value == nil {
+			continue
+		}
+		e, err := decodeDigestEntry(r.Value)
+		switch {
+		case err != nil:
+			t.Errorf("digest store record (key %s): %v\n%q", r.Key, err, r.Value)
+		case strings.HasPrefix(string(r.Key), "W|") && e.Window != nil:
+			check(schemas.TradesDigestState, r)
+			seen["window state"]++
+		case strings.HasPrefix(string(r.Key), "C|") && len(e.Contribs) > 0:
+			seen["contribution set"]++
+		default:
+			t.Errorf("digest store record (key %s) decodes as %+v: not a window state under W| nor contributions under C|", r.Key, e)
 		}
 	}
 	var ready []Event[DigestReady]
@@ -167,7 +183,7 @@ func TestRecordsMatchSchemas(t *testing.T) {
 	t.Logf("records checked: %v", seen)
 	// The scenario produced every kind of record (else it proved nothing).
 	for _, k := range []string{"command import", "command push", "command page", "page with not_before",
-		schemas.TradesImportState, schemas.TradesDigestState, "window state",
+		schemas.TradesImportState, schemas.TradesDigestState, "window state", "contribution set",
 		TypeTradeUpserted, TypeImportProgress, TypeImportCompleted, TypeImportFailed, TypeScoreRequest,
 		TypeTradeScored, TypeDigestRequest, TypeCoachReflect, TypeDigestReady, "dlq", schemas.TradesDigestObject} {
 		if seen[k] == 0 {
