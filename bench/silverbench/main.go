@@ -130,6 +130,7 @@ func runBench(args []string) error {
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the topics, group and schemas")
 	fs.BoolVar(&cfg.profile, "profile", false, "write CPU and allocation profiles of the pipeline process to WORKDIR/pipeline.cpu.pprof and WORKDIR/pipeline.allocs.pprof")
 	fs.DurationVar(&cfg.timeout, "timeout", 10*time.Minute, "limit for variant a")
+	fs.StringVar(&cfg.pipeline.dlqCommit, "dlq-commit", "", "variant a: run.Config.DLQCommit (transactional, at-least-once; empty: the runtime default)")
 	fs.IntVar(&cfg.pipeline.batchMaxRecords, "batch-max-records", 0, "variant a: run.Config.BatchMaxRecords (0: pipeline default)")
 	fs.IntVar(&cfg.pipeline.batchMaxBytes, "batch-max-bytes", 0, "variant a: run.Config.BatchMaxBytes (0: runtime default)")
 	fs.IntVar(&cfg.pipeline.maxInFlight, "max-in-flight", 0, "variant a: run.Config.MaxInFlight (0: runtime default)")

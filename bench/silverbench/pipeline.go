@@ -40,6 +40,7 @@ type pipelineFlags struct {
 	batchLinger                        time.Duration
 	windowMaxKeys, windowMaxTotalKeys  int
 	windowMaxAge                       time.Duration
+	dlqCommit                          string
 }
 
 func (p *pipelineFlags) register(fs *flag.FlagSet) {
@@ -60,6 +61,7 @@ func (p *pipelineFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.windowMaxKeys, "window-max-keys", 0, "run.Config.Window.MaxKeys (0: the pipeline's default, -1: no window)")
 	fs.DurationVar(&p.windowMaxAge, "window-max-age", 0, "run.Config.Window.MaxAge (0: the pipeline's default)")
 	fs.IntVar(&p.windowMaxTotalKeys, "window-max-total-keys", 0, "run.Config.Window.MaxTotalKeys (0: the pipeline's default, -1: no bound over all partitions)")
+	fs.StringVar(&p.dlqCommit, "dlq-commit", "", "run.Config.DLQCommit (transactional, at-least-once; empty: the runtime's default)")
 }
 
 // args renders p back into command-line arguments for the child process.
@@ -72,6 +74,9 @@ func (p *pipelineFlags) args() []string {
 		"--max-in-flight", fmt.Sprint(p.maxInFlight), "--batch-linger", p.batchLinger.String(),
 		"--window-max-keys", fmt.Sprint(p.windowMaxKeys), "--window-max-age", p.windowMaxAge.String(),
 		"--window-max-total-keys", fmt.Sprint(p.windowMaxTotalKeys),
+	}
+	if p.dlqCommit != "" {
+		a = append(a, "--dlq-commit", p.dlqCommit)
 	}
 	if p.cpuProfile != "" {
 		a = append(a, "--cpuprofile", p.cpuProfile)
@@ -151,7 +156,7 @@ func runPipeline(args []string) error {
 	services, err := silver.Services(env, silver.Config{
 		Group: p.group, Topic: p.topic, DLQTopic: p.dlqTopic, FlagsTopic: p.flagsTopic,
 		Runtime: run.Config{
-			BatchMaxRecords: p.batchMaxRecords, BatchMaxBytes: p.batchMaxBytes,
+			BatchMaxRecords: p.batchMaxRecords, BatchMaxBytes: p.batchMaxBytes, DLQCommit: p.dlqCommit,
 			MaxInFlight: p.maxInFlight, BatchLinger: p.batchLinger,
 			Window: run.WindowConfig{MaxKeys: p.windowMaxKeys, MaxAge: p.windowMaxAge, MaxTotalKeys: p.windowMaxTotalKeys},
 		},
