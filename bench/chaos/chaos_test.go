@@ -16,10 +16,14 @@ func TestParseScenarios(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
-	for _, bad := range []string{"", "nosuch", "nosuch:kill", "ticks:postgres", "smap:leader"} {
+	for _, bad := range []string{"", "nosuch", "nosuch:kill", "ticks:postgres", "smap:reboot"} {
 		if got, err := parseScenarios(bad); err == nil {
 			t.Errorf("%q: accepted as %v", bad, got)
 		}
+	}
+	// The leader kill is every pipeline's when named, never a default.
+	if got, err := parseScenarios("smap:leader,modules:leader"); err != nil || !slices.Equal(got, []string{"smap:leader", "modules:leader"}) {
+		t.Errorf("leader: %v, %v", got, err)
 	}
 	// The default is every pipeline's faults, in priority order.
 	def := defaultScenarios()

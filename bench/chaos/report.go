@@ -106,7 +106,7 @@ func renderReport(cfg *config, rs []result) string {
 		}
 	}
 	w("")
-	w("Faults: kill = kill -9 of one of two `sluice run` members, started again 2 s later; redis, postgres, broker = the service (Kafka: every node) stopped for 5 s and started again. pending then = units of work (smap: items counted, plus one per project completed; ticks: source ticks in files, plus one per job completed; trades: trades stored plus digests written; modules: keys ready) whose effects were not there when the fault began (a fault that hits nothing fails). lost = effects the input implies that are missing; duplicated = effects present or counted more than once. recovery = from the end of the fault until every effect is there and every group's lag is 0.")
+	w("Faults: kill = kill -9 of one of two `sluice run` members, started again 2 s later; redis, postgres, broker = the service (Kafka: every node) stopped for 5 s and started again; leader = kill -9 of the broker leading partition 0 of the first input topic (3 nodes; started again after recovery). pending then = units of work (smap: items counted, plus one per project completed; ticks: source ticks in files, plus one per job completed; trades: trades stored plus digests written; modules: keys ready) whose effects were not there when the fault began (a fault that hits nothing fails). lost = effects the input implies that are missing; duplicated = effects present or counted more than once. recovery = from the end of the fault until every effect is there and every group's lag is 0.")
 	return b.String()
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -246,6 +247,22 @@ func (sc *scene) lag(ctx context.Context, w workload) (int64, error) {
 	return total, nil
 }
 
+// firstInput returns the first topic of w's first group in name order.
+func firstInput(w workload) string {
+	gs := w.groups()
+	names := make([]string, 0, len(gs))
+	for g := range gs {
+		names = append(names, g)
+	}
+	sort.Strings(names)
+	for _, g := range names {
+		if ts := gs[g]; len(ts) > 0 {
+			return ts[0]
+		}
+	}
+	return ""
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -322,6 +339,23 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 			res.err = err
 			return res
 		}
+	case "leader":
+		// The leader of partition 0 of the first input topic (of the
+		// groups in name order), killed with kill -9; the cluster goes on
+		// with two nodes and the node is started again after recovery.
+		topic := sc.topic(firstInput(w))
+		node, err := faults.KillLeader(ctx, sc.adm, topic)
+		if err != nil {
+			res.err = err
+			return res
+		}
+		logf("%s: kill -9 of broker %d, the leader of %s/0", scenario, node, topic)
+		defer func() {
+			logf("%s: starting the killed broker again", scenario)
+			if err := cfg.stack.Run("up.sh", "kafka"); err != nil {
+				res.err = errors.Join(res.err, err)
+			}
+		}()
 	case "redis", "postgres", "broker":
 		svc := map[string]string{"redis": "redis", "postgres": "postgres", "broker": "kafka"}[fault]
 		logf("%s: stopping %s for 5 s", scenario, svc)

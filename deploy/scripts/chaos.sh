@@ -63,7 +63,13 @@ if [[ -n ${CHAOS_SCENARIOS:-} ]]; then
 else
 	IFS=, read -ra items <<<"$PIPELINES"
 	for p in "${items[@]}"; do
-		if [[ $p == silver ]]; then silver_scen=$silver_default; else add other_scen "$p"; fi
+		if [[ $p == silver ]]; then
+			silver_scen=$silver_default
+		else
+			add other_scen "$p"
+			# The partition leader's kill needs the 3 nodes.
+			[[ $SLUICE_KAFKA_NODES == 3 ]] && add other_scen "$p:leader"
+		fi
 	done
 fi
 
