@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sluicehq/sluice/bench/internal/faults"
@@ -163,11 +164,11 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	quiesce()
 	cpu0, sampler := machineCPU(), startCPUSampler()
 	start := time.Now()
-	ch, err := startChild(cmd)
+	ch, err := faults.Run(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("start pipeline: %w", err)
 	}
-	defer ch.stop()
+	defer ch.Stop(syscall.SIGTERM)
 	pid := cmd.Process.Pid
 	metricsURL := "http://" + pf.opsAddr + "/metrics"
 	n := float64(len(p.recs))
@@ -179,7 +180,7 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	fail := func(why string) (*resultA, error) {
 		res.failure = why
 		res.peakRSSKB = procStatusKB(pid, "VmHWM")
-		ch.stop()
+		ch.Stop(syscall.SIGTERM)
 		res.cg = cg.stats()
 		res.cpuBy = sampler.stop()
 		res.cpuSplit = cpuSplit(res.cpuBy)
@@ -189,8 +190,8 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	}
 	for done := false; !done; {
 		select {
-		case err := <-ch.exited:
-			err = ch.exitedWith(err)
+		case <-ch.Done():
+			err := ch.Err()
 			if cg != nil {
 				return fail(fmt.Sprintf("process exited (%v)", err))
 			}
@@ -199,10 +200,10 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 			if cg != nil {
 				return fail(fmt.Sprintf("not finished within %s", cfg.timeout))
 			}
-			ch.stop()
+			ch.Stop(syscall.SIGTERM)
 			return nil, fmt.Errorf("pipeline did not finish within %s; see %s", cfg.timeout, res.logFile)
 		case <-ctx.Done():
-			ch.stop()
+			ch.Stop(syscall.SIGTERM)
 			return nil, ctx.Err()
 		case <-tick.C:
 		}
@@ -250,7 +251,7 @@ func runVariantA(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet
 	}
 	res.peakRSSKB = procStatusKB(pid, "VmHWM")
 	res.cpu = procCPU(pid)
-	ch.stop()
+	ch.Stop(syscall.SIGTERM)
 	if cg != nil {
 		res.cg = cg.stats()
 	}

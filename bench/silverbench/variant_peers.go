@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -122,11 +123,11 @@ func runPeer(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, na
 	res.load[0] = loadAvg()
 	cpu0, sampler := machineCPU(), startCPUSampler()
 	start := time.Now()
-	ch, err := startChild(cmd)
+	ch, err := faults.Run(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("start peer %s: %w", name, err)
 	}
-	defer ch.stop()
+	defer ch.Stop(syscall.SIGTERM)
 	pid := cmd.Process.Pid
 	deadline := time.After(cfg.peerTimeout)
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -134,8 +135,8 @@ func runPeer(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, na
 	lastLog := time.Now()
 	for {
 		select {
-		case err := <-ch.exited:
-			err = ch.exitedWith(err)
+		case <-ch.Done():
+			err := ch.Err()
 			sampler.stop()
 			res.failure = fmt.Sprintf("exited early (%v); see %s", err, res.logFile)
 			logf2("%s: %s", name, res.failure)
@@ -167,7 +168,7 @@ func runPeer(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, na
 	res.cpuSplit = cpuSplit(res.cpuBy)
 	res.peakRSSKB = procStatusKB(pid, "VmHWM")
 	res.cpu = procCPU(pid)
-	ch.stop()
+	ch.Stop(syscall.SIGTERM)
 	if res.dlq, res.dlqTotal, err = dlqStats(ctx, adm, cfg.kopts, dlqTopic); err != nil {
 		return nil, err
 	}

@@ -164,14 +164,16 @@ func (c *txnCommitter) close() {
 // producer id failed for good: the broker aborted a transaction that
 // outlived the transaction timeout (a partition leader gone for longer
 // than that) and bumped the epoch, so every later BeginTransaction of the
-// old client fails with PRODUCER_FENCED. The caller holds turn.
-func (c *txnCommitter) renew() error {
+// old client fails with PRODUCER_FENCED. cause is that failure; the
+// caller holds turn.
+func (c *txnCommitter) renew(cause error) error {
 	cl, err := kgo.NewClient(c.opts...)
 	if err != nil {
-		return fmt.Errorf("dead-letter transactional client: %w", err)
+		return fmt.Errorf("%w; dead-letter transactional client: %w", cause, err)
 	}
 	c.cl.Close()
 	c.cl, c.open = cl, false
+	c.log.Warn("dead-letter producer renewed after its transaction was aborted by the broker", "err", cause)
 	return nil
 }
 
@@ -274,10 +276,9 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 		case errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch):
 			// The broker aborted it (transaction timeout) and bumped the
 			// epoch: the client's producer id is failed for good.
-			if rerr := c.renew(); rerr != nil {
-				return fmt.Errorf("dead-letter transaction left open: %w; %w", err, rerr)
+			if err := c.renew(err); err != nil {
+				return fmt.Errorf("dead-letter transaction left open: %w", err)
 			}
-			c.log.Warn("dead-letter producer renewed after its transaction was aborted by the broker", "err", err)
 		default:
 			return fmt.Errorf("dead-letter transaction left open: %w", err)
 		}
@@ -387,10 +388,9 @@ func (c *txnCommitter) transact(ctx context.Context, recs []*kgo.Record, offsets
 	if err := c.cl.BeginTransaction(); err != nil {
 		// The producer id failed for good (see renew); the next commit
 		// goes through a new client.
-		if rerr := c.renew(); rerr != nil {
-			return fmt.Errorf("begin transaction: %w; %w", err, rerr)
+		if rerr := c.renew(err); rerr != nil {
+			return fmt.Errorf("begin transaction: %w", rerr)
 		}
-		c.log.Warn("dead-letter producer renewed after its transaction was aborted by the broker", "err", err)
 		return fmt.Errorf("begin transaction: %w", err)
 	}
 	c.open = true

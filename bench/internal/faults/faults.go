@@ -84,10 +84,12 @@ func KillLeader(ctx context.Context, adm *kadm.Client, topic string) (int32, err
 	return leader, nil
 }
 
-// Child is a started process whose output goes to a log file.
+// Child is a started process, its output in a log file (Start) or where
+// its command sends it (Run).
 type Child struct {
 	cmd     *exec.Cmd
-	exited  chan error
+	done    chan struct{} // closed once the process has ended
+	err     error         // cmd.Wait's result, set before done is closed
 	logPath string
 }
 
@@ -98,14 +100,31 @@ func Start(cmd *exec.Cmd, logPath string) (*Child, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	c, err := Run(cmd)
+	if err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+		return nil, err
 	}
-	c := &Child{cmd: cmd, exited: make(chan error, 1), logPath: logPath}
-	go func() { c.exited <- cmd.Wait(); logf.Close() }()
+	c.logPath = logPath
+	go func() { <-c.done; logf.Close() }()
 	return c, nil
 }
+
+// Run starts cmd as it is configured and waits for it in the background.
+func Run(cmd *exec.Cmd) (*Child, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	c := &Child{cmd: cmd, done: make(chan struct{})}
+	go func() { c.err = cmd.Wait(); close(c.done) }()
+	return c, nil
+}
+
+// Done is closed once the process has ended; Err then says how.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// Err is cmd.Wait's result once Done is closed.
+func (c *Child) Err() error { return c.err }
 
 // Diagnose returns whether the process has ended and the last lines of
 // its log above INFO, for the report of a scenario that failed.
@@ -130,9 +149,8 @@ func (c *Child) Diagnose() string {
 // Exited reports whether the process has ended, and how.
 func (c *Child) Exited() (bool, error) {
 	select {
-	case err := <-c.exited:
-		c.exited <- err
-		return true, err
+	case <-c.done:
+		return true, c.err
 	default:
 		return false, nil
 	}
@@ -140,18 +158,17 @@ func (c *Child) Exited() (bool, error) {
 
 // Stop ends the process with sig (SIGKILL: at once, as kill -9), and with
 // SIGKILL when it has not ended 30 s later. Stopping an ended process does
-// nothing. Not safe for concurrent use.
+// nothing.
 func (c *Child) Stop(sig syscall.Signal) {
 	if done, _ := c.Exited(); done {
 		return
 	}
 	_ = c.cmd.Process.Signal(sig)
 	select {
-	case err := <-c.exited:
-		c.exited <- err
+	case <-c.done:
 	case <-time.After(30 * time.Second):
 		_ = c.cmd.Process.Kill()
-		c.exited <- <-c.exited
+		<-c.done
 	}
 }
 
