@@ -19,8 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/bench/internal/benchdb"
 	"github.com/sluicehq/sluice/bench/internal/faults"
-	"github.com/sluicehq/sluice/schemas"
 	"github.com/sluicehq/sluice/sinks/objstore"
 )
 
@@ -107,19 +107,11 @@ func newScene(ctx context.Context, cfg *config, pipeline, fault string) (*scene,
 		sc.close(ctx)
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	_, err = admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{sc.schema}.Sanitize())
+	sc.dbURL, err = benchdb.FreshSchema(ctx, admin, cfg.dbURL, sc.schema)
 	admin.Close(ctx)
 	if err != nil {
 		sc.close(ctx)
-		return nil, fmt.Errorf("create schema %s: %w", sc.schema, err)
-	}
-	if sc.dbURL, err = schemaURL(cfg.dbURL, sc.schema); err != nil {
-		sc.close(ctx)
 		return nil, err
-	}
-	if _, err := schemas.Migrate(ctx, sc.dbURL); err != nil {
-		sc.close(ctx)
-		return nil, fmt.Errorf("migrate %s: %w", sc.schema, err)
 	}
 	if sc.db, err = pgxpool.New(ctx, sc.dbURL); err != nil {
 		sc.close(ctx)
@@ -137,18 +129,6 @@ func newScene(ctx context.Context, cfg *config, pipeline, fault string) (*scene,
 		return nil, fmt.Errorf("object store: %w", err)
 	}
 	return sc, nil
-}
-
-// schemaURL returns the database URL with search_path set to schema.
-func schemaURL(base, schema string) (string, error) {
-	if !strings.HasPrefix(base, "postgres://") && !strings.HasPrefix(base, "postgresql://") {
-		return base + " search_path=" + schema, nil
-	}
-	sep := "?"
-	if strings.Contains(base, "?") {
-		sep = "&"
-	}
-	return base + sep + "search_path=" + schema, nil
 }
 
 // close stops the members and drops the scenario's schema, topics and

@@ -42,6 +42,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/bench/internal/benchdb"
 	"github.com/sluicehq/sluice/bench/internal/faults"
 )
 
@@ -176,13 +177,13 @@ func chaosScenario(ctx context.Context, cfg *chaosConfig, p *prepared, scenario 
 		res.err = err
 		return res
 	}
-	url, err := freshSchema(ctx, admin, cfg.databaseURL, schema)
+	url, err := benchdb.FreshSchema(ctx, admin, cfg.databaseURL, schema)
 	if err != nil {
 		res.err = err
 		return res
 	}
 	// The reference: the rows the corpus implies, loaded as variant c does.
-	refURL, err := freshSchema(ctx, admin, cfg.databaseURL, ref)
+	refURL, err := benchdb.FreshSchema(ctx, admin, cfg.databaseURL, ref)
 	if err != nil {
 		res.err = err
 		return res

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sluicehq/sluice/bench/internal/benchdb"
 	"github.com/sluicehq/sluice/pipelines/silver"
 )
 
@@ -66,7 +67,7 @@ func runSinkDiag(args []string) error {
 	}
 	defer admin.Close(context.Background())
 	schema := fmt.Sprintf("bench_diag_%x", time.Now().UnixNano()&0xffffffff)
-	u, err := freshSchema(ctx, admin, base, schema)
+	u, err := benchdb.FreshSchema(ctx, admin, base, schema)
 	if err != nil {
 		return err
 	}

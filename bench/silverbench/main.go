@@ -41,7 +41,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -55,8 +54,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/bench/internal/benchdb"
 	"github.com/sluicehq/sluice/internal/kconf"
-	"github.com/sluicehq/sluice/schemas"
 )
 
 func main() {
@@ -191,36 +190,6 @@ func (cfg *config) childFlags(ts topicSet, dbURL, group string) (pipelineFlags, 
 	return pf, nil
 }
 
-// schemaURL returns the database URL with search_path set to schema.
-func schemaURL(base, schema string) (string, error) {
-	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
-		u, err := url.Parse(base)
-		if err != nil {
-			return "", fmt.Errorf("DATABASE_URL: %w", err)
-		}
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		return u.String(), nil
-	}
-	return base + " search_path=" + schema, nil
-}
-
-// freshSchema creates schema and applies the sluice migrations in it.
-func freshSchema(ctx context.Context, admin *pgx.Conn, base, schema string) (string, error) {
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return "", fmt.Errorf("create schema %s: %w", schema, err)
-	}
-	u, err := schemaURL(base, schema)
-	if err != nil {
-		return "", err
-	}
-	if _, err := schemas.Migrate(ctx, u); err != nil {
-		return "", fmt.Errorf("migrate %s: %w", schema, err)
-	}
-	return u, nil
-}
-
 // results gathers everything the report shows.
 type results struct {
 	cfg       *config
@@ -308,7 +277,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 			if !has(cr.name) {
 				continue
 			}
-			urlA, err := freshSchema(ctx, admin, cfg.databaseURL, schemaOf(cr.name))
+			urlA, err := benchdb.FreshSchema(ctx, admin, cfg.databaseURL, schemaOf(cr.name))
 			if err != nil {
 				return err
 			}
@@ -348,7 +317,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 			if !has(name) {
 				continue
 			}
-			urlP, err := freshSchema(ctx, admin, cfg.databaseURL, schemaOf(name))
+			urlP, err := benchdb.FreshSchema(ctx, admin, cfg.databaseURL, schemaOf(name))
 			if err != nil {
 				return err
 			}
@@ -378,7 +347,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 			continue
 		}
 		schema := bv.schema
-		urlB, err := freshSchema(ctx, admin, cfg.databaseURL, schema)
+		urlB, err := benchdb.FreshSchema(ctx, admin, cfg.databaseURL, schema)
 		if err != nil {
 			return err
 		}
@@ -413,7 +382,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		}
 	}
 	if has("c") {
-		urlC, err := freshSchema(ctx, admin, cfg.databaseURL, schemaOf("c"))
+		urlC, err := benchdb.FreshSchema(ctx, admin, cfg.databaseURL, schemaOf("c"))
 		if err != nil {
 			return err
 		}
@@ -441,7 +410,7 @@ func bench(ctx context.Context, cfg *config) (err error) {
 		}
 	}
 	if has("p") {
-		urlP, err := freshSchema(ctx, admin, cfg.databaseURL, schemaOf("p"))
+		urlP, err := benchdb.FreshSchema(ctx, admin, cfg.databaseURL, schemaOf("p"))
 		if err != nil {
 			return err
 		}

@@ -269,7 +269,7 @@ func linkAs(cfg *config, exe, name string) (string, error) {
 	return link, nil
 }
 
-// jdbcURL turns a postgres:// URL (with search_path, see schemaURL) into
+// jdbcURL turns a postgres:// URL (with search_path, see benchdb.SchemaURL) into
 // the JDBC URL of the Kafka Streams peer: the same host, database,
 // credentials and sslmode, the schema as currentSchema, and
 // reWriteBatchedInserts.

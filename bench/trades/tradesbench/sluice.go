@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
-	"net/url"
 	"os"
 	rpprof "runtime/pprof"
 	"slices"
@@ -23,11 +22,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluicehq/sluice/bench/internal/benchdb"
 	"github.com/sluicehq/sluice/internal/kconf"
 	"github.com/sluicehq/sluice/internal/opshttp"
 	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/pipelines/trades"
-	"github.com/sluicehq/sluice/schemas"
 	"github.com/sluicehq/sluice/sinks/objstore"
 	"github.com/sluicehq/sluice/topics"
 )
@@ -63,17 +62,7 @@ func schemaURL(base, schema string) (string, error) {
 	if schema == "" {
 		return "", errors.New("no --schema")
 	}
-	if strings.HasPrefix(base, "postgres://") || strings.HasPrefix(base, "postgresql://") {
-		u, err := url.Parse(base)
-		if err != nil {
-			return "", fmt.Errorf("DATABASE_URL: %w", err)
-		}
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		return u.String(), nil
-	}
-	return base + " search_path=" + schema, nil
+	return benchdb.SchemaURL(base, schema)
 }
 
 // setup creates the run's schema with sluice's migrations and the run's
@@ -87,15 +76,8 @@ func setup(ctx context.Context, seeds []string, f sluiceFlags) error {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{f.schema}.Sanitize()); err != nil {
-		return fmt.Errorf("create schema %s: %w", f.schema, err)
-	}
-	u, err := schemaURL(os.Getenv("DATABASE_URL"), f.schema)
-	if err != nil {
+	if _, err := benchdb.FreshSchema(ctx, conn, os.Getenv("DATABASE_URL"), f.schema); err != nil {
 		return err
-	}
-	if _, err := schemas.Migrate(ctx, u); err != nil {
-		return fmt.Errorf("migrate %s: %w", f.schema, err)
 	}
 	want := map[string]bool{
 		topics.TradesEvents: true, topics.TradesImport: true, topics.TradesImportState: true, topics.TradesBias: true,
