@@ -31,6 +31,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/url"
@@ -48,6 +49,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/kconf"
+	"github.com/sluicehq/sluice/pipelines/modules"
 	"github.com/sluicehq/sluice/schemas"
 )
 
@@ -83,7 +85,7 @@ type result struct {
 	dupCalls        int
 	p50, p99        time.Duration
 	ownCommits      int64
-	polls           int64 // variant ii: the bench's own reads of the view (not counted as the system's commits)
+	polls           int64 // variant ii: the bench's own transactions (its clock's LISTEN, its check of the view; not counted as the system's commits)
 	pgCommits       int64
 	staleOverwrites int64
 	lockMisses      int64
@@ -254,14 +256,26 @@ func runSeedVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db stri
 			return err
 		}
 		defer pool.Close()
+		clock, err := startReadyClock(ctx, dsn)
+		if err != nil {
+			return err
+		}
 		s.pool = pool
 		r, err = runSeedLock(ctx, s, arrivals, c.workers)
-		return err
+		if err == nil {
+			// The last ready write has committed; its notification may
+			// still be on its way.
+			_, _, err = clock.wait(ctx, c.keys, time.Now().Add(5*time.Second))
+		}
+		last, fresh := clock.lastReady()
+		r.freshKeys, r.allFresh = fresh, last.Sub(r.start)
+		return errors.Join(err, clock.close(ctx))
 	})
 	if err != nil {
 		return result{}, err
 	}
-	r.ran, r.pgCommits = true, commits
+	// The clock's LISTEN is the bench's, not the system's.
+	r.ran, r.pgCommits = true, commits-listenCommits
 	return r, nil
 }
 
@@ -282,7 +296,7 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 	if _, err := schemas.Migrate(ctx, dsn); err != nil {
 		return result{}, fmt.Errorf("migrate the bench database: %w", err)
 	}
-	if err := execOnce(ctx, dsn, sluiceReset); err != nil {
+	if err := execOnce(ctx, dsn, sluiceReset+readyTriggerSQL("ticker_data_modules")); err != nil {
 		return result{}, fmt.Errorf("reset the bench database: %w", err)
 	}
 	kc := kconf.FromEnv()
@@ -294,7 +308,8 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 	in := sluiceInputs{kafka: kopts, refreshTopic: prefix + "modules.refresh", stateTopic: prefix + "modules.state",
 		dlqTopic: prefix + "modules.dlq", groupPrefix: prefix, reg: prometheus.NewRegistry(),
 		source: newUpstream(c.slots, c.latency, c.slow, slowFrac, c.seed)}
-	cl, err := kgo.NewClient(kopts...)
+	// The driver produces as the API does (modules.ProducerOpts).
+	cl, err := kgo.NewClient(modules.ProducerOpts(kopts)...)
 	if err != nil {
 		return result{}, err
 	}
@@ -345,9 +360,13 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 		default:
 			defer func() { _ = stopSvc() }()
 		}
-		d := &sluiceDriver{cl: cl, db: pool, topic: in.refreshTopic, keys: c.keys, poll: 10 * time.Millisecond}
-		res, err := d.run(ctx, arrivals, timeout)
+		clock, err := startReadyClock(ctx, dsn)
 		if err != nil {
+			return err
+		}
+		d := &sluiceDriver{cl: cl, db: pool, clock: clock, topic: in.refreshTopic, keys: c.keys}
+		res, err := d.run(ctx, arrivals, timeout)
+		if err = errors.Join(err, clock.close(ctx)); err != nil {
 			return err
 		}
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM bench_regressions`).Scan(&res.staleOverwrites); err != nil {
@@ -361,8 +380,7 @@ func runSluiceVariant(ctx context.Context, c config, admin *pgx.Conn, dsn, db st
 	if err != nil {
 		return result{}, err
 	}
-	// The bench's polls of the view are its own reads, not the system's:
-	// variant i's clock needs none (its last write is the event).
+	// The bench's clock and its check of the view are its own, not the system's.
 	r.pgCommits = commits - r.polls
 	if up, ok := in.source.(*upstream); ok {
 		r.upstreamCalls, r.slowCalls = up.calls.Load(), up.slowCalls.Load()
@@ -457,8 +475,11 @@ func renderReport(c config, rs []result) string {
 	b.WriteString(`
 Definitions. Request latency runs from a request's due time to its answer, queueing included: for (i) the
 answer of the handler (fresh, or the current state when another holds the lock); for (ii) the produce ack
-(what POST /api/v1/modules/refresh answers after). Time until all fresh: for (i) the first ready write of the
-last key; for (ii) the first poll of ticker_modules_status (every 10 ms) seeing every key fresh; those polls are the bench's reads and are not counted in (ii)'s commits. PG commits
+(what POST /api/v1/modules/refresh answers after). Time until all fresh: the same clock for both variants, the
+commit of the last key's first ready write (to seedlock.tdm for (i), ticker_data_modules for (ii)), as the bench
+receives it: a trigger on the table notifies the row's ticker (LISTEN/NOTIFY, delivered at commit); (ii) then
+checks once that ticker_modules_status shows every key fresh. The clock's LISTEN and that check are the bench's
+transactions and are not counted in the commits. PG commits
 per request: the bench database's xact_commit delta over the variant (read-only statements count as
 transactions), divided by the requests. Stale overwrites: for (i) ready writes whose fetched_at (the time the
 data is of) is older than the row's, i.e. a holder whose lease ran out overwriting a newer refresh; for (ii)

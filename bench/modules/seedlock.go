@@ -42,19 +42,16 @@ type seedLock struct {
 	commits         atomic.Int64 // statements run (each one commit)
 	staleOverwrites atomic.Int64 // ready writes moving fetched_at backwards
 	lockMisses      atomic.Int64 // requests answered without the lock
-	mu              sync.Mutex
-	readyAt         map[string]time.Time // first ready write per key
 }
 
 func newSeedLock(pool *pgxpool.Pool, up *upstream, lease time.Duration) *seedLock {
-	return &seedLock{pool: pool, up: up, lease: lease, threshold: 15 * time.Minute, ttl: time.Hour,
-		readyAt: map[string]time.Time{}}
+	return &seedLock{pool: pool, up: up, lease: lease, threshold: 15 * time.Minute, ttl: time.Hour}
 }
 
 // setup creates the schema and one tdm row (status missing) and one free
 // lock row per key.
 func (s *seedLock) setup(ctx context.Context, keys int) error {
-	if _, err := s.pool.Exec(ctx, seedSchema); err != nil {
+	if _, err := s.pool.Exec(ctx, seedSchema+readyTriggerSQL("seedlock.tdm")); err != nil {
 		return fmt.Errorf("seedlock schema: %w", err)
 	}
 	tickers := make([]string, keys)
@@ -142,26 +139,7 @@ FROM prev WHERE t.ticker = $1 AND t.module_id = $2 RETURNING prev.fetched_at`,
 	if prev != nil && p.AsOf.Before(*prev) {
 		s.staleOverwrites.Add(1)
 	}
-	s.mu.Lock()
-	if _, ok := s.readyAt[ticker]; !ok {
-		s.readyAt[ticker] = time.Now()
-	}
-	s.mu.Unlock()
 	return true, nil
-}
-
-// lastReady returns when the last key became fresh for the first time and
-// how many keys did.
-func (s *seedLock) lastReady() (time.Time, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var last time.Time
-	for _, t := range s.readyAt {
-		if t.After(last) {
-			last = t
-		}
-	}
-	return last, len(s.readyAt)
 }
 
 // runSeedLock runs the workload arrivals over keys with workers
@@ -206,10 +184,9 @@ func runSeedLock(ctx context.Context, s *seedLock, arrivals []arrival, workers i
 	for _, l := range lat {
 		all = append(all, l...)
 	}
-	last, fresh := s.lastReady()
 	dupKeys, dupCalls := s.up.duplicates()
 	return result{
-		requests: len(all), freshKeys: fresh, allFresh: last.Sub(start), elapsed: time.Since(start),
+		requests: len(all), elapsed: time.Since(start), start: start,
 		upstreamDone: s.up.doneAfter(start), upstreamCalls: s.up.calls.Load(), slowCalls: s.up.slowCalls.Load(), dupKeys: dupKeys, dupCalls: dupCalls,
 		p50: percentile(all, 0.50), p99: percentile(all, 0.99), ownCommits: s.commits.Load(),
 		staleOverwrites: s.staleOverwrites.Load(), lockMisses: s.lockMisses.Load(),

@@ -32,20 +32,20 @@ type sluiceInputs struct {
 	reg          prometheus.Registerer
 }
 
-// sluiceDriver produces the workload to the refresh topic and polls
-// ticker_modules_status until every key is fresh.
+// sluiceDriver produces the workload to the refresh topic and waits until
+// the ready clock saw every key become ready.
 type sluiceDriver struct {
 	cl    *kgo.Client
 	db    *pgxpool.Pool
 	topic string
 	keys  int
-	poll  time.Duration
+	clock *readyClock
 }
 
 // run produces arrivals at their due times (keyed TICKER:module, reason
 // bench) and waits for their acks; request latency runs from the due time
 // to the ack (what POST /api/v1/modules/refresh answers after). It then
-// polls until all keys are fresh or timeout has passed since the start.
+// waits until all keys are fresh or timeout has passed since the start.
 func (d *sluiceDriver) run(ctx context.Context, arrivals []arrival, timeout time.Duration) (result, error) {
 	start := time.Now()
 	lat := make([]time.Duration, len(arrivals))
@@ -91,29 +91,24 @@ func (d *sluiceDriver) run(ctx context.Context, arrivals []arrival, timeout time
 		p50: percentile(lat, 0.50), p99: percentile(lat, 0.99), polls: polls}, nil
 }
 
-// waitFresh polls the view until the bench's keys are all fresh, and
-// returns how many are, when (since start) the last one was seen fresh
-// and how many polls it made; it gives up timeout after start.
+// waitFresh waits until the ready clock saw every key's first ready write
+// (or timeout after start passed), then checks the view once: it returns
+// how many keys the view shows fresh, when (since start) the last key's
+// first ready write committed, and the bench's transactions (the clock's
+// LISTEN and the check).
 func (d *sluiceDriver) waitFresh(ctx context.Context, start time.Time, timeout time.Duration) (int, time.Duration, int64, error) {
+	_, last, err := d.clock.wait(ctx, d.keys, start.Add(timeout))
+	if err != nil {
+		return 0, 0, listenCommits, err
+	}
 	tickers := make([]string, d.keys)
 	for k := range d.keys {
 		tickers[k] = benchTicker(k)
 	}
-	var polls int64
-	for {
-		var n int
-		polls++
-		if err := d.db.QueryRow(ctx, `SELECT count(*) FROM ticker_modules_status
+	var n int
+	if err := d.db.QueryRow(ctx, `SELECT count(*) FROM ticker_modules_status
 WHERE module_id = $1 AND ticker = ANY($2::text[]) AND freshness_status = 'fresh'`, benchModule, tickers).Scan(&n); err != nil {
-			return 0, 0, polls, fmt.Errorf("poll ticker_modules_status: %w", err)
-		}
-		if n == d.keys || time.Since(start) > timeout {
-			return n, time.Since(start), polls, nil
-		}
-		select {
-		case <-time.After(d.poll):
-		case <-ctx.Done():
-			return n, time.Since(start), polls, ctx.Err()
-		}
+		return 0, 0, listenCommits + 1, fmt.Errorf("check ticker_modules_status: %w", err)
 	}
+	return n, last.Sub(start), listenCommits + 1, nil
 }

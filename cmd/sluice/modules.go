@@ -73,7 +73,7 @@ func modulesAssembler(ctx context.Context, g *globalConfig, o *modulesOptions, p
 		if err != nil {
 			return nil, closeAll, err
 		}
-		cl, err := kgo.NewClient(kopts...)
+		cl, err := kgo.NewClient(modules.ProducerOpts(kopts)...)
 		if err != nil {
 			return nil, closeAll, fmt.Errorf("kafka client: %w", err)
 		}

@@ -440,6 +440,15 @@ func ParseAssembleBudget(getenv func(string) string) (time.Duration, error) {
 	return d, nil
 }
 
+// ProducerOpts returns kafka's options plus those of a client producing
+// refresh requests or states that someone waits for (an API answer, an
+// upstream call, the mirror): no linger, since each produce is awaited
+// (franz-go's default lingers 10 ms per partition); records queued while a
+// request is in flight are still batched.
+func ProducerOpts(kafka []kgo.Opt) []kgo.Opt {
+	return append(append([]kgo.Opt{}, kafka...), kgo.ProducerLinger(0))
+}
+
 // MountAPI builds an Assembler on env.DB producing with a Kafka client of
 // its own (env.Kafka; closed through r) and mounts its Routes on env.Ops
 // (behind the ops server's write guard). It does nothing when env.Ops is
@@ -451,7 +460,7 @@ func MountAPI(env pipelines.Env, cfg AssembleConfig, r *pipelines.Resources) err
 	if env.DB == nil {
 		return errors.New("modules API needs PostgreSQL: set DATABASE_URL")
 	}
-	cl, err := kgo.NewClient(env.Kafka...)
+	cl, err := kgo.NewClient(ProducerOpts(env.Kafka)...)
 	if err != nil {
 		return fmt.Errorf("modules API: kafka client: %w", err)
 	}

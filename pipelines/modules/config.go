@@ -119,10 +119,12 @@ const (
 const DefaultCatalogRefresh = time.Minute
 
 // MirrorBatchLinger is the mirror's default run.Config.BatchLinger: a
-// state turns into a row this long after it was read, when no more follow
-// (the runtime's default 50 ms would make every refresh look that much
-// slower to readers of the view; a window still coalesces a backlog).
-const MirrorBatchLinger = 5 * time.Millisecond
+// state turns into a row about twice this long after it was read, when no
+// more follow (the batch's and the window's waits; the runtime's default
+// 50 ms would make every refresh look that much slower to readers of the
+// view). Coalescing does not depend on it: states arriving while a window
+// is written, and a backlog, still share a window.
+const MirrorBatchLinger = time.Millisecond
 
 // MirrorWindow returns the mirror's default coalescing window: under a
 // backlog (a restart reading modules.state from the start) the states of a

@@ -102,7 +102,7 @@ func newRefreshService(env pipelines.Env, cfg Config, m *metrics, r *pipelines.R
 		// One budget for the whole upstream account, over all members.
 		rf.fetchF = ratelimit.Stage(lim, func(stages.Msg[fetchReq]) (string, bool) { return "api", true }, cfg.RateLimit.Backoff, rf.fetchUpstream)
 	}
-	prod, err := kgo.NewClient(append(append([]kgo.Opt{}, env.Kafka...), kgo.ProducerLinger(0))...)
+	prod, err := kgo.NewClient(ProducerOpts(env.Kafka)...)
 	if err != nil {
 		return nil, fmt.Errorf("modules: producer: %w", err)
 	}
