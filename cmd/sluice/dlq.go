@@ -426,6 +426,10 @@ up to the current end and exits, and fails on a database error.`,
 			if topic == "" {
 				return errors.New("empty --topic")
 			}
+			// A malformed URL is a flag error: reported before connecting.
+			if _, err := postgresPoolConfig(g.DatabaseURL); err != nil {
+				return err
+			}
 			// Without --once the archiver waits for records forever: a
 			// missing topic (a typo) must fail now, not leave it idle.
 			if err := topicExists(cmd.Context(), g, topic); err != nil {

@@ -95,6 +95,7 @@ func TestOpsCommandsBadFlags(t *testing.T) {
 		{[]string{"dlq", "inspect", "--topic", ""}, "empty --topic"},
 		{[]string{"dlq", "redrive", "--topic", ""}, "empty --topic"},
 		{[]string{"dlq", "archive", "--topic", "", "--database-url", "postgres://u@127.0.0.1:1/db"}, "empty --topic"},
+		{[]string{"dlq", "archive", "--database-url", "postgres://u:pw@127.0.0.1:port/db"}, "invalid DATABASE_URL"},
 	}
 	for _, tc := range cases {
 		_, err := runCLI(t, append(tc.args, "--brokers", "127.0.0.1:1")...)
