@@ -78,7 +78,13 @@
 // rewrites the same objects and announces the same items; post_analytics
 // is an upsert; analysis.finished and data.collected have deterministic
 // event ids. Replaying any topic changes no count and publishes no second
-// completion.
+// completion. analysis.finished is produced by the analytics runtime in
+// the Kafka transaction that commits its batch's input offsets and dead
+// letters (run.Publisher; with the default Runtime.DLQCommit): a
+// read_committed reader, the progress counter included, sees each item's
+// event once across kill -9, rebalances and broker restarts (a replay of
+// data.collected announces the items again), at the cost of up to
+// Runtime.CommitInterval (default 1s) before an event is visible.
 //
 // # Lost Redis state
 //
