@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/kconf"
@@ -217,4 +218,53 @@ func TestPublishedRecordsExactlyOnceAcrossKill9(t *testing.T) {
 	cfg := dlqKillConfig(dlqMemberSpec{Input: spec.Input, DLQ: spec.DLQ, Group: spec.Group})
 	runUntilCommitted(t, k, cfg, passthrough, eventSink{memsink.New[msg](), spec.Events}, n)
 	checkOneEventPerRecord(t, k, spec.Events, recs)
+}
+
+// A record the sink publishes that its topic refuses as too large stops the
+// runner with a fatal error naming the topic, in both commit modes, rather
+// than being retried forever; the offset of its batch is not committed.
+func TestPublishedRecordTooLargeIsFatal(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{run.DLQTransactional, run.DLQAtLeastOnce} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			k := testkit.NewKafka(t, testkit.ForceFake())
+			cfg := baseConfig(t, k, 1)
+			cfg.BatchMaxRecords = 1
+			cfg.DLQCommit = mode
+			limit := "256"
+			events := k.Topic(t, "events.tiny", 1, map[string]*string{"max.message.bytes": &limit})
+			produce(t, k.Client(t), cfg.Topics[0], 5, 1, func(i int) string {
+				if i == 2 {
+					return "v-" + strings.Repeat("9", 4<<10)
+				}
+				return "v-" + strconv.Itoa(i)
+			})
+			r, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](eventSink{memsink.New[msg](), events}), run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = runToFatal(t, r)
+			if err == nil || !strings.Contains(err.Error(), events) || stages.Classify(err).Kind != stages.KindFatal || !errors.Is(err, kerr.MessageTooLarge) {
+				t.Fatalf("Run = %v, want a fatal MESSAGE_TOO_LARGE naming %s", err, events)
+			}
+			if got := testkit.Committed(t, k.Admin(t), cfg.Group, cfg.Topics[0])[0]; got > 2 {
+				t.Errorf("committed %d, past the record at offset 2", got)
+			}
+		})
+	}
+}
+
+// runToFatal runs r for at most 15s and returns Run's error; the test fails
+// when Run returns only at that deadline (a failure retried instead of
+// stopping the runner).
+func runToFatal(t *testing.T, r runnable) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err := r.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("Run = %v only after the deadline: the failure was retried instead of stopping the runner", err)
+	}
+	return err
 }
