@@ -47,9 +47,8 @@ const (
 // the member's id and generation (KIP-447: a member the group has moved on
 // from is refused, and the transaction aborted), and the transaction is
 // committed; a commit without either is a plain offset commit of the group
-// client. Commits are serialized (cmu), and the
-// group client never commits by itself, so no older commit can land after a
-// newer one. A commit that fails keeps its entries for the next one (its
+// client. Commits are serialized (cmu), and the group client never commits
+// by itself, so no older commit can land after a newer one. A commit that fails keeps its entries for the next one (its
 // dead letters and published records were aborted with the transaction,
 // and are produced again); the entries of a worker that was abandoned or
 // whose partition was lost are dropped: the next owner processes those
@@ -504,7 +503,7 @@ func (c *txnCommitter) send(ctx context.Context, recs []*kgo.Record) ([]error, e
 		case res := <-results:
 			errs[res.i] = res.err
 		case <-ctx.Done():
-			return nil, fmt.Errorf("produce in the transaction of the dead letters to %s: %w", c.dlqTopic, ctx.Err())
+			return nil, fmt.Errorf("produce in the commit transaction (dead letters to %s): %w", c.dlqTopic, ctx.Err())
 		}
 	}
 	return errs, nil
