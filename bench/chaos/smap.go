@@ -278,5 +278,23 @@ func (l *smapLoad) verify(ctx context.Context, sc *scene, r *result) error {
 		finished.dup += max(0, fper[id]-1)
 	}
 	r.add(finished)
+	if finished.dup > 0 {
+		// Analytics announces each data.collected record once: tell the
+		// copies of items the collector announced more than once (a
+		// project crawled again after a kill or a failed produce) from
+		// the others.
+		cper := map[string]int64{}
+		if err := faults.ReadCommitted(ctx, sc.adm, sc.kopts, sc.topic(topics.SmapDataCollected), func(rec *kgo.Record) {
+			cper[string(rec.Key)]++
+		}); err != nil {
+			return err
+		}
+		var recollected, beyond int64
+		for id, n := range fper {
+			recollected += max(0, min(n, cper[id])-1)
+			beyond += max(0, n-max(cper[id], 1))
+		}
+		r.note("analysis.finished duplicates: %d of items data.collected announced more than once (the collector's re-crawl), %d beyond their data.collected records", recollected, beyond)
+	}
 	return nil
 }
