@@ -2,6 +2,7 @@ package run_test
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -72,7 +73,7 @@ func publishVisibility(b *testing.B, mode string) []time.Duration {
 	in, dlq, events := k.Topic(b, "in", 4), k.Topic(b, "dlq", 1), k.Topic(b, "events", 4)
 	cfg := run.Config{Name: "vis", Group: testkit.Name(b, "g"), Topics: []string{in}, DLQTopic: dlq, DLQCommit: mode}
 	sink := &timedEventSink{eventSink: eventSink{memsink.New(memsink.CountOnly[msg]()), events}, written: map[string]time.Time{}}
-	r, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink), run.WithKafkaOpts(k.Opts(b)...))
+	r, err := run.New(cfg, decodeString, passthrough, stages.Sink[msg](sink), run.WithKafkaOpts(k.Opts(b)...), run.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		b.Fatal(err)
 	}
