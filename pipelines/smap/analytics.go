@@ -183,10 +183,11 @@ func runAnalyzer(an Analyzer, in *Input, res *Result) (err error) {
 // and announces each item with its analysis.finished record, which the
 // runtime produces (run.Publisher) after the rows are written, in the
 // Kafka transaction that commits the batch's input offsets and dead
-// letters: a read_committed reader (the progress counter) sees each
-// analysis.finished exactly once, visible with the next commit (within
-// Config.Runtime.CommitInterval, default 1s, of the rows), and every item
-// it sees has its row (a rebuild from Postgres sees every counted item).
+// letters: a read_committed reader (the progress counter) sees one
+// analysis.finished per data.collected record, visible with the next
+// commit (within Config.Runtime.CommitInterval, default 1s, of the rows),
+// and every item it sees has its row (a rebuild from Postgres sees every
+// counted item).
 // A batch whose transaction aborts (a member killed or fenced mid-commit)
 // is written again by the next owner, its records published again in that
 // owner's transaction.
