@@ -182,7 +182,7 @@ func Catalog() []Spec {
 
 		data(SmapProjectCreated, "project_id", 3, "smap project.created events (seed 001)"),
 		data(SmapDataCollected, "item id", 3, "smap data.collected events: a raw item is in the object store"),
-		data(SmapAnalysisFinished, "item id", 3, "smap analysis.finished events"),
+		data(SmapAnalysisFinished, "item id", 3, "smap analysis.finished events, produced in transactions: read with read_committed"),
 		data(SmapJobCompleted, "project_id", 3, "smap job.completed events, one per project"),
 		dlq(SmapAnalyticsErrors, "item id", "smap analytics DLQ"),
 

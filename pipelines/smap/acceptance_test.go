@@ -104,7 +104,7 @@ func testChickenAndEgg(t *testing.T, pgs *testkit.PostgresServer) {
 		h.cfg.AnalysisFinishedTopic: schemas.SmapAnalysisFinished,
 		h.cfg.JobCompletedTopic:     schemas.SmapJobCompleted,
 	} {
-		recs := h.k.ReadTopic(t, topic)
+		recs := h.k.ReadTopic(t, topic, testkit.ReadCommitted())
 		if len(recs) == 0 {
 			t.Fatalf("%s is empty", topic)
 		}
@@ -195,7 +195,7 @@ func testReplay(t *testing.T, pgs *testkit.PostgresServer) {
 	}
 	testkit.WaitFor(t, 30*time.Second, "progress group to commit", func() bool { return h.caughtUp(h.cfg.ProgressGroup, h.cfg.AnalysisFinishedTopic) })
 	d.stop()
-	finishedBefore := h.count(h.cfg.AnalysisFinishedTopic)
+	finishedBefore := h.events(h.cfg.AnalysisFinishedTopic)
 
 	replay := h.cfg
 	replay.CollectorGroup = testkit.Name(t, "col2")
@@ -203,7 +203,7 @@ func testReplay(t *testing.T, pgs *testkit.PostgresServer) {
 	replay.ProgressGroup = testkit.Name(t, "prg2")
 	h.start(replay)
 	testkit.WaitFor(t, 60*time.Second, "replay of data.collected", func() bool {
-		return h.caughtUp(replay.AnalyticsGroup, replay.DataCollectedTopic) && h.count(replay.AnalysisFinishedTopic) >= 2*finishedBefore
+		return h.caughtUp(replay.AnalyticsGroup, replay.DataCollectedTopic) && h.events(replay.AnalysisFinishedTopic) >= 2*finishedBefore
 	})
 	testkit.WaitFor(t, 60*time.Second, "replay of analysis.finished", func() bool { return h.caughtUp(replay.ProgressGroup, replay.AnalysisFinishedTopic) })
 	testkit.WaitFor(t, 30*time.Second, "replay of project.created", func() bool { return h.caughtUp(replay.CollectorGroup, replay.ProjectCreatedTopic) })

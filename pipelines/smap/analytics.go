@@ -179,31 +179,43 @@ func runAnalyzer(an Analyzer, in *Input, res *Result) (err error) {
 	return nil
 }
 
-// analyticsSink makes a batch durable in the order the progress counter
-// relies on: post_analytics rows first (so that a rebuild from Postgres
-// sees every counted item), then the analysis.finished records,
-// acknowledged before the runtime produces the batch's dead letters and
-// commits the input offsets.
+// analyticsSink writes a batch's post_analytics rows (an idempotent upsert)
+// and announces each item with its analysis.finished record, which the
+// runtime produces (run.Publisher) after the rows are written, in the
+// Kafka transaction that commits the batch's input offsets and dead
+// letters: a read_committed reader (the progress counter) sees one
+// analysis.finished per data.collected record, visible with the next
+// commit (within Config.Runtime.CommitInterval, default 1s, of the rows),
+// and every item it sees has its row (a rebuild from Postgres sees every
+// counted item).
+// A batch whose transaction aborts (a member killed or fenced mid-commit)
+// is written again by the next owner, its records published again in that
+// owner's transaction.
 type analyticsSink struct {
-	db   *pgxpool.Pool
-	prod *kgo.Client
-	m    *metrics
+	db *pgxpool.Pool
+	m  *metrics
 }
 
 func (s *analyticsSink) Write(ctx context.Context, batch []analysed) error {
 	rows := make([]row, len(batch))
-	recs := make([]*kgo.Record, len(batch))
 	for i, it := range batch {
-		rows[i], recs[i] = it.row, it.finished
+		rows[i] = it.row
 	}
 	if err := upsertRows(ctx, s.db, rows); err != nil {
 		return err
-	}
-	if err := s.prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("produce %d analytics records: %w", len(recs), err)
 	}
 	for _, it := range batch {
 		s.m.analysed.WithLabelValues(it.result).Inc()
 	}
 	return nil
+}
+
+// Records returns the analysis.finished records of the items written
+// (run.Publisher), in batch order.
+func (s *analyticsSink) Records(written []analysed) []*kgo.Record {
+	recs := make([]*kgo.Record, len(written))
+	for i, it := range written {
+		recs[i] = it.finished
+	}
+	return recs
 }

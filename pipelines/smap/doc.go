@@ -78,7 +78,15 @@
 // rewrites the same objects and announces the same items; post_analytics
 // is an upsert; analysis.finished and data.collected have deterministic
 // event ids. Replaying any topic changes no count and publishes no second
-// completion.
+// completion. analysis.finished is produced by the analytics runtime in
+// the Kafka transaction that commits its batch's input offsets and dead
+// letters (run.Publisher; with the default Runtime.DLQCommit): a
+// read_committed reader, the progress counter included, sees one event per
+// data.collected record across kill -9, rebalances and broker restarts, at
+// the cost of up to Runtime.CommitInterval (default 1s) before an event is
+// visible. The collector's data.collected stays at-least-once (a project
+// crawled again after a crash or a failed produce announces its items
+// again), and so does analysis.finished per item.
 //
 // # Lost Redis state
 //

@@ -37,6 +37,7 @@ type harness struct {
 type harnessOpts struct {
 	collectedPartitions int32
 	finishedPartitions  int32
+	fakeKafka           bool // always kfake (fault injection), even with KAFKA_BROKERS set
 }
 
 func newHarness(t *testing.T, pgs *testkit.PostgresServer, o harnessOpts) *harness {
@@ -47,7 +48,11 @@ func newHarness(t *testing.T, pgs *testkit.PostgresServer, o harnessOpts) *harne
 	if o.finishedPartitions == 0 {
 		o.finishedPartitions = 2
 	}
-	k := testkit.NewKafka(t, testkit.FakeOK())
+	kopt := testkit.FakeOK()
+	if o.fakeKafka {
+		kopt = testkit.ForceFake()
+	}
+	k := testkit.NewKafka(t, kopt)
 	r := testkit.NewRedis(t, testkit.WithRedisDB(1), testkit.FakeOK())
 	pg := pgs.Postgres(t)
 	ctx := testkit.Context(t)
@@ -184,6 +189,15 @@ func (h *harness) waitDone(id string, timeout time.Duration) progress.State {
 	return st
 }
 
+// events returns how many records of topic a read_committed reader sees
+// (the analytics runtime produces analysis.finished in transactions: the
+// end offsets count their markers and aborted records too).
+func (h *harness) events(topic string) int64 {
+	return int64(len(h.k.ReadTopic(h.t, topic, testkit.ReadCommitted())))
+}
+
+// count returns the sum of topic's end offsets (transaction markers
+// included).
 func (h *harness) count(topic string) int64 {
 	n := int64(0)
 	for _, e := range testkit.EndOffsets(h.t, h.adm, topic) {

@@ -221,7 +221,7 @@ func testAbsurdCounts(t *testing.T, pgs *testkit.PostgresServer) {
 	if hs := testkit.Headers(dlq[0]); hs[stages.HeaderReason] != string(stages.ReasonException) || hs[stages.HeaderRule] != RuleAnalyzer+"nan" {
 		t.Errorf("NaN item DLQ headers %v", hs)
 	}
-	for _, r := range h.k.ReadTopic(t, h.cfg.AnalysisFinishedTopic) {
+	for _, r := range h.k.ReadTopic(t, h.cfg.AnalysisFinishedTopic, testkit.ReadCommitted()) {
 		e, err := DecodeAnalysisFinished(r.Value)
 		if err != nil {
 			t.Fatal(err)

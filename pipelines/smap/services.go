@@ -67,16 +67,16 @@ func NewTracker(rdb *redis.Client, cfg Config) (*progress.Tracker, error) {
 //   - smap-collector consumes smap.project.created (group smap-collector),
 //   - smap-analytics consumes smap.data.collected (group smap-analytics;
 //     concurrency = assigned partitions × group members),
-//   - smap-progress consumes smap.analysis.finished (group smap-progress)
-//     and publishes smap.job.completed.
+//   - smap-progress consumes smap.analysis.finished (group smap-progress,
+//     read_committed) and publishes smap.job.completed.
 //
 // env.DB (with the post_analytics migration applied), env.Redis and
 // env.Objects are required. When env.Ops is set, the progress query is
 // mounted on it at ProgressRoute (so call Services once per ops server).
 // Metrics go to env.Registerer, the object-store calls of each service
 // (sluice_objstore_*) with the service's name as their pipeline label. The
-// clients the services own (a producer each, the state database's Redis
-// client) are closed once every service has returned from Run (each may
+// clients the services own (the collector's and the progress counter's
+// producers, the state database's Redis client) are closed once every service has returned from Run (each may
 // run once), or at once when Services fails.
 func Services(env pipelines.Env, cfg Config) ([]pipelines.Service, error) {
 	return pipelines.ConstructServices(env, cfg, services)
@@ -158,13 +158,9 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 	}
 
 	// Analytics.
-	aprod, err := producer()
-	if err != nil {
-		return nil, err
-	}
 	an := &analytics{cfg: cfg, objects: objects[AnalyticsName], m: m, log: log.With("service", AnalyticsName)}
 	arc := cfg.runConfig(AnalyticsName, cfg.AnalyticsGroup, cfg.DataCollectedTopic)
-	arun, err := run.New(arc, decodeCollected, an.stage, &analyticsSink{db: env.DB, prod: aprod, m: m}, opts(AnalyticsName, arc.Group)...)
+	arun, err := run.New(arc, decodeCollected, an.stage, &analyticsSink{db: env.DB, m: m}, opts(AnalyticsName, arc.Group)...)
 	if err != nil {
 		return nil, fmt.Errorf("smap analytics: %w", err)
 	}
@@ -177,7 +173,12 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 	pcomp := newCompleter(cfg, tr, pprod, objects[ProgressName], m, log.With("service", ProgressName))
 	prc := cfg.runConfig(ProgressName, cfg.ProgressGroup, cfg.AnalysisFinishedTopic)
 	prc.Retry.MaxAttempts = max(prc.Retry.MaxAttempts, minStateAttempts)
-	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, objects[ProgressName], m), pcomp.sink, opts(ProgressName, prc.Group)...)
+	// analysis.finished is produced in the analytics runner's commit
+	// transactions: read committed, each event is seen once; the
+	// transaction markers are kept so that the group's commits (and its
+	// lag) reach a partition's end when it ends with one.
+	popts := append(opts(ProgressName, prc.Group), run.WithKafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()))
+	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, objects[ProgressName], m), pcomp.sink, popts...)
 	if err != nil {
 		return nil, fmt.Errorf("smap progress: %w", err)
 	}

@@ -212,20 +212,23 @@ func (w *worker[In, Out]) callStage(msg stages.Msg[In]) (outs []Out, err error) 
 // records behind it; an error of rejected counts as transient and retries
 // the write, except errInvalidRejection (a sink that rejected an index
 // outside its batch) and a fatal error (a dead letter that does not fit the
-// DLQ topic even as a stub), which are returned.
+// DLQ topic even as a stub), which are returned. Once the Write succeeded,
+// a [Publisher] sink's records for it go to the runtime's producer
+// (publish).
 func (w *worker[In, Out]) write(outs []Out, rejected func(rej *stages.Rejections, attempt int) error) error {
 	r := w.r
 	t0 := time.Now()
+	var rej *stages.Rejections // of the Write that succeeded
 	for attempt := 1; ; attempt++ {
 		ts := time.Now()
 		undo := w.doing(blockedSink)
 		err := r.sink.Write(w.sinkCtx(), outs)
 		undo()
 		r.m.sinkDur.Observe(time.Since(ts).Seconds())
+		rej = nil
 		if err == nil {
 			break
 		}
-		var rej *stages.Rejections
 		if errors.As(err, &rej) {
 			if err = rejected(rej, attempt); err == nil {
 				break
@@ -244,7 +247,7 @@ func (w *worker[In, Out]) write(outs []Out, rejected func(rej *stages.Rejections
 		}
 	}
 	r.m.batchDur.WithLabelValues("write").Observe(time.Since(t0).Seconds())
-	return nil
+	return w.publish(outs, rej)
 }
 
 // maxRetryAfter caps the wait a [stages.RetryAfter] error asks for, so
@@ -315,7 +318,8 @@ func (w *worker[In, Out]) flush(batch []*kgo.Record, p *pending[Out]) error {
 // the records up to it (records of them) are durable: with the group client
 // (committed every CommitInterval), or with Config.DLQCommit
 // DLQTransactional by handing it to the committer together with the dead
-// letters the worker holds, which then commit with it (see txnCommitter).
+// letters and published records the worker holds, which then commit with it
+// (see txnCommitter).
 func (w *worker[In, Out]) markDone(last *kgo.Record, records int) error {
 	r := w.r
 	off := kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
@@ -326,7 +330,7 @@ func (w *worker[In, Out]) markDone(last *kgo.Record, records int) error {
 		return nil
 	}
 	defer w.doing(blockedCommit)()
-	if !r.txn.submit(w.ctx, w.owner, off, records, w.held.dlq, w.held.labels) {
+	if !r.txn.submit(w.ctx, w.owner, off, records, w.held) {
 		return errAbandoned
 	}
 	w.releaseRecords(w.held.bytes)

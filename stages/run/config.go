@@ -43,7 +43,8 @@ type Config struct {
 	// owner's start until the broker aborts it. DLQAtLeastOnce produces
 	// them at the end of each batch, before its offsets are marked: a
 	// crash, a rebalance or a broker outage before the commit dead-letters
-	// the redelivered records again. Ignored with NoDLQ.
+	// the redelivered records again. Ignored with NoDLQ. The records of a
+	// [Publisher] sink follow the same mode (see there).
 	DLQCommit string
 	// BatchMaxRecords bounds a batch by record count (default 500).
 	BatchMaxRecords int

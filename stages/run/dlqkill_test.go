@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -81,28 +82,51 @@ func TestDLQExactlyOnceAcrossKill9(t *testing.T) {
 	const n = 700
 	recs := produce(t, k.Client(t), spec.Input, n, 20, poisonEvery)
 	member := testkit.StartChild(t, dlqMemberEnv, spec)
-	// dlqOpen returns the DLQ's high watermark and last stable offset: a
-	// transaction holding dead letters is open while the first is past
-	// the second.
-	dlqOpen := func() (end, stable int64) {
+	// Dead letters produced and not committed, in the transaction the
+	// member stalls in.
+	killMidTransaction(t, adm, spec.DLQ, member)
+	atKill := testkit.Committed(t, adm, spec.Group, spec.Input)
+	if sum(atKill) >= n {
+		t.Fatalf("every record was committed (%v) before the kill", atKill)
+	}
+
+	sink := memsink.New[msg]()
+	runUntilCommitted(t, k, dlqKillConfig(spec), poisonStage, sink, n)
+	checkOnePerPoison(t, k, spec.DLQ, recs)
+	written := map[string]bool{}
+	for _, m := range sink.Items() {
+		written[m.Value] = true
+	}
+	for _, rec := range recs {
+		if rec.Offset >= atKill[rec.Partition] && !strings.HasPrefix(string(rec.Value), "poison") && !written[string(rec.Value)] {
+			t.Errorf("record %s/%d@%d (after the killed member's last commit) never written", rec.Topic, rec.Partition, rec.Offset)
+		}
+	}
+}
+
+// killMidTransaction kills member once a transaction holding records of
+// partition 0 of topic is left open (the topic's high watermark past its
+// last stable offset and not moving: one that stays open, not one that is
+// ending), then waits until the broker aborted it.
+func killMidTransaction(t *testing.T, adm *kadm.Client, topic string, member *testkit.Child) {
+	t.Helper()
+	open := func() (end, stable int64) {
 		ctx := testkit.Context(t)
-		ends, err := adm.ListEndOffsets(ctx, spec.DLQ)
+		ends, err := adm.ListEndOffsets(ctx, topic)
 		if err != nil {
 			t.Fatal(err)
 		}
-		stables, err := adm.ListCommittedOffsets(ctx, spec.DLQ)
+		stables, err := adm.ListCommittedOffsets(ctx, topic)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, _ := ends.Lookup(spec.DLQ, 0)
-		s, _ := stables.Lookup(spec.DLQ, 0)
+		e, _ := ends.Lookup(topic, 0)
+		s, _ := stables.Lookup(topic, 0)
 		return e.Offset, s.Offset
 	}
-	// Dead letters produced and not committed, in the transaction the
-	// member stalls in (one that stays open, not one that is ending).
 	var lastEnd int64 = -1
-	testkit.WaitFor(t, 60*time.Second, "a transaction holding dead letters left open", func() bool {
-		end, stable := dlqOpen()
+	testkit.WaitFor(t, 60*time.Second, "a transaction holding records of "+topic+" left open", func() bool {
+		end, stable := open()
 		held := end > stable && end == lastEnd
 		lastEnd = end
 		if !held {
@@ -113,34 +137,26 @@ func TestDLQExactlyOnceAcrossKill9(t *testing.T) {
 	member.Kill(t)
 	// The broker aborts the killed member's transaction after its timeout.
 	testkit.WaitFor(t, 60*time.Second, "the killed member's transaction ended", func() bool {
-		end, stable := dlqOpen()
+		end, stable := open()
 		return end == stable
 	})
-	atKill := testkit.Committed(t, adm, spec.Group, spec.Input)
-	if sum(atKill) >= n {
-		t.Fatalf("every record was committed (%v) before the kill", atKill)
-	}
+}
 
-	sink := memsink.New[msg]()
-	r, err := run.New(dlqKillConfig(spec), decodeString, poisonStage, stages.Sink[msg](sink), run.WithKafkaOpts(killOpts(k.Opts(t))...))
+// runUntilCommitted runs a member of cfg (with killOpts) with stage and
+// sink until the group committed all n records of its input, then stops
+// it.
+func runUntilCommitted(t *testing.T, k *testkit.Kafka, cfg run.Config, stage stages.Func[string, msg], sink stages.Sink[msg], n int64) {
+	t.Helper()
+	r, err := run.New(cfg, decodeString, stage, sink, run.WithKafkaOpts(killOpts(k.Opts(t))...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := testkit.RunInBackground(t, "runner", r.Run)
+	adm := k.Admin(t)
 	testkit.WaitFor(t, 120*time.Second, "every offset committed", func() bool {
-		return sum(testkit.Committed(t, adm, spec.Group, spec.Input)) == n
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
-	}
-	checkOnePerPoison(t, k, spec.DLQ, recs)
-	written := map[string]bool{}
-	for _, m := range sink.Items() {
-		written[m.Value] = true
-	}
-	for _, rec := range recs {
-		if rec.Offset >= atKill[rec.Partition] && !strings.HasPrefix(string(rec.Value), "poison") && !written[string(rec.Value)] {
-			t.Errorf("record %s/%d@%d (after the killed member's last commit) never written", rec.Topic, rec.Partition, rec.Offset)
-		}
 	}
 }

@@ -36,23 +36,24 @@ const (
 
 // txnCommitter is the one committer of a runner in DLQTransactional mode:
 // the workers hand it, per partition, the offset after their last durable
-// batch (or window) and the dead letters of the batches behind it
-// (submit), and it commits them every Config.CommitInterval, and at once
-// when it is handed dead letters (what was handed meanwhile goes with
-// them: under a stream of dead letters the transactions follow one
-// another, each with all that is pending). A commit with dead letters
-// is one transaction of a transactional client of its own: the dead
-// letters are produced, the offsets are committed for the group with
-// TxnOffsetCommit carrying the member's id and generation (KIP-447: a member
-// the group has moved on from is refused, and the transaction aborted), and
-// the transaction is committed; a commit without dead letters is a plain
-// offset commit of the group client. Commits are serialized (cmu), and the
-// group client never commits by itself, so no older commit can land after a
-// newer one. A commit that fails keeps its entries for the next one (its
-// dead letters were aborted with the transaction, and are produced again);
-// the entries of a worker that was abandoned or whose partition was lost
-// are dropped: the next owner processes those records again, and their
-// dead letters were never visible. Safe for concurrent use.
+// batch (or window), the dead letters of the batches behind it and the
+// records their sink published (see [Publisher]) (submit), and it commits
+// them every Config.CommitInterval, and at once when it is handed dead
+// letters (what was handed meanwhile goes with them: under a stream of
+// dead letters the transactions follow one another, each with all that is
+// pending). A commit with dead letters or published records is one
+// transaction of a transactional client of its own: they are produced,
+// the offsets are committed for the group with TxnOffsetCommit carrying
+// the member's id and generation (KIP-447: a member the group has moved on
+// from is refused, and the transaction aborted), and the transaction is
+// committed; a commit without either is a plain offset commit of the group
+// client. Commits are serialized (cmu), and the group client never commits
+// by itself, so no older commit can land after a newer one. A commit that fails keeps its entries for the next one (its
+// dead letters and published records were aborted with the transaction,
+// and are produced again); the entries of a worker that was abandoned or
+// whose partition was lost are dropped: the next owner processes those
+// records again, and their dead letters and published records were never
+// visible. Safe for concurrent use.
 type txnCommitter struct {
 	cl       *kgo.Client // transactional producer of the dead letters (replaced by renew, under turn)
 	opts     []kgo.Opt   // cl's options, for renew
@@ -90,9 +91,10 @@ type txnOwner struct {
 type txnEntry struct {
 	off     kgo.EpochOffset
 	dlq     []*kgo.Record
-	labels  [][2]string // reason and rule of dlq[i]
-	records int         // data records behind off since the last commit (sluice_records_done_total)
-	bytes   int64
+	labels  [][2]string   // reason and rule of dlq[i]
+	events  []*kgo.Record // a Publisher sink's records, in submission order
+	records int           // data records behind off since the last commit (sluice_records_done_total)
+	bytes   int64         // of dlq and events
 }
 
 // txnMaxBytes bounds the dead letters a committer holds: past it, submit
@@ -178,11 +180,14 @@ func (c *txnCommitter) renew(cause error) error {
 }
 
 // submit hands the committer the offset after a durable batch of o's
-// partition, with the dead letters of the batches behind it since o's last
-// submission. It waits while the committer holds txnMaxBytes of dead
-// letters, until a commit frees them or ctx is done (false).
-func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOffset, records int, dlq []*kgo.Record, labels [][2]string) bool {
-	n := recordsBytes(dlq)
+// partition, with the dead letters and published records (see [Publisher])
+// of the batches behind it since o's last submission. It waits while the
+// committer holds txnMaxBytes of them, until a commit frees them or ctx is
+// done (false). Dead letters start a commit at once; published records
+// wait for the interval's.
+func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOffset, records int, h heldDLQ) bool {
+	dlq, labels := h.dlq, h.labels
+	n := h.bytes
 	c.mu.Lock()
 	for c.bytes > txnMaxBytes && n > 0 {
 		freed := c.freed
@@ -205,9 +210,10 @@ func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOff
 	}
 	e.off, e.records = off, e.records+records
 	e.dlq, e.labels = append(e.dlq, dlq...), append(e.labels, labels...)
+	e.events = append(e.events, h.events...)
 	e.bytes += n
 	c.bytes += n
-	kick := n > 0 // dead letters are committed at once, not at the interval
+	kick := len(dlq) > 0 // dead letters are committed at once, not at the interval
 	c.mu.Unlock()
 	if kick {
 		select {
@@ -245,7 +251,7 @@ func (c *txnCommitter) loop(ctx context.Context, interval time.Duration, fatal f
 		}
 		if ctx.Err() == nil && !errors.Is(err, errReported) {
 			c.m.errors.WithLabelValues("commit").Inc()
-			c.log.Warn("dead-letter transaction failed; its dead letters were aborted and are committed again with their offsets at the next commit", "err", err)
+			c.log.Warn("commit transaction failed; its dead letters and published records were aborted and are produced again with their offsets at the next commit", "err", err)
 		}
 		// Failed commits back off (up to the interval, at least 2 s), not
 		// to spin on the kicks of the workers' submissions.
@@ -289,7 +295,7 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 	c.bytes = 0
 	c.mu.Unlock()
 	offsets := map[string]map[int32]kgo.EpochOffset{}
-	var recs []*kgo.Record
+	var recs, events []*kgo.Record
 	for o, e := range batch {
 		if o.gone.Load() {
 			delete(batch, o) // abandoned or lost: the next owner redoes it
@@ -302,14 +308,15 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 			offsets[o.tp.topic][o.tp.partition] = e.off
 		}
 		recs = append(recs, e.dlq...)
+		events = append(events, e.events...)
 	}
 	var err error
 	switch {
 	case len(offsets) == 0:
-	case len(recs) == 0:
+	case len(recs) == 0 && len(events) == 0:
 		err = c.commitPlain(ctx, offsets, periodic)
 	default:
-		err = c.transact(ctx, recs, offsets)
+		err = c.transact(ctx, recs, events, offsets)
 	}
 	if err != nil {
 		c.restore(batch)
@@ -342,6 +349,7 @@ func (c *txnCommitter) restore(batch map[*txnOwner]*txnEntry) {
 			old.records += cur.records
 			old.dlq = append(old.dlq, cur.dlq...)
 			old.labels = append(old.labels, cur.labels...)
+			old.events = append(old.events, cur.events...)
 			old.bytes += cur.bytes
 			c.bytes -= cur.bytes
 		}
@@ -379,12 +387,13 @@ func (c *txnCommitter) commitPlain(ctx context.Context, offsets map[string]map[i
 	return nil
 }
 
-// transact produces recs and commits offsets in one transaction. A
+// transact produces the dead letters recs and a Publisher's records
+// events, and commits offsets, in one transaction. A
 // failure aborts it, except when ctx ended first (a broker not answering):
 // the transaction is then left open, for the next commit to abort
 // (finishAbort) or, if the process ends first, for the broker to abort
 // after the transaction timeout; nothing of it is visible either way.
-func (c *txnCommitter) transact(ctx context.Context, recs []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) error {
+func (c *txnCommitter) transact(ctx context.Context, recs, events []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) error {
 	if err := c.cl.BeginTransaction(); err != nil {
 		// The producer id failed for good (see renew); the next commit
 		// goes through a new client.
@@ -394,7 +403,7 @@ func (c *txnCommitter) transact(ctx context.Context, recs []*kgo.Record, offsets
 		return fmt.Errorf("begin transaction: %w", err)
 	}
 	c.open = true
-	if err := c.produce(ctx, recs); err != nil {
+	if err := c.produce(ctx, recs, events); err != nil {
 		return c.abort(ctx, err)
 	}
 	if err := c.commitOffsets(ctx, offsets); err != nil {
@@ -441,18 +450,23 @@ func (c *txnCommitter) finishAbort(ctx context.Context) error {
 	return nil
 }
 
-// produce produces the dead letters in the open transaction; one the DLQ
-// topic refuses as too large goes as its stub (produceDeadLetter). Any
-// other failure fails the transaction: kgo would commit it without the
-// failed records.
-func (c *txnCommitter) produce(ctx context.Context, recs []*kgo.Record) error {
-	errs, err := c.send(ctx, recs)
+// produce produces the dead letters recs and the published records events
+// in the open transaction; a dead letter the DLQ topic refuses as too large
+// goes as its stub (produceDeadLetter), a published record refused as too
+// large is a fatal error. Any other failure fails the transaction: kgo
+// would commit it without the failed records.
+func (c *txnCommitter) produce(ctx context.Context, recs, events []*kgo.Record) error {
+	errs, err := c.send(ctx, append(append(make([]*kgo.Record, 0, len(recs)+len(events)), recs...), events...))
 	if err != nil {
 		return err
 	}
 	for i, err := range errs {
 		switch {
 		case err == nil:
+		case i >= len(recs) && tooLarge(err):
+			return errEventTooLarge(events[i-len(recs)], err)
+		case i >= len(recs):
+			return fmt.Errorf("produce published records to %s: %w", events[i-len(recs)].Topic, err)
 		case tooLarge(err):
 			if err := produceDeadLetter(ctx, c.cl, c.log, c.dlqTopic, recs[i], func(rec *kgo.Record) error {
 				errs, err := c.send(ctx, []*kgo.Record{rec})
@@ -489,7 +503,7 @@ func (c *txnCommitter) send(ctx context.Context, recs []*kgo.Record) ([]error, e
 		case res := <-results:
 			errs[res.i] = res.err
 		case <-ctx.Done():
-			return nil, fmt.Errorf("produce dead letters to %s: %w", c.dlqTopic, ctx.Err())
+			return nil, fmt.Errorf("produce in the commit transaction (dead letters to %s): %w", c.dlqTopic, ctx.Err())
 		}
 	}
 	return errs, nil

@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/sinks/memsink"
@@ -93,25 +91,6 @@ func checkOnePerPoison(t *testing.T, k *testkit.Kafka, dlqTopic string, recs []*
 	}
 }
 
-// txnOffsetCommitRefusal answers a TxnOffsetCommit with code for every
-// partition.
-func txnOffsetCommitRefusal(req kmsg.Request, code int16) *kmsg.TxnOffsetCommitResponse {
-	rq := req.(*kmsg.TxnOffsetCommitRequest)
-	resp := rq.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
-	for _, rt := range rq.Topics {
-		st := kmsg.NewTxnOffsetCommitResponseTopic()
-		st.Topic = rt.Topic
-		for _, p := range rt.Partitions {
-			sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
-			sp.Partition = p.Partition
-			sp.ErrorCode = code
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-	}
-	return resp
-}
-
 // Transactions whose offset commit is refused (a generation gone stale)
 // or whose end fails are aborted and committed again later: a
 // read_committed reader of the DLQ sees exactly one dead letter per poison
@@ -121,40 +100,11 @@ func TestDLQTransactionSurvivesCommitFaults(t *testing.T) {
 	t.Parallel()
 	k := testkit.NewKafka(t, testkit.ForceFake())
 	cfg := baseConfig(t, k, 2)
-	cfg.BatchMaxRecords = 10
-	cfg.CommitInterval = 50 * time.Millisecond
-	cl, adm := k.Client(t), k.Admin(t)
 	const n = 350
-	recs := produce(t, cl, cfg.Topics[0], n, 20, poisonEvery)
-	var offsetRefusals, endFailures atomic.Int32
-	k.Fake().ControlKey(int16(kmsg.TxnOffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.Fake().KeepControl()
-		if offsetRefusals.Add(1) > 3 {
-			return nil, nil, false
-		}
-		return txnOffsetCommitRefusal(req, kerr.IllegalGeneration.Code), nil, true
-	})
-	k.Fake().ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.Fake().KeepControl()
-		if !req.(*kmsg.EndTxnRequest).Commit || offsetRefusals.Load() <= 3 || endFailures.Add(1) > 1 {
-			return nil, nil, false
-		}
-		resp := req.ResponseKind().(*kmsg.EndTxnResponse)
-		resp.ErrorCode = kerr.UnknownServerError.Code
-		return resp, nil, true
-	})
+	recs := produce(t, k.Client(t), cfg.Topics[0], n, 20, poisonEvery)
 	reg := prometheus.NewRegistry()
 	sink := memsink.New[msg]()
-	_, stop := start(t, k, cfg, poisonStage, sink, run.WithRegisterer(reg))
-	testkit.WaitFor(t, 60*time.Second, "every offset committed", func() bool {
-		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if offsetRefusals.Load() <= 3 || endFailures.Load() < 1 {
-		t.Fatalf("faults not injected: %d offset commits, %d failed ends", offsetRefusals.Load(), endFailures.Load())
-	}
+	runThroughTxnFaults(t, k, cfg, sink, n, run.WithRegisterer(reg))
 	checkOnePerPoison(t, k, cfg.DLQTopic, recs)
 	poison := poisonCount(n)
 	uncommitted := 0
@@ -175,12 +125,35 @@ func TestDLQTransactionSurvivesCommitFaults(t *testing.T) {
 	}
 }
 
-// A member that dead-lettered records but whose offset commits never
+// runThroughTxnFaults runs a member of cfg (batches of 10, commits every
+// 50ms) with poisonStage and sink, with testkit.InjectTxnFaults' faults
+// (three refused transactional offset commits, then a failed end), until
+// the group committed all n records of its input; then stops it.
+func runThroughTxnFaults(t *testing.T, k *testkit.Kafka, cfg run.Config, sink stages.Sink[msg], n int64, opts ...run.Option) {
+	t.Helper()
+	cfg.BatchMaxRecords = 10
+	cfg.CommitInterval = 50 * time.Millisecond
+	faults := testkit.InjectTxnFaults(k, "", 3)
+	_, stop := start(t, k, cfg, poisonStage, sink, opts...)
+	adm := k.Admin(t)
+	testkit.WaitFor(t, 60*time.Second, "every offset committed", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !faults.Injected() {
+		t.Fatalf("faults not injected: %d offset commits, %d failed ends", faults.OffsetCommits.Load(), faults.FailedEnds.Load())
+	}
+}
+
+// A member that dead-lettered records, and whose sink published an event
+// per written record (run.Publisher), but whose offset commits never
 // succeeded (a crash, or a broker outage, before its commit) leaves the
 // records to the next member, which processes them again. With
-// transactional dead letters a read_committed reader of the DLQ still sees
-// one dead letter per poison record; with at-least-once dead letters it
-// sees two, the defect the transactional mode removes.
+// transactional commits a read_committed reader sees one dead letter per
+// poison record and one event per written record; with at-least-once
+// commits it sees two of each, the defect the transactional mode removes.
 func TestDLQCopiesAfterUncommittedMember(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{run.DLQTransactional, run.DLQAtLeastOnce} {
@@ -191,38 +164,18 @@ func TestDLQCopiesAfterUncommittedMember(t *testing.T) {
 			cfg.DLQCommit = mode
 			cfg.BatchMaxRecords = 10
 			cfg.RevokeTimeout = time.Second
-			cl, adm := k.Client(t), k.Admin(t)
+			events := k.Topic(t, "events", 2)
 			const n = 140
-			recs := produce(t, cl, cfg.Topics[0], n, 10, poisonEvery)
-			var refuse atomic.Bool
-			refuse.Store(true)
-			var refused atomic.Int32
-			refuseCommits(k, &refuse, &refused)
-			first := memsink.New[msg]()
-			_, stop := start(t, k, cfg, poisonStage, first)
+			recs := produce(t, k.Client(t), cfg.Topics[0], n, 10, poisonEvery)
 			poison := poisonCount(n)
-			testkit.WaitFor(t, 30*time.Second, "every record processed", func() bool { return first.Len() == n-poison })
-			testkit.WaitFor(t, 30*time.Second, "commits refused", func() bool { return refused.Load() >= 2 })
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
-			if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
-				t.Fatalf("committed %v although every commit was refused", c)
-			}
-			refuse.Store(false)
-			second := memsink.New[msg]()
-			_, stop = start(t, k, cfg, poisonStage, second)
-			testkit.WaitFor(t, 30*time.Second, "every offset committed", func() bool {
-				return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
-			})
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
+			first, second := eventSink{memsink.New[msg](), events}, eventSink{memsink.New[msg](), events}
+			uncommittedThenCommitted(t, k, cfg, poisonStage, first, func() bool { return first.Len() == n-poison }, second, n)
 			if second.Len() != n-poison {
 				t.Errorf("the second member wrote %d records, want all %d again", second.Len(), n-poison)
 			}
 			if mode == run.DLQTransactional {
 				checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+				checkOneEventPerRecord(t, k, events, recs)
 				return
 			}
 			for c, got := range dlqCopies(t, k, cfg.DLQTopic, kgo.FetchIsolationLevel(kgo.ReadCommitted())) {
@@ -230,7 +183,44 @@ func TestDLQCopiesAfterUncommittedMember(t *testing.T) {
 					t.Errorf("at-least-once: %d dead letters of %s, want 2 (one per member)", got, c)
 				}
 			}
+			copies := eventCopies(t, k, events, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+			for _, r := range recs {
+				if got := copies[string(r.Value)]; got != 2 && !strings.HasPrefix(string(r.Value), "poison") {
+					t.Errorf("at-least-once: %d events of %s, want 2 (one per member)", got, r.Value)
+				}
+			}
 		})
+	}
+}
+
+// uncommittedThenCommitted runs a member with stage and first, whose every
+// offset commit is refused, until written reports that it wrote its
+// records, stops it, checks that it committed nothing, then runs a second
+// member with second until the group committed all n records of the
+// input, and stops it.
+func uncommittedThenCommitted(t *testing.T, k *testkit.Kafka, cfg run.Config, stage stages.Func[string, msg], first stages.Sink[msg], written func() bool, second stages.Sink[msg], n int64) {
+	t.Helper()
+	adm := k.Admin(t)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	var refused atomic.Int32
+	refuseCommits(k, &refuse, &refused)
+	_, stop := start(t, k, cfg, stage, first)
+	testkit.WaitFor(t, 30*time.Second, "every record written", written)
+	testkit.WaitFor(t, 30*time.Second, "commits refused", func() bool { return refused.Load() >= 2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if c := testkit.Committed(t, adm, cfg.Group, cfg.Topics[0]); len(c) != 0 {
+		t.Fatalf("committed %v although every commit was refused", c)
+	}
+	refuse.Store(false)
+	_, stop = start(t, k, cfg, stage, second)
+	testkit.WaitFor(t, 30*time.Second, "every offset committed", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
 

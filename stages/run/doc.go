@@ -105,6 +105,12 @@
 // record's offset is not committed, since no dead letter of it can ever be
 // produced and skipping it would lose it.
 //
+// A sink whose effect is announced by Kafka records implements
+// [Publisher]: the runner produces the records it returns for each
+// successful Write, by default in the same transaction as the batch's
+// offsets and dead letters (read_committed readers see each once; they
+// become visible with the next periodic commit), never the sink itself.
+//
 // Without a DLQ topic (Config.NoDLQ, for a pipeline whose input is itself a
 // DLQ) a record that would be dead-lettered is a fatal error instead, and
 // its offset is not committed.

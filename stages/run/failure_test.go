@@ -801,12 +801,7 @@ func runStubTooLarge(t *testing.T, mode string) (*testkit.Kafka, run.Config, *me
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	err = r.Run(ctx)
-	if ctx.Err() != nil {
-		t.Fatalf("Run = %v only after the deadline: the stub was retried instead of failing", err)
-	}
+	err = runToFatal(t, r)
 	if err == nil || !strings.Contains(err.Error(), cfg.DLQTopic) || !strings.Contains(err.Error(), "max.message.bytes "+limit) {
 		t.Fatalf("Run = %v, want a fatal error naming the DLQ topic %s and its max.message.bytes %s", err, cfg.DLQTopic, limit)
 	}

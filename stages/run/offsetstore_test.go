@@ -82,8 +82,10 @@ func applications(t *testing.T, pool *pgxpool.Pool) map[string]int {
 func refuseCommits(k *testkit.Kafka, refuse *atomic.Bool, refused *atomic.Int32) {
 	code := kerr.GroupAuthorizationFailed.Code
 	for key, refusal := range map[kmsg.Key]func(kmsg.Request) kmsg.Response{
-		kmsg.OffsetCommit:    func(req kmsg.Request) kmsg.Response { return offsetCommitRefusal(req, code) },
-		kmsg.TxnOffsetCommit: func(req kmsg.Request) kmsg.Response { return txnOffsetCommitRefusal(req, code) },
+		kmsg.OffsetCommit: func(req kmsg.Request) kmsg.Response { return offsetCommitRefusal(req, code) },
+		kmsg.TxnOffsetCommit: func(req kmsg.Request) kmsg.Response {
+			return testkit.TxnOffsetCommitRefusal(req.(*kmsg.TxnOffsetCommitRequest), code)
+		},
 	} {
 		k.Fake().ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
 			k.Fake().KeepControl()

@@ -22,7 +22,8 @@ type Runner[In, Out any] struct {
 	decode stages.Decoder[In]
 	stage  stages.Func[In, Out]
 	sink   stages.Sink[Out]
-	merger Merger[Out] // the sink, when coalescing windows are on
+	merger Merger[Out]    // the sink, when coalescing windows are on
+	pub    Publisher[Out] // the sink, when it publishes records (publish.go)
 	o      options
 	m      *metrics
 
@@ -84,6 +85,10 @@ func New[In, Out any](cfg Config, decode stages.Decoder[In], stage stages.Func[I
 	if err := checkStateFlush(cfg, o); err != nil {
 		return nil, err
 	}
+	pub, _ := sink.(Publisher[Out])
+	if err := checkPublisher(cfg, o, pub != nil); err != nil {
+		return nil, err
+	}
 	// State stores and timers.
 	timer, err := timersOf[Out](cfg.Name, o)
 	if err != nil {
@@ -93,7 +98,7 @@ func New[In, Out any](cfg Config, decode stages.Decoder[In], stage stages.Func[I
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, merger: merger, o: o, m: m,
+	r := &Runner[In, Out]{cfg: cfg.withDefaults(), decode: decode, stage: stage, sink: sink, merger: merger, pub: pub, o: o, m: m,
 		workers: map[tp]*worker[In, Out]{}, drained: make(chan struct{}, 1), state: state, timer: timer}
 	if err := r.initBudget(o.reg); err != nil { // memory budget
 		return nil, err

@@ -29,6 +29,7 @@ const memberEnv = "SLUICE_RUN_TEST_STATE_MEMBER"
 func TestMain(m *testing.M) {
 	testkit.RunChild(memberEnv, stateMember)
 	testkit.RunChild(dlqMemberEnv, dlqMember)
+	testkit.RunChild(eventMemberEnv, eventMember)
 	os.Exit(m.Run())
 }
 

@@ -69,7 +69,7 @@ type worker[In, Out any] struct {
 
 	// Dead letters with Config.DLQCommit DLQTransactional (dlqtxn.go).
 	owner *txnOwner
-	held  heldDLQ // dead letters not yet handed to the committer
+	held  heldDLQ // dead letters and published records not yet handed to the committer
 
 	blocked atomic.Int32 // what the worker is waiting for (blockedSink…), for the abandon log
 
@@ -79,12 +79,14 @@ type worker[In, Out any] struct {
 	wpos  *stages.Position
 }
 
-// heldDLQ holds a worker's dead letters until the offset after them is
-// handed to the committer (see worker.markDone).
+// heldDLQ holds a worker's dead letters, and its sink's published records
+// (see [Publisher]), until the offset after them is handed to the committer
+// (see worker.markDone).
 type heldDLQ struct {
 	dlq    []*kgo.Record
-	labels [][2]string // reason and rule of dlq[i]
-	bytes  int64       // counted in the memory budget's records
+	labels [][2]string   // reason and rule of dlq[i]
+	events []*kgo.Record // a Publisher sink's records
+	bytes  int64         // of dlq and events, counted in the memory budget's records
 }
 
 // What a worker waits for (worker.blocked).
