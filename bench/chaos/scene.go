@@ -55,6 +55,18 @@ type memberEnver interface{ memberEnv(sc *scene) []string }
 // scenario stops or kills it.
 type stopWatcher interface{ beforeStop(m *member) }
 
+// sideTrafficker is a workload that sends requests of its own to a member
+// while the scenario runs (trades: sim calls through the API). The runner
+// calls startSide once the members run, injects the fault only once
+// sideReady is true (and 10 % of the work is done), and calls stopSide
+// (idempotent) once every effect is there or the scenario ends, before
+// the members stop; the scene's faultBegan and faultEnded are set by then.
+type sideTrafficker interface {
+	startSide(ctx context.Context, sc *scene, fault string) error
+	sideReady() bool
+	stopSide()
+}
+
 // scene is one scenario's isolated resources: topics and groups under
 // prefix, a PostgreSQL schema, an object-store bucket, and the members.
 type scene struct {
@@ -73,12 +85,17 @@ type scene struct {
 	objects  objstore.Store
 	members  []*member
 	restarts int
+	// faultBegan and faultEnded bracket the fault: from just before it was
+	// injected until the service was back (up.sh returned) or the killed
+	// process was started again.
+	faultBegan, faultEnded time.Time
 }
 
 // member is one `sluice run` process.
 type member struct {
 	*faults.Child
 	name, metrics string
+	ops           string // http://host:port of its ops server (the API)
 }
 
 func (sc *scene) topic(name string) string { return sc.prefix + name }
@@ -191,7 +208,7 @@ func (sc *scene) start(w workload, i int) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &member{Child: c, name: name, metrics: "http://" + addr + "/metrics"}
+	m := &member{Child: c, name: name, metrics: "http://" + addr + "/metrics", ops: "http://" + addr}
 	sc.members = append(sc.members, m)
 	return m, nil
 }
@@ -280,13 +297,22 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 			return res
 		}
 	}
+	side, _ := w.(sideTrafficker)
+	if side != nil {
+		if err := side.startSide(ctx, sc, fault); err != nil {
+			res.err = fmt.Errorf("side traffic: %w", err)
+			return res
+		}
+		defer side.stopSide()
+	}
 	deadline := time.Now().Add(cfg.timeout)
-	// Wait until 10 % of the work is done, then inject the fault.
+	// Wait until 10 % of the work is done (and the side traffic is ready),
+	// then inject the fault.
 	for {
 		done, want, err := w.progress(ctx, sc)
 		if err == nil && want > 0 {
 			res.doneAtFault, res.pendingAtFault = float64(done)/float64(want), want-done
-			if res.doneAtFault >= 0.1 {
+			if res.doneAtFault >= 0.1 && (side == nil || side.sideReady()) {
 				break
 			}
 		}
@@ -305,6 +331,7 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 		return res
 	}
 	var killed *member
+	sc.faultBegan = time.Now()
 	switch fault {
 	case "kill":
 		killed = sc.members[1]
@@ -336,18 +363,20 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 				res.err = errors.Join(res.err, err)
 			}
 		}()
-	case "redis", "postgres", "broker":
-		svc := map[string]string{"redis": "redis", "postgres": "postgres", "broker": "kafka"}[fault]
+	default:
+		svc, ok := faults.ServiceOf(fault)
+		if !ok {
+			res.err = fmt.Errorf("unknown fault %q", fault)
+			return res
+		}
 		logf("%s: stopping %s for 5 s", scenario, svc)
 		if err := cfg.stack.Restart(svc, 5*time.Second); err != nil {
 			res.err = err
 			return res
 		}
-	default:
-		res.err = fmt.Errorf("unknown fault %q", fault)
-		return res
 	}
 	faultOver := time.Now()
+	sc.faultEnded = faultOver
 	for {
 		done, want, err := w.progress(ctx, sc)
 		if err == nil && done >= want {
@@ -374,6 +403,9 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 		time.Sleep(100 * time.Millisecond)
 	}
 	res.recovery = time.Since(faultOver)
+	if side != nil {
+		side.stopSide()
+	}
 	for _, m := range sc.members {
 		if done, _ := m.Exited(); done {
 			continue
