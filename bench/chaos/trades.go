@@ -29,7 +29,9 @@ import (
 // the restart (sim.go): the trades of a user of its own (simUser, stored
 // directly, not imported, and left out of the counts above); every answer
 // must equal the reference, every error be clean, and the cache be used
-// and written again after the restart (judgeSim).
+// and written again after the restart (judgeSim). Under the minio fault
+// the outage begins once every trade is stored and lasts until a digest
+// write has failed.
 type tradesLoad struct {
 	users []string
 	// since is the imports' since: the Monday two weeks ago, so that the
@@ -39,6 +41,7 @@ type tradesLoad struct {
 	since string
 	weeks map[string]bool // ISO week starts of a user's trades (the same for every user)
 
+	fault    string
 	simUser  string
 	sim      *simTraffic // nil: no sim calls (every fault but redis)
 	simCalls []simCall
@@ -100,9 +103,14 @@ func (l *tradesLoad) progress(ctx context.Context, sc *scene) (done, want int64,
 	return min(rows, n*trades.SyntheticTrades) + min(digests, n*int64(len(l.weeks))), n * (trades.SyntheticTrades + int64(len(l.weeks))), nil
 }
 
+// tradesLoad takes part in its faults (the runner finds it by a type
+// assertion).
+var _ faultAware = (*tradesLoad)(nil)
+
 // startSide, under the redis fault, stores the sim user's trades, computes
 // the reference answers and starts calling the sim on the first member.
 func (l *tradesLoad) startSide(ctx context.Context, sc *scene, fault string) error {
+	l.fault = fault
 	if fault != "redis" {
 		return nil
 	}
@@ -123,7 +131,21 @@ func (l *tradesLoad) startSide(ctx context.Context, sc *scene, fault string) err
 	return nil
 }
 
-func (l *tradesLoad) sideReady() bool { return l.sim == nil || l.sim.ready() }
+// faultReady holds the redis fault until a sim answer came from the
+// cache, and the minio fault until every trade is stored (the digests,
+// trades' only objects, come last; the outage then lasts until a digest
+// write has failed).
+func (l *tradesLoad) faultReady(ctx context.Context, sc *scene) bool {
+	switch {
+	case l.sim != nil:
+		return l.sim.ready()
+	case l.fault == "minio":
+		var n int64
+		err := sc.db.QueryRow(ctx, `SELECT count(*) FROM trades WHERE user_id <> $1`, l.simUser).Scan(&n)
+		return err == nil && n >= int64(len(l.users))*trades.SyntheticTrades
+	}
+	return true
+}
 
 func (l *tradesLoad) stopSide() {
 	if l.sim != nil {
