@@ -12,7 +12,7 @@ func TestParseScenarios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"smap:kill", "smap:redis", "smap:postgres", "smap:broker", "ticks:redis", "trades:kill"}
+	want := []string{"smap:kill", "smap:redis", "smap:postgres", "smap:broker", "smap:minio", "ticks:redis", "trades:kill"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
@@ -60,5 +60,17 @@ func TestResultPass(t *testing.T) {
 	r := result{effects: []effect{{lost: 2, dup: 1}, {lost: 3}}}
 	if r.lost() != 5 || r.duplicated() != 1 {
 		t.Errorf("lost %d, duplicated %d, want 5, 1", r.lost(), r.duplicated())
+	}
+}
+
+// The new faults parse: trades under redis and minio, smap and ticks under
+// minio; modules writes no object.
+func TestParseScenariosObjectStoreAndSim(t *testing.T) {
+	got, err := parseScenarios("trades:redis,trades:minio,smap:minio,ticks:minio")
+	if err != nil || !slices.Equal(got, []string{"trades:redis", "trades:minio", "smap:minio", "ticks:minio"}) {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	if got, err := parseScenarios("modules:minio"); err == nil {
+		t.Errorf("modules:minio accepted as %v", got)
 	}
 }

@@ -12,15 +12,18 @@
 // what the input implies. Faults:
 //
 //   - kill: kill -9 of one of two members, started again 2 s later;
-//   - redis, postgres, broker: the service (Kafka: every node) stopped for
-//     5 s and started again with deploy/stack/down.sh and up.sh, so run
-//     them against a private stack (the script does), never a shared one.
+//   - redis, postgres, minio, broker: the service (Kafka: every node)
+//     stopped for 5 s and started again with deploy/stack/down.sh and
+//     up.sh, so run them against a private stack (the script does), never
+//     a shared one.
 //
-// Per pipeline: smap kill, redis, postgres, broker; ticks kill, redis,
-// broker (ticks keeps nothing in PostgreSQL); trades kill, broker,
-// postgres; modules kill, postgres, redis (its limiter), broker. The
-// input and the verifier of each are documented on its workload type
-// (smapLoad, ticksLoad, tradesLoad, modulesLoad).
+// Per pipeline: smap kill, redis, postgres, broker, minio; ticks kill,
+// redis, broker, minio (ticks keeps nothing in PostgreSQL); trades kill,
+// broker, postgres, redis (its sim's cache: sim calls through the API
+// across the restart), minio; modules kill, postgres, redis (its
+// limiter), broker (modules writes no object). The input and the verifier
+// of each are documented on its workload type (smapLoad, ticksLoad,
+// tradesLoad, modulesLoad).
 //
 // A scenario passes only with 0 lost and 0 duplicated effects (rows,
 // counters, events, objects, dead letters) and work still pending when the
@@ -80,9 +83,9 @@ type pipelineDef struct {
 // workloads returns the pipelines this runner drives, by name.
 func workloads() map[string]pipelineDef {
 	return map[string]pipelineDef{
-		"smap":    {func(cfg *config) workload { return newSmapLoad(cfg) }, []string{"kill", "redis", "postgres", "broker"}},
-		"ticks":   {func(cfg *config) workload { return newTicksLoad(cfg) }, []string{"kill", "redis", "broker"}},
-		"trades":  {func(cfg *config) workload { return newTradesLoad(cfg) }, []string{"kill", "broker", "postgres"}},
+		"smap":    {func(cfg *config) workload { return newSmapLoad(cfg) }, []string{"kill", "redis", "postgres", "broker", "minio"}},
+		"ticks":   {func(cfg *config) workload { return newTicksLoad(cfg) }, []string{"kill", "redis", "broker", "minio"}},
+		"trades":  {func(cfg *config) workload { return newTradesLoad(cfg) }, []string{"kill", "broker", "postgres", "redis", "minio"}},
 		"modules": {func(cfg *config) workload { return newModulesLoad(cfg) }, []string{"kill", "postgres", "redis", "broker"}},
 	}
 }

@@ -55,6 +55,20 @@ type memberEnver interface{ memberEnv(sc *scene) []string }
 // scenario stops or kills it.
 type stopWatcher interface{ beforeStop(m *member) }
 
+// faultAware is a workload that takes part in its fault. The runner calls
+// startSide once the members run, with the fault (trades under redis:
+// sim calls through the API); injects the fault only once faultReady is
+// true, besides 10 % of the work done (trades: under redis, a cached sim
+// answer; under minio, a digest written, so that the outage meets digest
+// writes); and calls stopSide (idempotent) once every effect is there or
+// the scenario ends, before the members stop. The scene's faultBegan and
+// faultEnded are set by then.
+type faultAware interface {
+	startSide(ctx context.Context, sc *scene, fault string) error
+	faultReady(ctx context.Context, sc *scene) bool
+	stopSide()
+}
+
 // scene is one scenario's isolated resources: topics and groups under
 // prefix, a PostgreSQL schema, an object-store bucket, and the members.
 type scene struct {
@@ -73,12 +87,17 @@ type scene struct {
 	objects  objstore.Store
 	members  []*member
 	restarts int
+	// faultBegan and faultEnded bracket the fault: from just before it was
+	// injected until the service was back (up.sh returned) or the killed
+	// process was started again.
+	faultBegan, faultEnded time.Time
 }
 
 // member is one `sluice run` process.
 type member struct {
 	*faults.Child
 	name, metrics string
+	ops           string // http://host:port of its ops server (the API)
 }
 
 func (sc *scene) topic(name string) string { return sc.prefix + name }
@@ -191,7 +210,7 @@ func (sc *scene) start(w workload, i int) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &member{Child: c, name: name, metrics: "http://" + addr + "/metrics"}
+	m := &member{Child: c, name: name, metrics: "http://" + addr + "/metrics", ops: "http://" + addr}
 	sc.members = append(sc.members, m)
 	return m, nil
 }
@@ -243,6 +262,25 @@ func firstInput(w workload) string {
 	return ""
 }
 
+// minioHold bounds the object store's outage under the minio fault.
+const minioHold = 90 * time.Second
+
+// objstoreErrors is the sum over the running members of their
+// object-store calls that failed with a transient error
+// (sluice_objstore_operations_total).
+func (sc *scene) objstoreErrors() float64 {
+	var n float64
+	for _, m := range sc.members {
+		if done, _ := m.Exited(); done {
+			continue
+		}
+		if v, err := faults.ScrapeSum(m.metrics, "sluice_objstore_operations_total", `result="transient_error"`); err == nil {
+			n += v
+		}
+	}
+	return n
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -280,13 +318,22 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 			return res
 		}
 	}
+	side, _ := w.(faultAware)
+	if side != nil {
+		if err := side.startSide(ctx, sc, fault); err != nil {
+			res.err = fmt.Errorf("side traffic: %w", err)
+			return res
+		}
+		defer side.stopSide()
+	}
 	deadline := time.Now().Add(cfg.timeout)
-	// Wait until 10 % of the work is done, then inject the fault.
+	// Wait until 10 % of the work is done (and the side traffic is ready),
+	// then inject the fault.
 	for {
 		done, want, err := w.progress(ctx, sc)
 		if err == nil && want > 0 {
 			res.doneAtFault, res.pendingAtFault = float64(done)/float64(want), want-done
-			if res.doneAtFault >= 0.1 {
+			if res.doneAtFault >= 0.1 && (side == nil || side.faultReady(ctx, sc)) {
 				break
 			}
 		}
@@ -305,6 +352,8 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 		return res
 	}
 	var killed *member
+	objBase := sc.objstoreErrors()
+	sc.faultBegan = time.Now()
 	switch fault {
 	case "kill":
 		killed = sc.members[1]
@@ -316,6 +365,25 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 		time.Sleep(2 * time.Second)
 		sc.restarts++
 		if _, err := sc.start(w, 1); err != nil {
+			res.err = err
+			return res
+		}
+	case "minio":
+		// Down for 5 s and until an object-store call of a member has
+		// failed (at most minioHold): a pipeline that writes its objects
+		// in bursts (trades' digests, every 10 s once due) may make none
+		// in 5 s.
+		logf("%s: stopping minio for 5 s and until an object-store call fails", scenario)
+		if err := cfg.stack.Run("down.sh", "minio"); err != nil {
+			res.err = err
+			return res
+		}
+		down := time.Now()
+		for time.Since(down) < 5*time.Second || sc.objstoreErrors() <= objBase && time.Since(down) < minioHold {
+			time.Sleep(200 * time.Millisecond)
+		}
+		res.note("the object store was down %.1f s", time.Since(down).Seconds())
+		if err := cfg.stack.Run("up.sh", "minio"); err != nil {
 			res.err = err
 			return res
 		}
@@ -336,18 +404,20 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 				res.err = errors.Join(res.err, err)
 			}
 		}()
-	case "redis", "postgres", "broker":
-		svc := map[string]string{"redis": "redis", "postgres": "postgres", "broker": "kafka"}[fault]
+	default:
+		svc, ok := faults.ServiceOf(fault)
+		if !ok {
+			res.err = fmt.Errorf("unknown fault %q", fault)
+			return res
+		}
 		logf("%s: stopping %s for 5 s", scenario, svc)
 		if err := cfg.stack.Restart(svc, 5*time.Second); err != nil {
 			res.err = err
 			return res
 		}
-	default:
-		res.err = fmt.Errorf("unknown fault %q", fault)
-		return res
 	}
 	faultOver := time.Now()
+	sc.faultEnded = faultOver
 	for {
 		done, want, err := w.progress(ctx, sc)
 		if err == nil && done >= want {
@@ -374,6 +444,12 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 		time.Sleep(100 * time.Millisecond)
 	}
 	res.recovery = time.Since(faultOver)
+	if side != nil {
+		side.stopSide()
+	}
+	// The object-store calls that failed (a minio fault that met none hit
+	// nothing).
+	objErrors := sc.objstoreErrors() - objBase
 	for _, m := range sc.members {
 		if done, _ := m.Exited(); done {
 			continue
@@ -387,6 +463,12 @@ func runScenario(ctx context.Context, cfg *config, scenario string) (res result)
 			sw.beforeStop(m)
 		}
 		m.Stop(syscall.SIGTERM)
+	}
+	if fault == "minio" {
+		if objErrors == 0 {
+			res.err = errors.Join(res.err, errors.New("no object-store call failed: the outage hit nothing"))
+		}
+		res.note("%g object-store calls failed with a transient error (sluice_objstore_operations_total)", objErrors)
 	}
 	if err := w.verify(ctx, sc, &res); err != nil {
 		res.err = errors.Join(res.err, fmt.Errorf("verify: %w", err))

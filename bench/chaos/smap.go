@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,15 +24,18 @@ import (
 // the collector crawls and stores objects while analytics and the progress
 // counter work on the first items. What the input implies: per project,
 // the synthetic crawler's deterministic items (smap.ItemID of
-// "<platform>-%05d" source ids), each with one raw object, one
-// post_analytics row without error, one analysis.finished event (exactly
-// one for a read_committed reader: the analytics runtime produces them in
-// its commit transactions) and one count in the project's Redis counter
-// (total = done, errors 0, DONE), one job.completed event per project, and
-// no dead letter.
+// "<platform>-%05d" source ids), each with one raw object (the item as the
+// crawler yields it, under its item and project ids), one project meta
+// object (total = the items, completed), one post_analytics row without
+// error, one analysis.finished event per data.collected record (for a
+// read_committed reader: the analytics runtime produces them in its commit
+// transactions) and one count in the project's Redis counter (total =
+// done, errors 0, DONE), one job.completed event per project, and no dead
+// letter.
 type smapLoad struct {
 	projects, perTarget int
 	ids                 []string
+	created             map[string]smap.ProjectCreated // by project id
 	tracker             *progress.Tracker
 	state               *redis.Client // smap's state database
 	closeState          func() error
@@ -39,7 +44,7 @@ type smapLoad struct {
 var smapPlatforms = [...]string{"tiktok", "facebook", "youtube"}
 
 func newSmapLoad(cfg *config) *smapLoad {
-	return &smapLoad{projects: max(1, int(30*cfg.scale)), perTarget: 100}
+	return &smapLoad{projects: max(1, int(30*cfg.scale)), perTarget: 100, created: map[string]smap.ProjectCreated{}}
 }
 
 func (l *smapLoad) pipeline() string { return "smap" }
@@ -86,8 +91,9 @@ func (l *smapLoad) setup(ctx context.Context, sc *scene) error {
 		for _, pl := range smapPlatforms {
 			targets = append(targets, smap.Target{Platform: pl, URL: fmt.Sprintf("synthetic://%s?items=%d", pl, l.perTarget)})
 		}
-		b, err := json.Marshal(smap.NewProjectCreated(smap.ProjectCreated{ProjectID: id, Keywords: []string{"VinFast", "VF3"},
-			Targets: targets, DateRange: []string{"2025-01-01", "2025-02-01"}}, time.Now()))
+		pc := smap.ProjectCreated{ProjectID: id, Keywords: []string{"VinFast", "VF3"}, Targets: targets, DateRange: []string{"2025-01-01", "2025-02-01"}}
+		l.created[id] = pc
+		b, err := json.Marshal(smap.NewProjectCreated(pc, time.Now()))
 		if err != nil {
 			return err
 		}
@@ -190,30 +196,30 @@ func (l *smapLoad) verify(ctx context.Context, sc *scene, r *result) error {
 	}
 	r.add(rows)
 
-	// Raw objects: one per item, nothing else under raw/.
-	objs := effect{kind: "raw objects", want: nItems}
-	infos, err := sc.objects.List(ctx, "raw/")
+	// Raw objects: one per item holding the crawler's item, nothing else
+	// under raw/; one meta object per project, sealed at its items.
+	wantRaw, err := l.rawChecks(ctx, objects, project)
 	if err != nil {
-		return fmt.Errorf("list raw objects: %w", err)
+		return err
 	}
-	keys := map[string]bool{}
-	for _, in := range infos {
-		objs.got++
-		keys[in.Key] = true
-	}
-	want := map[string]bool{}
-	for _, k := range objects {
-		want[k] = true
-		if !keys[k] {
-			objs.lost++
-		}
-	}
-	for k := range keys {
-		if !want[k] {
-			objs.dup++
-		}
+	objs, err := checkObjects(ctx, sc.objects, "raw/", "raw objects", wantRaw, r)
+	if err != nil {
+		return err
 	}
 	r.add(objs)
+	wantMeta := map[string]objectCheck{}
+	var uncompleted atomic.Int64
+	for _, p := range l.ids {
+		wantMeta["projects/"+url.PathEscape(p)+".json"] = l.metaCheck(p, &uncompleted)
+	}
+	metas, err := checkObjects(ctx, sc.objects, "projects/", "project meta objects", wantMeta, r)
+	if err != nil {
+		return err
+	}
+	r.add(metas)
+	if n := uncompleted.Load(); n > 0 {
+		r.note("%d project meta object(s) without completed_at: smap records the completion there best effort (a failed write is logged, not retried)", n)
+	}
 
 	// job.completed: one per project, with the project's counts.
 	completed := effect{kind: "job.completed events", want: int64(len(l.ids))}
@@ -294,4 +300,71 @@ func (l *smapLoad) verify(ctx context.Context, sc *scene, r *result) error {
 		r.note("data.collected announced %d items more than once (the collector's re-crawl is at least once; their analysis.finished copies are expected, not counted as duplicated)", recollected)
 	}
 	return nil
+}
+
+// rawChecks returns the check of every raw object the input implies, by
+// key: the synthetic crawler's item (crawled again here) under its item
+// and project ids, with a crawl time.
+func (l *smapLoad) rawChecks(ctx context.Context, objects, project map[string]string) (map[string]objectCheck, error) {
+	items := map[string]smap.Item{}
+	var crawler smap.SyntheticCrawler
+	for _, p := range l.ids {
+		pc := l.created[p]
+		for _, tg := range pc.Targets {
+			if err := crawler.Crawl(ctx, pc, tg, func(it smap.Item) error {
+				items[smap.ItemID(p, it.Platform, it.SourceID)] = it
+				return nil
+			}); err != nil {
+				return nil, fmt.Errorf("crawl %s %s again: %w", p, tg.Platform, err)
+			}
+		}
+	}
+	out := map[string]objectCheck{}
+	for id, key := range objects {
+		it, ok := items[id]
+		if !ok {
+			return nil, fmt.Errorf("item %s: not crawled again", id)
+		}
+		wantItem := sameJSON(it)
+		out[key] = func(body []byte) error {
+			var raw smap.RawItem
+			if err := json.Unmarshal(body, &raw); err != nil {
+				return fmt.Errorf("not a raw item: %w", err)
+			}
+			if raw.ItemID != id || raw.ProjectID != project[id] || raw.CrawledAt.IsZero() {
+				return fmt.Errorf("item %q of project %q crawled at %s, want item %s of project %s", raw.ItemID, raw.ProjectID, raw.CrawledAt, id, project[id])
+			}
+			b, err := json.Marshal(raw.Item)
+			if err != nil {
+				return err
+			}
+			return wantItem(b)
+		}
+	}
+	return out, nil
+}
+
+// metaCheck is the check of project p's meta object: its id, a total of
+// its items, sealed. The completion time is written there best effort
+// (smap's completer logs a failed write and goes on): a meta without one
+// is counted in uncompleted, not refused.
+func (l *smapLoad) metaCheck(p string, uncompleted *atomic.Int64) objectCheck {
+	return func(body []byte) error {
+		var m struct {
+			ProjectID   string    `json:"project_id"`
+			Total       int64     `json:"total"`
+			SealedAt    time.Time `json:"sealed_at"`
+			CompletedAt time.Time `json:"completed_at"`
+		}
+		if err := json.Unmarshal(body, &m); err != nil {
+			return fmt.Errorf("not a project meta: %w", err)
+		}
+		if m.ProjectID != p || m.Total != l.itemsPer() || m.SealedAt.IsZero() {
+			return fmt.Errorf("meta %s: project %q, total %d (want %d), sealed at %s", p, m.ProjectID, m.Total, l.itemsPer(), m.SealedAt)
+		}
+		if m.CompletedAt.IsZero() {
+			uncompleted.Add(1)
+		}
+		return nil
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,8 +21,17 @@ import (
 // (500 fetched and stored), bias_tags equal to the reference scoring
 // (trades.Score) of the stored history, one digest per ISO week of the
 // trades — a digests row of revision 1 whose aggregate equals
-// trades.Aggregate of the week's scored trades, its object, and one
-// digest.ready event — and no dead letter.
+// trades.Aggregate of the week's scored trades, its object (exactly the
+// trades.DigestObject of that row), and one digest.ready event — and no
+// dead letter.
+//
+// Under the redis fault it also calls the sim's API on the member across
+// the restart (sim.go): the trades of a user of its own (simUser, stored
+// directly, not imported, and left out of the counts above); every answer
+// must equal the reference, every error be clean, and the cache be used
+// and written again after the restart (judgeSim). Under the minio fault
+// the outage begins once every trade is stored and lasts until a digest
+// write has failed.
 type tradesLoad struct {
 	users []string
 	// since is the imports' since: the Monday two weeks ago, so that the
@@ -32,6 +40,11 @@ type tradesLoad struct {
 	// week's end) and is within the digests' horizon (8 weeks).
 	since string
 	weeks map[string]bool // ISO week starts of a user's trades (the same for every user)
+
+	fault    string
+	simUser  string
+	sim      *simTraffic // nil: no sim calls (every fault but redis)
+	simCalls []simCall
 }
 
 func newTradesLoad(cfg *config) *tradesLoad {
@@ -67,6 +80,7 @@ func (l *tradesLoad) setup(ctx context.Context, sc *scene) error {
 	for i := range l.users {
 		l.users[i] = sc.id + "-" + l.users[i]
 	}
+	l.simUser = sc.id + "-sim"
 	var recs []*kgo.Record
 	for _, u := range l.users {
 		b, err := json.Marshal(trades.ImportCommand{UserID: u, Since: l.since, Broker: trades.BrokerSynthetic,
@@ -82,21 +96,80 @@ func (l *tradesLoad) setup(ctx context.Context, sc *scene) error {
 // progress is the trades stored plus the digests rows written.
 func (l *tradesLoad) progress(ctx context.Context, sc *scene) (done, want int64, err error) {
 	var rows, digests int64
-	if err := sc.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM trades), (SELECT count(*) FROM digests)`).Scan(&rows, &digests); err != nil {
+	if err := sc.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM trades WHERE user_id <> $1), (SELECT count(*) FROM digests)`, l.simUser).Scan(&rows, &digests); err != nil {
 		return 0, 0, err
 	}
 	n := int64(len(l.users))
 	return min(rows, n*trades.SyntheticTrades) + min(digests, n*int64(len(l.weeks))), n * (trades.SyntheticTrades + int64(len(l.weeks))), nil
 }
 
+// tradesLoad takes part in its faults (the runner finds it by a type
+// assertion).
+var _ faultAware = (*tradesLoad)(nil)
+
+// startSide, under the redis fault, stores the sim user's trades, computes
+// the reference answers and starts calling the sim on the first member.
+func (l *tradesLoad) startSide(ctx context.Context, sc *scene, fault string) error {
+	l.fault = fault
+	if fault != "redis" {
+		return nil
+	}
+	ids, err := seedSimUser(ctx, sc, l.simUser, l.since)
+	if err != nil {
+		return err
+	}
+	// 40 trades spread over the history: at one more every
+	// simNewKeyEvery, more than a scenario needs.
+	var pick []string
+	for i := 0; i < len(ids) && len(pick) < 40; i += max(1, len(ids)/40) {
+		pick = append(pick, ids[i])
+	}
+	if l.sim, err = newSimTraffic(ctx, sc, l.simUser, pick); err != nil {
+		return fmt.Errorf("reference sim answers: %w", err)
+	}
+	l.sim.start(sc.members[0].ops)
+	return nil
+}
+
+// faultReady holds the redis fault until a sim answer came from the
+// cache, and the minio fault until every trade is stored (the digests,
+// trades' only objects, come last; the outage then lasts until a digest
+// write has failed).
+func (l *tradesLoad) faultReady(ctx context.Context, sc *scene) bool {
+	switch {
+	case l.sim != nil:
+		return l.sim.ready()
+	case l.fault == "minio":
+		var n int64
+		err := sc.db.QueryRow(ctx, `SELECT count(*) FROM trades WHERE user_id <> $1`, l.simUser).Scan(&n)
+		return err == nil && n >= int64(len(l.users))*trades.SyntheticTrades
+	}
+	return true
+}
+
+func (l *tradesLoad) stopSide() {
+	if l.sim != nil {
+		l.simCalls = l.sim.end()
+	}
+}
+
 func (l *tradesLoad) verify(ctx context.Context, sc *scene, r *result) error {
+	if l.sim != nil {
+		v := judgeSim(l.simCalls, l.sim.want, sc.faultBegan, sc.faultEnded)
+		r.add(v.answers)
+		r.add(v.errs)
+		r.add(v.cache)
+		r.note("%s", v.summary)
+		for _, n := range v.notes {
+			r.note("%s", n)
+		}
+	}
 	since, _ := time.Parse(time.DateOnly, l.since)
 	rows := effect{kind: "trades rows"}
 	tags := effect{kind: "bias_tags"}
 	digests := effect{kind: "digests rows"}
-	objects := effect{kind: "digest objects"}
 	wantReady := map[string]bool{}
-	wantObjects := map[string]bool{}
+	wantObjects := map[string]objectCheck{}
 	for _, u := range l.users {
 		// Rows: the synthetic broker's ext ids, once each.
 		history, err := trades.LoadHistory(ctx, sc.db, u)
@@ -152,14 +225,13 @@ func (l *tradesLoad) verify(ctx context.Context, sc *scene, r *result) error {
 		// Digests: per week, revision 1 with the week's aggregate.
 		for start, w := range wins {
 			digests.want++
-			objects.want++
 			wantReady[trades.DigestReadyEventID(u, start, 1)] = true
-			key := trades.DigestObjectKey(u, w)
-			wantObjects[key] = true
+			agg := trades.Aggregate(w, weeks[start])
+			wantObjects[trades.DigestObjectKey(u, w)] = sameJSON(trades.DigestObject{UserID: u, Period: w.Period(), Revision: 1, Agg: agg})
 			var revision int
 			var partial bool
-			var agg json.RawMessage
-			err := sc.db.QueryRow(ctx, `SELECT revision, partial, agg FROM digests WHERE user_id = $1 AND period_start = $2`, u, start).Scan(&revision, &partial, &agg)
+			var stored json.RawMessage
+			err := sc.db.QueryRow(ctx, `SELECT revision, partial, agg FROM digests WHERE user_id = $1 AND period_start = $2`, u, start).Scan(&revision, &partial, &stored)
 			if err != nil {
 				digests.lost++
 				r.note("%s %s: no digests row (%v)", u, start, err)
@@ -168,7 +240,7 @@ func (l *tradesLoad) verify(ctx context.Context, sc *scene, r *result) error {
 			if revision > 1 {
 				digests.dup++ // emitted again as a new revision
 			}
-			if ok, err := sameAgg(agg, trades.Aggregate(w, weeks[start])); err != nil || !ok || partial {
+			if err := sameJSON(agg)(stored); err != nil || partial {
 				digests.lost++
 				r.note("%s %s: digests row revision %d, partial %t, aggregate differs from the scored trades' (%v)", u, start, revision, partial, err)
 			}
@@ -180,22 +252,10 @@ func (l *tradesLoad) verify(ctx context.Context, sc *scene, r *result) error {
 	}
 	digests.got = n
 	digests.dup += max(0, n-digests.want)
-	infos, err := sc.objects.List(ctx, "digests/")
+	// Digest objects: exactly the wanted keys, each with its row's content.
+	objects, err := checkObjects(ctx, sc.objects, "digests/", "digest objects", wantObjects, r)
 	if err != nil {
-		return fmt.Errorf("list digest objects: %w", err)
-	}
-	have := map[string]bool{}
-	for _, in := range infos {
-		objects.got++
-		have[in.Key] = true
-		if !wantObjects[in.Key] {
-			objects.dup++
-		}
-	}
-	for k := range wantObjects {
-		if !have[k] {
-			objects.lost++
-		}
+		return err
 	}
 	r.add(rows)
 	r.add(tags)
@@ -286,21 +346,4 @@ func userTags(ctx context.Context, sc *scene, user string) (map[string]bool, err
 		out[s] = true
 	}
 	return out, rows.Err()
-}
-
-// sameAgg compares a stored aggregate with the reference one as JSON
-// values (key order and number spelling aside).
-func sameAgg(stored json.RawMessage, want trades.Agg) (bool, error) {
-	b, err := json.Marshal(want)
-	if err != nil {
-		return false, err
-	}
-	var a, w any
-	if err := json.Unmarshal(stored, &a); err != nil {
-		return false, err
-	}
-	if err := json.Unmarshal(b, &w); err != nil {
-		return false, err
-	}
-	return reflect.DeepEqual(a, w), nil
 }

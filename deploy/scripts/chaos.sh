@@ -11,9 +11,11 @@
 # the corpus implies.
 # smap, ticks, trades, modules (bench/chaos): kill -9 of one of two `sluice
 # run` members, and per pipeline a restart of a service it depends on —
-# smap: redis; ticks: redis, broker; trades: broker; modules: postgres — each
-# verified against what the input implies (tables, counters, events,
-# objects, upstream calls, dead letters).
+# smap: redis, postgres, broker, minio; ticks: redis, broker, minio; trades:
+# broker, postgres, redis (sim calls across it), minio; modules: postgres,
+# redis, broker — each verified against what the input implies (tables,
+# counters, events, objects and their content, sim answers, upstream calls,
+# dead letters).
 # Every scenario fails on any lost or duplicated effect.
 # CHAOS_KAFKA_NODES=1 runs them on a single broker (~/.sluice-chaos; silver's
 # leader scenario needs 3).

@@ -57,6 +57,20 @@ func (s Stack) Restart(service string, down time.Duration) error {
 	return s.Run("up.sh", service)
 }
 
+// ServiceOf returns the deploy/stack service that the fault named fault
+// stops and starts again (Stack.Restart): redis, postgres, minio (the
+// object store) and broker (kafka: every node). ok is false for a fault
+// that restarts no service (kill, leader …).
+func ServiceOf(fault string) (service string, ok bool) {
+	switch fault {
+	case "redis", "postgres", "minio":
+		return fault, true
+	case "broker":
+		return "kafka", true
+	}
+	return "", false
+}
+
 // KillLeader kills (SIGKILL) the broker leading partition 0 of topic, a
 // node of the stack in SLUICE_STACK_DIR started with SLUICE_KAFKA_NODES=3,
 // and returns its id.
