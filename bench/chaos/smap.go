@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -208,18 +207,14 @@ func (l *smapLoad) verify(ctx context.Context, sc *scene, r *result) error {
 	}
 	r.add(objs)
 	wantMeta := map[string]objectCheck{}
-	var uncompleted atomic.Int64
 	for _, p := range l.ids {
-		wantMeta["projects/"+url.PathEscape(p)+".json"] = l.metaCheck(p, &uncompleted)
+		wantMeta["projects/"+url.PathEscape(p)+".json"] = l.metaCheck(p)
 	}
 	metas, err := checkObjects(ctx, sc.objects, "projects/", "project meta objects", wantMeta, r)
 	if err != nil {
 		return err
 	}
 	r.add(metas)
-	if n := uncompleted.Load(); n > 0 {
-		r.note("%d project meta object(s) without completed_at: smap records the completion there best effort (a failed write is logged, not retried)", n)
-	}
 
 	// job.completed: one per project, with the project's counts.
 	completed := effect{kind: "job.completed events", want: int64(len(l.ids))}
@@ -345,10 +340,9 @@ func (l *smapLoad) rawChecks(ctx context.Context, objects, project map[string]st
 }
 
 // metaCheck is the check of project p's meta object: its id, a total of
-// its items, sealed. The completion time is written there best effort
-// (smap's completer logs a failed write and goes on): a meta without one
-// is counted in uncompleted, not refused.
-func (l *smapLoad) metaCheck(p string, uncompleted *atomic.Int64) objectCheck {
+// its items, sealed and completed (smap's completer retries the write of
+// the completion time until it succeeds).
+func (l *smapLoad) metaCheck(p string) objectCheck {
 	return func(body []byte) error {
 		var m struct {
 			ProjectID   string    `json:"project_id"`
@@ -363,7 +357,7 @@ func (l *smapLoad) metaCheck(p string, uncompleted *atomic.Int64) objectCheck {
 			return fmt.Errorf("meta %s: project %q, total %d (want %d), sealed at %s", p, m.ProjectID, m.Total, l.itemsPer(), m.SealedAt)
 		}
 		if m.CompletedAt.IsZero() {
-			uncompleted.Add(1)
+			return fmt.Errorf("meta %s: no completed_at", p)
 		}
 		return nil
 	}

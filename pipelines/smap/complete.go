@@ -76,9 +76,12 @@ func (c *completer) publish(ctx context.Context, cs []progress.Completion) error
 }
 
 // afterDone records the completion time in the project's meta object, so
-// that a rebuild after a Redis loss knows the completion was published.
-// Best effort: a failure is logged.
-func (c *completer) afterDone(ctx context.Context, cs []progress.Completion) {
+// that a rebuild after a Redis loss, or a replay of project.created after
+// the progress state expired, knows the completion was published. A failed
+// write fails the batch: the runtime retries it, and the retry only writes
+// the meta objects again (progress.WithAfterDone); the write is
+// idempotent (an existing completed_at is kept).
+func (c *completer) afterDone(ctx context.Context, cs []progress.Completion) error {
 	for _, cp := range cs {
 		at := cp.CompletedAt
 		if at.IsZero() {
@@ -90,9 +93,14 @@ func (c *completer) afterDone(ctx context.Context, cs []progress.Completion) {
 			}
 		})
 		if err != nil {
-			c.log.Warn("record project completion", "project_id", cp.ID, "err", err)
+			op := "record the completion of project " + cp.ID
+			if fatal := storeConfigError(op, err); fatal != nil {
+				return fatal
+			}
+			return fmt.Errorf("%s: %w", op, err)
 		}
 	}
+	return nil
 }
 
 // complete publishes one decided completion and marks it done.

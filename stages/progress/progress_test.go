@@ -393,3 +393,60 @@ func TestSinkRetryAfterMarkDoneFailedDoesNotRepublish(t *testing.T) {
 		t.Fatalf("after the retry: %+v", st)
 	}
 }
+
+// A failing WithAfterDone hook fails the batch, and the retries run only the
+// hook again: the completion is neither published nor marked done twice,
+// and the hook sees the marked state every time.
+func TestSinkRetriesFailedAfterDoneHookOnly(t *testing.T) {
+	t.Parallel()
+	tr, _ := newTracker(t)
+	ctx := testkit.Context(t)
+	must(tr.Init(ctx, "p"))
+	must(tr.Discover(ctx, "p", "a"))
+	must(tr.Seal(ctx, "p", 1))
+	d := must(tr.Count(ctx, "p", "a", false))
+	if !d.Publish {
+		t.Fatalf("counting the only item decided nothing: %+v", d)
+	}
+	published, hooked, failures := 0, 0, 2
+	var hookStates []progress.State
+	sink := progress.NewSink(tr, func(_ context.Context, cs []progress.Completion) error {
+		published += len(cs)
+		return nil
+	}, progress.WithAfterDone(func(_ context.Context, cs []progress.Completion) error {
+		hooked++
+		for _, c := range cs {
+			hookStates = append(hookStates, c.State)
+		}
+		if failures > 0 {
+			failures--
+			return errors.New("object store down")
+		}
+		return nil
+	}))
+	batch := []progress.Completion{{State: d.State}}
+	for attempt := range 2 {
+		if err := sink.Write(ctx, batch); err == nil {
+			t.Fatalf("attempt %d: a failed hook reported success", attempt)
+		}
+	}
+	if err := sink.Write(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if published != 1 || hooked != 3 {
+		t.Fatalf("published %d times, hook ran %d times; want 1 and 3", published, hooked)
+	}
+	for i, st := range hookStates {
+		if st.Status != progress.StatusDone {
+			t.Errorf("hook call %d saw status %q, want the marked state", i, st.Status)
+		}
+	}
+	// A later batch with the same job is a new completion decision: once
+	// the hook succeeded nothing of the job is kept.
+	if err := sink.Write(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if hooked != 4 {
+		t.Fatalf("hook ran %d times after a new batch, want 4", hooked)
+	}
+}

@@ -60,36 +60,40 @@ func Stage[In any](t *Tracker, item func(stages.Msg[In]) (Item, error), missingW
 // Sink publishes completions and marks them done. Write de-duplicates the
 // batch by job, calls publish with the remaining completions (in first-seen
 // order) and, only when publish returned nil (every event acknowledged),
-// calls MarkDone for each job. A publish or MarkDone failure is returned as
-// a transient error: the runtime retries the batch, so the completion may
-// be published again with the same event id, never lost. A job whose
-// completion this Sink published but could not mark done (Redis down) is
-// not published again by the retries of this Sink: they only mark it done.
-// Another process that gets the record (a crash, a revoke) publishes it
-// again. Safe for concurrent use.
+// calls MarkDone for each job, then the WithAfterDone hook. A publish,
+// MarkDone or hook failure is returned as a transient error: the runtime
+// retries the batch, so the completion may be published again with the
+// same event id, never lost. The retries of this Sink resume where the
+// failed attempt stopped: a job it published is not published again, a job
+// it marked done is not marked again (only the hook runs again). Another
+// process that gets the record (a crash, a revoke) publishes it again.
+// Safe for concurrent use.
 type Sink struct {
 	t         *Tracker
 	publish   func(ctx context.Context, cs []Completion) error
-	afterDone func(ctx context.Context, cs []Completion)
+	afterDone func(ctx context.Context, cs []Completion) error
 
 	mu        sync.Mutex
-	published map[string]bool // jobs published (acknowledged), not yet marked done
+	published map[string]bool       // jobs published (acknowledged), not yet marked done
+	marked    map[string]Completion // jobs marked done whose hook has not succeeded yet
 }
 
 // SinkOption configures a Sink.
 type SinkOption func(*Sink)
 
-// WithAfterDone sets a best-effort hook called after MarkDone with the
-// completed jobs (e.g. to record the completion in a database); it cannot
-// fail the batch, so it must handle its own errors.
-func WithAfterDone(fn func(ctx context.Context, cs []Completion)) SinkOption {
+// WithAfterDone sets a hook called after MarkDone with the completed jobs
+// (e.g. to record the completion in a database or an object). Its error
+// fails the batch, which the runtime retries; the retry calls the hook
+// again for the same jobs without publishing or marking them again, so the
+// hook must be idempotent.
+func WithAfterDone(fn func(ctx context.Context, cs []Completion) error) SinkOption {
 	return func(s *Sink) { s.afterDone = fn }
 }
 
 // NewSink returns a completion sink; publish must return only after every
 // completion is durable (e.g. acknowledged by the broker).
 func NewSink(t *Tracker, publish func(ctx context.Context, cs []Completion) error, opts ...SinkOption) *Sink {
-	s := &Sink{t: t, publish: publish, published: map[string]bool{}}
+	s := &Sink{t: t, publish: publish, published: map[string]bool{}, marked: map[string]Completion{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -112,7 +116,11 @@ func (s *Sink) Write(ctx context.Context, batch []Completion) error {
 	}
 	s.mu.Lock()
 	unpublished := make([]Completion, 0, len(cs))
-	for _, c := range cs {
+	for i, c := range cs {
+		if m, ok := s.marked[c.ID]; ok {
+			cs[i] = m // done: only its hook is left
+			continue
+		}
 		if !s.published[c.ID] {
 			unpublished = append(unpublished, c)
 		}
@@ -129,19 +137,36 @@ func (s *Sink) Write(ctx context.Context, batch []Completion) error {
 		s.mu.Unlock()
 	}
 	for i, c := range cs {
+		s.mu.Lock()
+		_, done := s.marked[c.ID]
+		s.mu.Unlock()
+		if done {
+			continue
+		}
 		st, err := s.t.MarkDone(ctx, c.ID)
 		if err != nil && !errors.Is(err, ErrMissing) {
 			return fmt.Errorf("progress: mark %s done: %w", c.ID, err)
 		}
-		s.mu.Lock()
-		delete(s.published, c.ID)
-		s.mu.Unlock()
 		if err == nil {
 			cs[i].State = st
 		}
+		s.mu.Lock()
+		delete(s.published, c.ID)
+		if s.afterDone != nil {
+			s.marked[c.ID] = cs[i]
+		}
+		s.mu.Unlock()
 	}
-	if s.afterDone != nil {
-		s.afterDone(ctx, cs)
+	if s.afterDone == nil {
+		return nil
 	}
+	if err := s.afterDone(ctx, cs); err != nil {
+		return fmt.Errorf("progress: after marking %d completion(s) done: %w", len(cs), err)
+	}
+	s.mu.Lock()
+	for _, c := range cs {
+		delete(s.marked, c.ID)
+	}
+	s.mu.Unlock()
 	return nil
 }
