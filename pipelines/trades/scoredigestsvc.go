@@ -94,7 +94,7 @@ func buildDigest(env pipelines.Env, cfg Config, names func(string) string, r *pi
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", DigestName, err)
 	}
-	d := &digester{cfg: dc, store: store, windows: map[int32]int{}}
+	d := &digester{cfg: dc, store: store, windows: map[int32]int{}, due: map[int32]*dueIndex{}}
 	if d.m, err = newDigestMetrics(env.Registerer, d.windowCount); err != nil {
 		return nil, err
 	}
