@@ -59,7 +59,7 @@ func decodeDigestEntry(b []byte) (digestEntry, error) {
 			return digestEntry{}, err
 		}
 		return digestEntry{Window: &w}, nil
-	case tagContribs:
+	case tagContribs, tagContribsSorted:
 		user, m, err := decodeContribs(string(b))
 		if err != nil {
 			return digestEntry{}, err
