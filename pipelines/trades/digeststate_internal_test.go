@@ -63,13 +63,7 @@ func TestStoreContributionsAggregateExactly(t *testing.T) {
 		for i := range 10 + rng.IntN(60) {
 			broker := []string{"coinbase", "synthetic", "kraken"}[rng.IntN(3)]
 			ext := fmt.Sprintf("e%05d", i)
-			id := TradeID(user, broker, ext)
-			switch rng.IntN(6) {
-			case 0:
-				id = uuid.NewString()
-			case 1:
-				id = fmt.Sprintf("trade-%d", i)
-			}
+			id := randTradeID(rng, user, broker, ext, i)
 			sec := w.Start.Add(-24*time.Hour + time.Duration(rng.IntN(9*24*3600))*time.Second)
 			if rng.IntN(4) == 0 {
 				sec = sec.Add(time.Duration(rng.IntN(1e9)))
@@ -153,6 +147,19 @@ func TestWindowStateEncoding(t *testing.T) {
 		}
 	}
 }
+
+// randTradeID is TradeID(user, broker, ext) mostly, now and then another
+// UUID or a free-text id (trade i's).
+func randTradeID(rng *rand.Rand, user, broker, ext string, i int) string {
+	switch rng.IntN(6) {
+	case 0:
+		return uuid.NewString()
+	case 1:
+		return fmt.Sprintf("trade-%d", i)
+	}
+	return TradeID(user, broker, ext)
+}
+
 func pick(rng *rand.Rand, from []string) []string {
 	var out []string
 	for _, s := range from {

@@ -59,7 +59,7 @@ func decodeDigestEntry(b []byte) (digestEntry, error) {
 			return digestEntry{}, err
 		}
 		return digestEntry{Window: &w}, nil
-	case tagContribs:
+	case tagContribs, tagContribsSorted:
 		user, m, err := decodeContribs(string(b))
 		if err != nil {
 			return digestEntry{}, err
@@ -106,7 +106,19 @@ type digestIn struct {
 
 // decodeDigestIn decodes trades.bias for trades-digest: trade.scored
 // (rule trades.scored) and digest.request; other known types are skipped.
-func decodeDigestIn(_, value []byte) (digestIn, error) {
+// A trade.scored of the shape trades-score writes is decoded in one pass
+// (decodeScoredFast); every other value, malformed ones included, by
+// decodeDigestInJSON, which decides its dead letter's reason and rule.
+func decodeDigestIn(key, value []byte) (digestIn, error) {
+	if s, ok := decodeScoredFast(value); ok {
+		return digestIn{scored: &s}, nil
+	}
+	return decodeDigestInJSON(key, value)
+}
+
+// decodeDigestInJSON is decodeDigestIn by DecodeEvent, DecodeTradeScored
+// and DecodePayload.
+func decodeDigestInJSON(_, value []byte) (digestIn, error) {
 	e, err := DecodeEvent(value)
 	if err != nil {
 		return digestIn{}, err
@@ -159,7 +171,8 @@ type digester struct {
 	m     *digestMetrics
 
 	mu      sync.Mutex
-	windows map[int32]int // windows per owned partition (digest_windows)
+	windows map[int32]int       // windows per owned partition (digest_windows)
+	due     map[int32]*dueIndex // the windows of each owned partition by checkAt
 }
 
 // stage applies one trade.scored or digest.request. A trade.scored
@@ -233,7 +246,7 @@ func (d *digester) stage(ctx context.Context, m stages.Msg[digestIn]) ([]digestO
 			st.Revision = st.EmittedRevision + 1
 		}
 		st.LastChange = now
-		if err := part.Put(WindowStateKey(c.UserID, tw), digestEntry{Window: &st}); err != nil {
+		if err := d.putWindow(part, c.UserID, tw, st); err != nil {
 			return nil, err
 		}
 	}
@@ -323,14 +336,14 @@ func (d *digester) emit(part *run.Partition[digestEntry], userID string, w Windo
 			out.kind = emitFirst
 		}
 		st.Publishing, st.PublishMark = false, time.Time{}
-		return out, part.Put(WindowStateKey(userID, w), digestEntry{Window: &st})
+		return out, d.putWindow(part, userID, w, st)
 	}
 	same := st.EmittedRevision > 0 && st.EmittedAgg == hash && st.EmittedPartial == partial
 	kind := emitRequested
 	switch {
 	case same && !force:
 		st.Revision = st.EmittedRevision
-		return nil, part.Put(WindowStateKey(userID, w), digestEntry{Window: &st})
+		return nil, d.putWindow(part, userID, w, st)
 	case same:
 		// re-emit the last revision as it was
 	case st.EmittedRevision == 0:
@@ -349,7 +362,7 @@ func (d *digester) emit(part *run.Partition[digestEntry], userID string, w Windo
 	if st.LastChange.IsZero() {
 		st.LastChange = now
 	}
-	if err := part.Put(WindowStateKey(userID, w), digestEntry{Window: &st}); err != nil {
+	if err := d.putWindow(part, userID, w, st); err != nil {
 		return nil, err
 	}
 	return &digestOut{userID: userID, window: w, revision: st.Revision, partial: partial, agg: agg, kind: kind}, nil
@@ -376,7 +389,7 @@ func (d *digester) announce(part *run.Partition[digestEntry], outs []digestOut) 
 	for _, o := range fresh {
 		st := d.window(part, o.userID, o.window)
 		st.Publishing, st.PublishMark = false, time.Time{}
-		if err := part.Put(WindowStateKey(o.userID, o.window), digestEntry{Window: &st}); err != nil {
+		if err := d.putWindow(part, o.userID, o.window, st); err != nil {
 			return err
 		}
 	}
@@ -386,58 +399,61 @@ func (d *digester) announce(part *run.Partition[digestEntry], outs []digestOut) 
 // tick is the partition's periodic timer: it emits every window that is
 // due (now ≥ end + Grace, its last change Settle old, and a pending
 // revision or a partial last emission) and forgets windows Horizon past
-// their end, with their contributions.
+// their end, with their contributions. It visits only the windows whose
+// checkAt has come (dueIndex), in key order, and decides each by actionAt.
 func (d *digester) tick(ctx context.Context, _ run.Firing) ([]digestOut, error) {
 	part, err := d.store.Of(ctx)
 	if err != nil {
 		return nil, err
 	}
 	now := d.cfg.Now().UTC()
-	type win struct {
-		user string
-		w    Window
-		st   WindowState
-	}
-	var wins []win
-	part.Range("W|", func(key string, e digestEntry) bool {
-		user, start, ok := splitStateKey(key, "W|")
-		if !ok || e.Window == nil {
-			return true
-		}
-		w, err := WindowStarting(start)
-		if err != nil {
-			return true
-		}
-		wins = append(wins, win{user, w, *e.Window})
-		return true
-	})
+	due := d.dueOf(part)
+	keys := due.popDue(now)
 	var outs []digestOut
-	kept := 0
-	for _, x := range wins {
-		if !now.Before(x.w.End.Add(d.cfg.Horizon)) {
-			if err := d.forget(part, x.user, x.w); err != nil {
-				return outs, err
+	for i, key := range keys {
+		e, ok := part.Get(key)
+		user, start, okKey := splitStateKey(key, "W|")
+		w, werr := WindowStarting(start)
+		if !ok || e.Window == nil || !okKey || werr != nil {
+			continue // not a window (any more): no longer indexed
+		}
+		act := d.cfg.actionAt(w, *e.Window, now)
+		switch act {
+		case actForget:
+			err = d.forget(part, user, w)
+		case actEmit:
+			var out *digestOut
+			if out, err = d.emit(part, user, w, now, false); out != nil {
+				outs = append(outs, *out)
 			}
-			continue
 		}
-		kept++
-		due := x.st.Publishing || !now.Before(x.w.End.Add(d.cfg.Grace)) && now.Sub(x.st.LastChange) >= d.cfg.Settle &&
-			(x.st.Revision > x.st.EmittedRevision || x.st.EmittedPartial)
-		if !due {
-			continue
+		if act != actForget {
+			// emit indexed the states it wrote; this indexes the others.
+			if cur, ok := part.Get(key); ok && cur.Window != nil {
+				due.set(key, d.cfg.checkAt(w, *cur.Window))
+			}
 		}
-		out, err := d.emit(part, x.user, x.w, now, false)
 		if err != nil {
+			d.reindex(part, due, keys[i:])
 			return outs, err
-		}
-		if out != nil {
-			outs = append(outs, *out)
 		}
 	}
 	d.mu.Lock()
-	d.windows[part.Partition()] = kept
+	d.windows[part.Partition()] = due.len()
 	d.mu.Unlock()
 	return outs, d.announce(part, outs)
+}
+
+// reindex indexes again the windows of keys (popped, not yet decided).
+func (d *digester) reindex(part *run.Partition[digestEntry], due *dueIndex, keys []string) {
+	for _, key := range keys {
+		e, ok := part.Get(key)
+		_, start, okKey := splitStateKey(key, "W|")
+		w, err := WindowStarting(start)
+		if ok && e.Window != nil && okKey && err == nil {
+			due.set(key, d.cfg.checkAt(w, *e.Window))
+		}
+	}
 }
 
 // forget tombstones the user's window w and its contributions.
@@ -445,7 +461,12 @@ func (d *digester) forget(part *run.Partition[digestEntry], userID string, w Win
 	if err := part.Delete(ContributionsKey(userID, w)); err != nil {
 		return err
 	}
-	return part.Delete(WindowStateKey(userID, w))
+	key := WindowStateKey(userID, w)
+	if err := part.Delete(key); err != nil {
+		return err
+	}
+	d.dueOf(part).remove(key)
+	return nil
 }
 
 // revoked drops the window counts of partitions this member lost.
@@ -455,6 +476,7 @@ func (d *digester) revoked(_ context.Context, revoked map[string][]int32) {
 	for _, ps := range revoked {
 		for _, p := range ps {
 			delete(d.windows, p)
+			delete(d.due, p)
 		}
 	}
 }

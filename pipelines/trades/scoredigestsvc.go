@@ -94,7 +94,7 @@ func buildDigest(env pipelines.Env, cfg Config, names func(string) string, r *pi
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", DigestName, err)
 	}
-	d := &digester{cfg: dc, store: store, windows: map[int32]int{}}
+	d := &digester{cfg: dc, store: store, windows: map[int32]int{}, due: map[int32]*dueIndex{}}
 	if d.m, err = newDigestMetrics(env.Registerer, d.windowCount); err != nil {
 		return nil, err
 	}
@@ -109,8 +109,12 @@ func buildDigest(env pipelines.Env, cfg Config, names func(string) string, r *pi
 	rc := dc.Runtime
 	rc.Name, rc.Group, rc.Topics, rc.DLQTopic = DigestName, names(DigestName), []string{names(topics.TradesBias)}, names(topics.TradesDLQ)
 	sink := &digestSink{cfg: dc, db: env.DB, objects: objects, prod: prod, kopts: env.Kafka, m: d.m}
+	// The runner's client writes the digest store's changelog: zstd stores
+	// its contribution sets in about 20 % fewer bytes than the client's
+	// default snappy (BenchmarkDigestChangelogBytes).
+	kopts := append(env.GroupKafka(rc.Group), kgo.ProducerBatchCompression(kgo.ZstdCompression(), kgo.NoCompression()))
 	runner, err := run.New(rc, decodeDigestIn, d.stage, sink,
-		run.WithKafkaOpts(env.GroupKafka(rc.Group)...), run.WithRegisterer(env.Registerer), run.WithLogger(envLogger(env)),
+		run.WithKafkaOpts(kopts...), run.WithRegisterer(env.Registerer), run.WithLogger(envLogger(env)),
 		run.WithStageName(DigestName), run.WithBudget(env.Memory), run.WithStores(store),
 		run.WithTimers(dc.Tick, d.tick), run.WithRevokeHook(d.revoked), run.WithStateFlushEvery(dc.StateFlush))
 	if err != nil {
