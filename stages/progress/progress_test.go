@@ -353,13 +353,7 @@ func TestSinkRetryAfterMarkDoneFailedDoesNotRepublish(t *testing.T) {
 	t.Parallel()
 	tr, r := newTracker(t)
 	ctx := testkit.Context(t)
-	must(tr.Init(ctx, "p"))
-	must(tr.Discover(ctx, "p", "a"))
-	must(tr.Seal(ctx, "p", 1))
-	d := must(tr.Count(ctx, "p", "a", false))
-	if !d.Publish {
-		t.Fatalf("counting the only item decided nothing: %+v", d)
-	}
+	d := decideOneItemJob(t, tr, "p")
 	// The sink's tracker talks to the same Redis through a client that can
 	// be cut off.
 	var down atomic.Bool
@@ -401,13 +395,7 @@ func TestSinkRetriesFailedAfterDoneHookOnly(t *testing.T) {
 	t.Parallel()
 	tr, _ := newTracker(t)
 	ctx := testkit.Context(t)
-	must(tr.Init(ctx, "p"))
-	must(tr.Discover(ctx, "p", "a"))
-	must(tr.Seal(ctx, "p", 1))
-	d := must(tr.Count(ctx, "p", "a", false))
-	if !d.Publish {
-		t.Fatalf("counting the only item decided nothing: %+v", d)
-	}
+	d := decideOneItemJob(t, tr, "p")
 	published, hooked, failures := 0, 0, 2
 	var hookStates []progress.State
 	sink := progress.NewSink(tr, func(_ context.Context, cs []progress.Completion) error {
@@ -449,4 +437,19 @@ func TestSinkRetriesFailedAfterDoneHookOnly(t *testing.T) {
 	if hooked != 4 {
 		t.Fatalf("hook ran %d times after a new batch, want 4", hooked)
 	}
+}
+
+// decideOneItemJob starts job id with one item, seals and counts it, and
+// returns the completion decision.
+func decideOneItemJob(t *testing.T, tr *progress.Tracker, id string) progress.Decision {
+	t.Helper()
+	ctx := testkit.Context(t)
+	must(tr.Init(ctx, id))
+	must(tr.Discover(ctx, id, "a"))
+	must(tr.Seal(ctx, id, 1))
+	d := must(tr.Count(ctx, id, "a", false))
+	if !d.Publish {
+		t.Fatalf("counting the only item decided nothing: %+v", d)
+	}
+	return d
 }
