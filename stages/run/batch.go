@@ -326,7 +326,11 @@ func (w *worker[In, Out]) markDone(last *kgo.Record, records int) error {
 		return nil
 	}
 	defer w.doing(blockedCommit)()
-	if !r.txn.submit(w.ctx, w.owner, off, records, w.held.dlq, w.held.labels) {
+	dlq, err := w.held.records(r.cfg.DLQTopic)
+	if err != nil {
+		return stages.Fatal(err)
+	}
+	if !r.txn.submit(w.ctx, w.owner, off, records, dlq, w.held.labels) {
 		return errAbandoned
 	}
 	w.releaseRecords(w.held.bytes)

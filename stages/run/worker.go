@@ -79,10 +79,10 @@ type worker[In, Out any] struct {
 	wpos  *stages.Position
 }
 
-// heldDLQ holds a worker's dead letters until the offset after them is
-// handed to the committer (see worker.markDone).
+// heldDLQ holds a worker's dead letters, packed (see heldDLQ.hold), until
+// the offset after them is handed to the committer (see worker.markDone).
 type heldDLQ struct {
-	dlq    []*kgo.Record
+	dlq    [][]byte    // packDeadLetter encodings
 	labels [][2]string // reason and rule of dlq[i]
 	bytes  int64       // counted in the memory budget's records
 }
