@@ -71,12 +71,16 @@ type Merger[T any] interface {
 // closed early when the runner's memory budget is full (see [Budget]): the
 // outputs held by all windows and the records not yet processed count in
 // it, and the fetches pause meanwhile, so a backlog larger than the budget
-// is written in more, smaller windows; each window still merges its
+// is written in more, smaller windows (the largest open ones first; a
+// window whose partition has more records waits for the budget rather
+// than being written with few merged); each window still merges its
 // records in partition order and marks offsets only after its write. A
 // window whose sink implements [Encoder] holds its outputs encoded and is
-// written in parts (one Sink.Write each) of about a 32nd of the budget
-// (1–16 MiB of encodings); a part that fails stops the close like a failed
-// write, and the window is redelivered whole.
+// written in parts (one Sink.Write each, two at a time: the sink must
+// accept concurrent Writes, as it does from different partitions) of
+// about a 32nd of the budget (1–16 MiB of encodings); a part that fails
+// stops the close like a failed write, and the window is redelivered
+// whole.
 //
 // sluice_window_merged_total counts the outputs merged into an earlier
 // output of their key once their window's write succeeded (with the
