@@ -137,6 +137,8 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.pipeline.windowMaxKeys, "window-max-keys", 0, "variant a: run.Config.Window.MaxKeys (0: pipeline default, -1: no window)")
 	fs.DurationVar(&cfg.pipeline.windowMaxAge, "window-max-age", 0, "variant a: run.Config.Window.MaxAge (0: pipeline default)")
 	fs.IntVar(&cfg.pipeline.windowMaxTotalKeys, "window-max-total-keys", 0, "variant a: run.Config.Window.MaxTotalKeys (0: pipeline default, -1: no bound over all partitions)")
+	fs.Int64Var(&cfg.pipeline.memoryBudgetMiB, "memory-budget-mib", 0, "variant a: the process's memory budget in MiB (0: run.BudgetFor's default, as sluice run)")
+	fs.StringVar(&cfg.pipeline.trace, "trace", "", "variant a: write an execution trace of the pipeline process to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime"
 	rpprof "runtime/pprof"
+	"runtime/trace"
 	"syscall"
 	"time"
 
@@ -41,6 +42,8 @@ type pipelineFlags struct {
 	windowMaxKeys, windowMaxTotalKeys  int
 	windowMaxAge                       time.Duration
 	dlqCommit                          string
+	memoryBudgetMiB                    int64
+	trace                              string
 }
 
 func (p *pipelineFlags) register(fs *flag.FlagSet) {
@@ -62,6 +65,8 @@ func (p *pipelineFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.windowMaxAge, "window-max-age", 0, "run.Config.Window.MaxAge (0: the pipeline's default)")
 	fs.IntVar(&p.windowMaxTotalKeys, "window-max-total-keys", 0, "run.Config.Window.MaxTotalKeys (0: the pipeline's default, -1: no bound over all partitions)")
 	fs.StringVar(&p.dlqCommit, "dlq-commit", "", "run.Config.DLQCommit (transactional, at-least-once; empty: the runtime's default)")
+	fs.Int64Var(&p.memoryBudgetMiB, "memory-budget-mib", 0, "the process's memory budget in MiB, as sluice run --memory-budget (0: run.BudgetFor's default)")
+	fs.StringVar(&p.trace, "trace", "", "write an execution trace (runtime/trace) of the whole run to this file")
 }
 
 // args renders p back into command-line arguments for the child process.
@@ -80,6 +85,12 @@ func (p *pipelineFlags) args() []string {
 	}
 	if p.cpuProfile != "" {
 		a = append(a, "--cpuprofile", p.cpuProfile)
+	}
+	if p.memoryBudgetMiB > 0 {
+		a = append(a, "--memory-budget-mib", fmt.Sprint(p.memoryBudgetMiB))
+	}
+	if p.trace != "" {
+		a = append(a, "--trace", p.trace)
 	}
 	if p.instanceID != "" {
 		a = append(a, "--instance-id", p.instanceID)
@@ -115,6 +126,18 @@ func runPipeline(args []string) error {
 			return fmt.Errorf("cpu profile: %w", err)
 		}
 		defer rpprof.StopCPUProfile()
+	}
+
+	if p.trace != "" {
+		f, err := os.Create(p.trace)
+		if err != nil {
+			return fmt.Errorf("trace: %w", err)
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return fmt.Errorf("trace: %w", err)
+		}
+		defer trace.Stop()
 	}
 
 	if p.memProfile != "" {
@@ -153,6 +176,9 @@ func runPipeline(args []string) error {
 	}
 
 	env := pipelines.Env{Kafka: kopts, DB: pool, Registerer: reg, Logger: log, Ops: ops, InstanceID: p.instanceID}
+	if p.memoryBudgetMiB > 0 {
+		env.Memory = run.NewBudget(p.memoryBudgetMiB << 20)
+	}
 	services, err := silver.Services(env, silver.Config{
 		Group: p.group, Topic: p.topic, DLQTopic: p.dlqTopic, FlagsTopic: p.flagsTopic,
 		Runtime: run.Config{

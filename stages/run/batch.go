@@ -330,7 +330,11 @@ func (w *worker[In, Out]) markDone(last *kgo.Record, records int) error {
 		return nil
 	}
 	defer w.doing(blockedCommit)()
-	if !r.txn.submit(w.ctx, w.owner, off, records, w.held) {
+	dlq, err := w.held.records(r.cfg.DLQTopic)
+	if err != nil {
+		return stages.Fatal(err)
+	}
+	if !r.txn.submit(w.ctx, w.owner, off, records, dlq, w.held.labels, w.held.events, w.held.bytes) {
 		return errAbandoned
 	}
 	w.releaseRecords(w.held.bytes)

@@ -252,6 +252,22 @@ func TestBudgetBoundsHeapUnderBacklog(t *testing.T) {
 	}
 }
 
+// Sizes of partsBacklog: 4.5 MiB of encodings in one window, written in
+// parts of 2 MiB with a 64 MiB budget.
+const partsN, partsKeys = 9000, 3000
+
+// partsBacklog returns a one-partition topic holding partsN records of
+// partsKeys keys with values of 1–2 KiB (produceBlobs), and a config whose
+// window holds them all; want is what produceBlobs returned.
+func partsBacklog(t *testing.T) (*testkit.Kafka, run.Config, map[string]blobState) {
+	t.Helper()
+	k := testkit.NewKafka(t, testkit.FakeOK())
+	cfg := baseConfig(t, k, 1)
+	cfg.BatchMaxRecords, cfg.MaxInFlight = 1000, 2000
+	cfg.Window = run.WindowConfig{MaxKeys: 1 << 20, MaxAge: time.Minute}
+	return k, cfg, produceBlobs(t, k, cfg.Topics[0], partsN, partsKeys, 2<<10)
+}
+
 // A window that holds its outputs encoded is written in parts of bounded
 // size (a 32nd of the budget, 1–16 MiB of encodings): each part is
 // one Write, and a rejection's index, relative to its part, still
@@ -259,12 +275,8 @@ func TestBudgetBoundsHeapUnderBacklog(t *testing.T) {
 // The other keys land with the merge of all their records.
 func TestEncodedWindowWrittenInPartsMapsRejections(t *testing.T) {
 	t.Parallel()
-	k := testkit.NewKafka(t, testkit.FakeOK())
-	cfg := baseConfig(t, k, 1)
-	cfg.BatchMaxRecords, cfg.MaxInFlight = 1000, 2000
-	cfg.Window = run.WindowConfig{MaxKeys: 1 << 20, MaxAge: time.Minute}
-	const n, keys, size = 9000, 3000, 2 << 10 // 4.5 MiB of encodings in one window: parts of 2 MiB
-	want := produceBlobs(t, k, cfg.Topics[0], n, keys, size)
+	k, cfg, want := partsBacklog(t)
+	const n, keys = partsN, partsKeys
 	const refused = "k-02999" // first seen last: in the last part of the window
 	sink := newBlobSink()
 	sink.reject = refused

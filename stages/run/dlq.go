@@ -169,11 +169,7 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 		return noDLQ(p.dlq[0])
 	}
 	if r.txn != nil {
-		n := recordsBytes(p.dlq)
-		w.holdRecords(n)
-		w.held.bytes += n
-		w.held.dlq = append(w.held.dlq, p.dlq...)
-		w.held.labels = append(w.held.labels, p.labels...)
+		w.holdRecords(w.held.hold(p.dlq, p.labels))
 		return nil
 	}
 	defer w.doing(blockedDLQ)()

@@ -185,9 +185,9 @@ func (c *txnCommitter) renew(cause error) error {
 // committer holds txnMaxBytes of them, until a commit frees them or ctx is
 // done (false). Dead letters start a commit at once; published records
 // wait for the interval's.
-func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOffset, records int, h heldDLQ) bool {
-	dlq, labels := h.dlq, h.labels
-	n := h.bytes
+// n is what dlq and events count in the memory budget.
+func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOffset, records int, dlq []*kgo.Record,
+	labels [][2]string, events []*kgo.Record, n int64) bool {
 	c.mu.Lock()
 	for c.bytes > txnMaxBytes && n > 0 {
 		freed := c.freed
@@ -210,7 +210,7 @@ func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOff
 	}
 	e.off, e.records = off, e.records+records
 	e.dlq, e.labels = append(e.dlq, dlq...), append(e.labels, labels...)
-	e.events = append(e.events, h.events...)
+	e.events = append(e.events, events...)
 	e.bytes += n
 	c.bytes += n
 	kick := len(dlq) > 0 // dead letters are committed at once, not at the interval

@@ -71,12 +71,16 @@ type Merger[T any] interface {
 // closed early when the runner's memory budget is full (see [Budget]): the
 // outputs held by all windows and the records not yet processed count in
 // it, and the fetches pause meanwhile, so a backlog larger than the budget
-// is written in more, smaller windows; each window still merges its
+// is written in more, smaller windows (the largest open ones first; a
+// window whose partition has more records waits for the budget rather
+// than being written with few merged); each window still merges its
 // records in partition order and marks offsets only after its write. A
 // window whose sink implements [Encoder] holds its outputs encoded and is
-// written in parts (one Sink.Write each) of about a 32nd of the budget
-// (1–16 MiB of encodings); a part that fails stops the close like a failed
-// write, and the window is redelivered whole.
+// written in parts (one Sink.Write each, two at a time: the sink must
+// accept concurrent Writes, as it does from different partitions) of
+// about a 32nd of the budget (1–16 MiB of encodings); a part that fails
+// stops the close like a failed write, and the window is redelivered
+// whole.
 //
 // sluice_window_merged_total counts the outputs merged into an earlier
 // output of their key once their window's write succeeded (with the
@@ -151,6 +155,11 @@ type window[Out any] struct {
 	size      int64         // bytes the window holds, as counted in the budget
 	closing   int64         // bytes counted as being written in Budget.closing (closeWindow)
 	unwritten []int32       // per arena chunk, its outputs not yet written (closeWindow)
+	partMu    sync.Mutex    // guards unwritten, the arena's freed chunks, size and closing while parts are written (written)
+	// open is size while the window is open and not being written, else
+	// 0: what the runner's other workers compare their window with
+	// (worker.budgetClose). Written by the worker only.
+	open atomic.Int64
 
 	// mu guards counted, countedBytes and released: release runs on the
 	// runner's goroutine while the worker may still be blocked in the
@@ -243,6 +252,7 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 	win.records += len(batch)
 	win.last = batch[len(batch)-1]
 	win.compact()
+	win.open.Store(win.size)
 	win.mu.Lock()
 	defer win.mu.Unlock()
 	if win.released {
@@ -353,6 +363,8 @@ func (win *window[Out]) countParts() {
 // them: a window written in parts releases its memory part by part, so
 // that the runner polls again before the whole window is written.
 func (win *window[Out]) written(from, to int) (freed int64) {
+	win.partMu.Lock()
+	defer win.partMu.Unlock()
 	for i := from; i < to; i++ {
 		c := win.spans[i].chunk
 		if win.unwritten[c]--; win.unwritten[c] == 0 {
@@ -399,6 +411,7 @@ func (win *window[Out]) reset() {
 	clear(win.byKey)
 	win.first, win.lastOf, win.links = win.first[:0], win.lastOf[:0], win.links[:0]
 	win.records, win.merged, win.last = 0, 0, nil
+	win.open.Store(0)
 }
 
 // release gives the window's keys and bytes back to the runner's bounds for
@@ -455,8 +468,7 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 	overTotal := r.cfg.Window.MaxTotalKeys > 0 && held >= int64(r.cfg.Window.MaxTotalKeys)
 	bounded := stopErr != nil || w.win.keys() >= r.cfg.Window.MaxKeys || overTotal ||
 		time.Since(w.win.opened) >= r.cfg.Window.MaxAge
-	if !bounded && r.budget.pressure() {
-		r.budgetCloses.Inc()
+	if !bounded && w.budgetClose(false) {
 		bounded = true
 	}
 	if bounded || !w.moreSoon() {
@@ -471,22 +483,30 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 // records are queued, or arrive within BatchLinger, or — while the
 // partition is known to have records beyond the window (its high watermark,
 // from the last fetch) — arrive within backlogWait (and before the window's
-// MaxAge). It returns false when the worker is asked to stop.
+// MaxAge). While the memory budget is full (fetches stopped: the queue is
+// empty because of the budget, not because the partition caught up) such
+// a window waits for the budget up to its MaxAge instead of closing after
+// backlogWait: closing it would write a window that merged few records
+// and free little, as other windows are being written. Under budget
+// pressure it returns false when this window is one to close (see
+// budgetClose). It returns false when the worker is asked to stop.
 func (w *worker[In, Out]) moreSoon() bool {
 	if w.queued() > 0 {
 		return true
 	}
 	wait := w.r.cfg.BatchLinger
-	if last := w.win.last; last != nil && last.Offset+1 < w.hwm.Load() {
+	last := w.win.last
+	backlog := last != nil && last.Offset+1 < w.hwm.Load()
+	if backlog {
 		wait = max(wait, min(backlogWait, time.Until(w.win.opened.Add(w.r.cfg.Window.MaxAge))))
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
+	waited := false // backlogWait passed with the budget full
 	for {
 		changed := w.r.budget.wait()
-		if w.r.budget.pressure() {
-			w.r.budgetCloses.Inc()
-			return false // the budget is full: write the window now
+		if w.budgetClose(waited) {
+			return false // write the window now
 		}
 		select {
 		case <-w.wake:
@@ -495,13 +515,56 @@ func (w *worker[In, Out]) moreSoon() bool {
 			}
 		case <-changed:
 		case <-t.C:
-			return w.queued() > 0
+			if w.queued() > 0 {
+				return true
+			}
+			left := time.Until(w.win.opened.Add(w.r.cfg.Window.MaxAge))
+			if !backlog || waited || w.r.budget.pollable() || left <= 0 {
+				return false
+			}
+			waited = true
+			t.Reset(left)
 		case <-w.stopping:
 			return false
 		case <-w.ctx.Done():
 			return false
 		}
 	}
+}
+
+// budgetClose reports whether w's open window is to be closed early for
+// the memory budget (counted in sluice_window_budget_closes_total): the
+// budget is under pressure (see Budget) and the window holds at least half
+// the bytes of the runner's largest window not being written, or force.
+// The largest windows go first: they free the most and merged the most
+// records, where a window just opened would be written having merged
+// next to nothing (its keys written again by its next window). force is
+// the fallback of a worker that waited for the larger windows' workers
+// (busy in a batch or a retry) for backlogWait.
+func (w *worker[In, Out]) budgetClose(force bool) bool {
+	r := w.r
+	if !r.budget.pressure() {
+		return false
+	}
+	if !force && 2*w.win.open.Load() < r.largestOpenWindow() {
+		return false
+	}
+	r.budgetCloses.Inc()
+	return true
+}
+
+// largestOpenWindow returns the bytes of the runner's largest window that
+// is open and not being written.
+func (r *Runner[In, Out]) largestOpenWindow() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := int64(0)
+	for _, w := range r.workers {
+		if w.win != nil {
+			m = max(m, w.win.open.Load())
+		}
+	}
+	return m
 }
 
 // backlogWait bounds how long a window waits for the next fetch of a
@@ -529,6 +592,7 @@ func (w *worker[In, Out]) closeWindow() error {
 	if win.empty() {
 		return nil
 	}
+	win.open.Store(0)
 	if win.keys() > 0 {
 		win.closing = win.size
 		r.budget.addClosing(win.closing)
@@ -554,10 +618,12 @@ func (w *worker[In, Out]) closeWindow() error {
 }
 
 // writeParts writes the window's outputs: with one Write when they are
-// values, else in parts of about Budget.windowPartBytes of encodings, one
-// after the other, each waiting its turn in the budget
+// values, else in parts of about Budget.windowPartBytes of encodings,
+// up to partWriters of them at once (the parts hold distinct keys, so
+// their order does not matter), each waiting its turn in the budget
 // (Budget.acquireWrite) and giving its arena chunks back once written
-// (window.written). It stops at the first part that fails.
+// (window.written). No part starts after one failed; the first failure
+// is returned once the parts under way have ended.
 func (w *worker[In, Out]) writeParts() error {
 	r, win := w.r, w.win
 	if win.enc == nil {
@@ -567,20 +633,56 @@ func (w *worker[In, Out]) writeParts() error {
 	}
 	win.countParts()
 	size := r.budget.windowPartBytes()
-	for from := 0; from < win.keys(); {
+	// The parts' writes set and restore w.blocked concurrently: restore
+	// the value before them once they all ended.
+	defer w.blocked.Store(w.blocked.Load())
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex // guards first
+		first error
+		rejMu sync.Mutex // one part's rejections at a time (deadLetterRejected)
+	)
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return first != nil
+	}
+	slots := make(chan struct{}, partWriters)
+	for from := 0; from < win.keys() && !failed(); {
 		to, n := win.partEnd(from, size)
-		if err := w.writePart(from, to, n); err != nil {
-			return err
+		slots <- struct{}{}
+		if failed() {
+			break
 		}
+		part := from
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := w.writePart(part, to, n, &rejMu); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
 		from = to
 	}
-	return nil
+	wg.Wait()
+	return first
 }
+
+// partWriters is how many parts of one window are written at once: a
+// sink such as PostgreSQL then works on one part while the other is
+// decoded and sent, and the database's cores are used by more than one
+// statement. Budget.acquireWrite still bounds the parts being written
+// across the process.
+const partWriters = 2
 
 // writePart decodes and writes the window's encoded outputs from..to (n
 // bytes of encodings) with one Write, then frees the arena chunks that
-// held only written outputs.
-func (w *worker[In, Out]) writePart(from, to int, n int64) error {
+// held only written outputs. Safe for concurrent use on distinct parts;
+// rejMu serialises the dead-lettering of rejections.
+func (w *worker[In, Out]) writePart(from, to int, n int64, rejMu *sync.Mutex) error {
 	r, win := w.r, w.win
 	if err := r.budget.acquireWrite(w.ctx, n); err != nil {
 		return errAbandoned
@@ -595,6 +697,8 @@ func (w *worker[In, Out]) writePart(from, to int, n int64) error {
 		outs = append(outs, o)
 	}
 	err := w.write(outs, func(rej *stages.Rejections, attempt int) error {
+		rejMu.Lock()
+		defer rejMu.Unlock()
 		return w.deadLetterRejected(rej, attempt, from, len(outs))
 	})
 	if err != nil {

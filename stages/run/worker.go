@@ -79,11 +79,11 @@ type worker[In, Out any] struct {
 	wpos  *stages.Position
 }
 
-// heldDLQ holds a worker's dead letters, and its sink's published records
-// (see [Publisher]), until the offset after them is handed to the committer
-// (see worker.markDone).
+// heldDLQ holds a worker's dead letters, packed (see heldDLQ.hold), and
+// its sink's published records (see [Publisher]) until the offset after
+// them is handed to the committer (see worker.markDone).
 type heldDLQ struct {
-	dlq    []*kgo.Record
+	dlq    [][]byte      // packDeadLetter encodings
 	labels [][2]string   // reason and rule of dlq[i]
 	events []*kgo.Record // a Publisher sink's records
 	bytes  int64         // of dlq and events, counted in the memory budget's records
