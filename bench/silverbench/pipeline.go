@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	rpprof "runtime/pprof"
 	"runtime/trace"
 	"syscall"
@@ -176,9 +177,13 @@ func runPipeline(args []string) error {
 	}
 
 	env := pipelines.Env{Kafka: kopts, DB: pool, Registerer: reg, Logger: log, Ops: ops, InstanceID: p.instanceID}
-	if p.memoryBudgetMiB > 0 {
-		env.Memory = run.NewBudget(p.memoryBudgetMiB << 20)
+	// As sluice run's own process: the budget flag, else the limits, else
+	// the default soft memory limit and the budget derived from it.
+	budget, _, softLimit := run.ProcessBudget(p.memoryBudgetMiB<<20, os.Getenv("GOMEMLIMIT"), run.CurrentMemoryLimits())
+	if softLimit > 0 {
+		debug.SetMemoryLimit(softLimit)
 	}
+	env.Memory = run.NewBudget(budget)
 	services, err := silver.Services(env, silver.Config{
 		Group: p.group, Topic: p.topic, DLQTopic: p.dlqTopic, FlagsTopic: p.flagsTopic,
 		Runtime: run.Config{

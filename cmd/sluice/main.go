@@ -31,7 +31,7 @@ const shutdownGrace = 30 * time.Second
 
 func main() {
 	ctx, stop := signalContext(context.Background(), shutdownGrace, os.Stderr, os.Exit, os.Interrupt, syscall.SIGTERM)
-	err := execute(ctx, newRootCmd())
+	err := execute(ctx, newProcessRootCmd())
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sluice: %v\n", err)

@@ -30,6 +30,10 @@ type globalConfig struct {
 	S3Secure       bool
 	ObjectStoreDir string
 	LogLevel       string
+	// ownsProcess: the commands run in the sluice binary's own process
+	// (newProcessRootCmd), not in-process in a test, and may set
+	// process-wide settings (the Go soft memory limit of sluice run).
+	ownsProcess bool
 }
 
 func envOr(key, def string) string {
@@ -39,9 +43,15 @@ func envOr(key, def string) string {
 	return def
 }
 
-func newRootCmd() *cobra.Command {
+func newRootCmd() *cobra.Command { return newRootCmdFor(false) }
+
+// newProcessRootCmd is the root command of the sluice binary's own process.
+func newProcessRootCmd() *cobra.Command { return newRootCmdFor(true) }
+
+func newRootCmdFor(ownsProcess bool) *cobra.Command {
 	// The environment's values; a command's flags override those it declares.
 	g := &globalConfig{
+		ownsProcess:    ownsProcess,
 		Kafka:          kconf.FromEnv(),
 		brokers:        os.Getenv("KAFKA_BROKERS"),
 		S3Endpoint:     os.Getenv("S3_ENDPOINT"),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -232,9 +233,12 @@ func runPipelines(ctx context.Context, g *globalConfig, o *runOptions, names []s
 	if err := checkPipelineTopics(ctx, env, o, specs); err != nil {
 		return err
 	}
-	budget, from := run.BudgetFor(int64(o.memoryBudget), run.CurrentMemoryLimits())
+	budget, from, softLimit := processBudget(int64(o.memoryBudget), g.ownsProcess, os.Getenv("GOMEMLIMIT"), run.CurrentMemoryLimits())
+	if softLimit > 0 {
+		debug.SetMemoryLimit(softLimit)
+	}
 	env.Memory = run.NewBudget(budget)
-	env.Logger.Info("memory budget", "bytes", env.Memory.Limit(), "from", from)
+	env.Logger.Info("memory budget", "bytes", env.Memory.Limit(), "from", from, "go_memory_limit", debug.SetMemoryLimit(-1))
 	set, err := pipelines.Build(env, o.naming(), specs)
 	if err != nil {
 		return err
@@ -351,4 +355,16 @@ func serve(ctx context.Context, env pipelines.Env, ops opshttp.Listen, services 
 		return nil
 	}
 	return err
+}
+
+// processBudget returns the memory budget of sluice run, where it comes
+// from and the Go soft memory limit the process must set (0: none):
+// run.ProcessBudget when the command owns its process (the sluice binary,
+// not a test running it in-process), else run.BudgetFor.
+func processBudget(explicit int64, ownsProcess bool, goMemLimitEnv string, l run.MemoryLimits) (budget int64, from string, softLimit int64) {
+	if ownsProcess {
+		return run.ProcessBudget(explicit, goMemLimitEnv, l)
+	}
+	budget, from = run.BudgetFor(explicit, l)
+	return budget, from, 0
 }

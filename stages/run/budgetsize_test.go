@@ -42,6 +42,35 @@ func TestBudgetFor(t *testing.T) {
 	}
 }
 
+// A process sets the default soft memory limit only when nothing else
+// bounds it: no budget flag, no GOMEMLIMIT in its environment, no cgroup
+// limit.
+func TestUseDefaultMemoryLimit(t *testing.T) {
+	t.Parallel()
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name   string
+		flag   int64
+		env    string
+		limits run.MemoryLimits
+		want   bool
+	}{
+		{"nothing set", 0, "", run.MemoryLimits{GoMemLimit: math.MaxInt64}, true},
+		{"nothing read", 0, "", run.MemoryLimits{}, true},
+		{"budget flag", 64 * mib, "", run.MemoryLimits{GoMemLimit: math.MaxInt64}, false},
+		{"GOMEMLIMIT=off", 0, "off", run.MemoryLimits{GoMemLimit: math.MaxInt64}, false},
+		{"GOMEMLIMIT set", 0, "1GiB", run.MemoryLimits{GoMemLimit: 1 << 30}, false},
+		{"limit set in the process", 0, "", run.MemoryLimits{GoMemLimit: 200 * mib}, false},
+		{"cgroup limit", 0, "", run.MemoryLimits{GoMemLimit: math.MaxInt64, Cgroup: 512 * mib}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := run.UseDefaultMemoryLimit(tc.flag, tc.env, tc.limits); got != tc.want {
+				t.Errorf("UseDefaultMemoryLimit(%d, %q, %+v) = %v, want %v", tc.flag, tc.env, tc.limits, got, tc.want)
+			}
+		})
+	}
+}
+
 // The cgroup limit is read from the process's cgroup as /proc/self/cgroup
 // and /proc/self/mountinfo locate it: cgroup v1's memory controller when
 // it is mounted (hybrid hosts included), else v2; the lowest limit of the

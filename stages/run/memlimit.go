@@ -25,6 +25,38 @@ const budgetPercent = 35
 // of resident memory.
 const DefaultBudget = 96 << 20
 
+// DefaultMemoryLimit is the Go soft memory limit (debug.SetMemoryLimit) a
+// process running pipelines sets when nothing bounds its memory (see
+// UseDefaultMemoryLimit), so that its budget (budgetPercent of it: 112
+// MiB) and the garbage collector work to one figure. Without a limit the
+// heap goal is twice the live heap: the silver benchmark's backlog then
+// peaked at 351–372 MiB with the 96 MiB DefaultBudget, and at 337 MiB with
+// this limit, 12 % faster (fewer, larger windows; bench/results-silver.md).
+const DefaultMemoryLimit = 320 << 20
+
+// UseDefaultMemoryLimit reports whether a process should set
+// DefaultMemoryLimit: no explicit budget, no GOMEMLIMIT in its environment
+// (goMemLimitEnv, whatever its value: "off" is the operator's choice too)
+// and no cgroup memory limit.
+func UseDefaultMemoryLimit(explicitBudget int64, goMemLimitEnv string, l MemoryLimits) bool {
+	return explicitBudget <= 0 && goMemLimitEnv == "" && l.Cgroup <= 0 &&
+		(l.GoMemLimit <= 0 || l.GoMemLimit == math.MaxInt64)
+}
+
+// ProcessBudget is BudgetFor for a process that owns its memory settings:
+// when UseDefaultMemoryLimit holds it returns DefaultMemoryLimit as the
+// soft limit the caller must set (debug.SetMemoryLimit) and the budget
+// derived from it ("default GOMEMLIMIT"); else BudgetFor's result and 0.
+func ProcessBudget(explicit int64, goMemLimitEnv string, l MemoryLimits) (budget int64, source string, softLimit int64) {
+	if UseDefaultMemoryLimit(explicit, goMemLimitEnv, l) {
+		l.GoMemLimit = DefaultMemoryLimit
+		budget, _ = BudgetFor(explicit, l)
+		return budget, "default GOMEMLIMIT", DefaultMemoryLimit
+	}
+	budget, source = BudgetFor(explicit, l)
+	return budget, source, 0
+}
+
 // MemoryLimits are the limits BudgetFor derives a budget from.
 type MemoryLimits struct {
 	// GoMemLimit is the Go runtime's soft memory limit (GOMEMLIMIT, as
