@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime/debug"
 	rpprof "runtime/pprof"
 	"slices"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/pipelines"
 	"github.com/sluicehq/sluice/pipelines/trades"
 	"github.com/sluicehq/sluice/sinks/objstore"
+	srun "github.com/sluicehq/sluice/stages/run"
 	"github.com/sluicehq/sluice/topics"
 )
 
@@ -207,6 +209,14 @@ func runDigest(ctx context.Context, seeds []string, f sluiceFlags) error {
 	// it a server that is never started, and register the digest's alone on
 	// the one that is.
 	env := pipelines.Env{Kafka: kopts, DB: db, Objects: objects, Registerer: reg, Logger: log, Ops: opshttp.New(reg, log)}
+	// Memory as sluice run's own process sets it: the limits, else the
+	// default soft memory limit and the budget derived from it.
+	budget, from, softLimit := srun.ProcessBudget(0, os.Getenv("GOMEMLIMIT"), srun.CurrentMemoryLimits())
+	if softLimit > 0 {
+		debug.SetMemoryLimit(softLimit)
+	}
+	env.Memory = srun.NewBudget(budget)
+	log.Info("memory budget", "bytes", budget, "from", from, "go_memory_limit", debug.SetMemoryLimit(-1))
 	spec := pipelines.Naming{GroupPrefix: f.prefix, TopicPrefix: f.prefix}.Apply(trades.Declare(trades.Config{
 		Digest: trades.DigestConfig{Settle: f.settle, Tick: f.tick, Horizon: f.horizon},
 	}))
