@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/sysload"
 )
 
 // effect is one kind of effect a verifier counted: got against want, with
@@ -71,7 +72,7 @@ func renderReport(cfg *config, rs []result) string {
 	w := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
 	w("## smap, ticks, trades and modules under faults (`make chaos`, bench/chaos)")
 	w("")
-	w("Run %s on %s (%d broker(s)), input scale %g; load average %s.", time.Now().UTC().Format(time.RFC3339), strings.Join(cfg.brokers, ","), len(cfg.brokers), cfg.scale, loadAvg())
+	w("Run %s on %s (%d broker(s)), input scale %g; load average %s.", time.Now().UTC().Format(time.RFC3339), strings.Join(cfg.brokers, ","), len(cfg.brokers), cfg.scale, sysload.Averages())
 	w("")
 	w("| scenario | sent | done at the fault | pending then | effects got (want) | lost | duplicated | recovery s | total s | |")
 	w("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |")
@@ -108,17 +109,4 @@ func renderReport(cfg *config, rs []result) string {
 	w("")
 	w("Faults: kill = kill -9 of one of two `sluice run` members, started again 2 s later; redis, postgres, broker = the service (Kafka: every node) stopped for 5 s and started again; minio = the object store stopped for 5 s and until an object-store call failed (trades: once every trade is stored), then started again (trades:redis also calls the sim through the API across the restart: every answer equal to the reference, every error a clean 4xx/5xx within 10 s, the cache read and written again after it); leader = kill -9 of the broker leading partition 0 of the first input topic (3 nodes; started again after recovery). pending then = units of work (smap: items counted, plus one per project completed; ticks: source ticks in files, plus one per job completed; trades: trades stored plus digests written; modules: keys ready) whose effects were not there when the fault began (a fault that hits nothing fails). lost = effects the input implies that are missing; duplicated = effects present or counted more than once. recovery = from the end of the fault until every effect is there and every group's lag is 0.")
 	return b.String()
-}
-
-// loadAvg is /proc/loadavg's first three fields ("?" elsewhere).
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -48,6 +48,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluicehq/sluice/bench/internal/sysload"
 	"github.com/sluicehq/sluice/internal/kconf"
 	"github.com/sluicehq/sluice/pipelines/modules"
 	"github.com/sluicehq/sluice/schemas"
@@ -153,7 +154,7 @@ func run(ctx context.Context, c config) error {
 	for _, v := range strings.Split(c.variants, ",") {
 		var r result
 		var err error
-		before := loadavg()
+		before := sysload.Averages()
 		switch strings.TrimSpace(v) {
 		case "i":
 			r, err = runSeedVariant(ctx, c, admin, benchDSN, dbName, arrivals, 120*time.Second, 0)
@@ -173,7 +174,7 @@ func run(ctx context.Context, c config) error {
 		if err != nil {
 			return fmt.Errorf("variant %s: %w", v, err)
 		}
-		r.loadBefore, r.loadAfter = before, loadavg()
+		r.loadBefore, r.loadAfter = before, sysload.Averages()
 		results = append(results, r)
 		fmt.Fprintf(os.Stderr, "bench-modules: %s done\n", r.name)
 	}
@@ -424,19 +425,6 @@ func execOnce(ctx context.Context, dsn, sql string) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	_, err = conn.Exec(ctx, sql)
 	return err
-}
-
-// loadavg returns the 1, 5 and 15 minute load averages, or "?".
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 func renderReport(c config, rs []result) string {

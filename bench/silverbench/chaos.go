@@ -44,6 +44,7 @@ import (
 
 	"github.com/sluicehq/sluice/bench/internal/benchdb"
 	"github.com/sluicehq/sluice/bench/internal/faults"
+	"github.com/sluicehq/sluice/bench/internal/sysload"
 )
 
 type chaosConfig struct {
@@ -357,7 +358,7 @@ func chaosReport(cfg *chaosConfig, rs []chaosResult) string {
 	w := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
 	w("# silver under faults (`make chaos`)")
 	w("")
-	w("Run %s on %s (%d broker(s); topics at the brokers' default replication factor: 3 with min.insync.replicas 2 on 3 nodes); load average %s; %d records (%.0f %% invalid), bronze topic of 6 partitions.", time.Now().UTC().Format(time.RFC3339), cfg.brokers, len(cfg.brokers), loadAvg(), cfg.n, cfg.invalid*100)
+	w("Run %s on %s (%d broker(s); topics at the brokers' default replication factor: 3 with min.insync.replicas 2 on 3 nodes); load average %s; %d records (%.0f %% invalid), bronze topic of 6 partitions.", time.Now().UTC().Format(time.RFC3339), cfg.brokers, len(cfg.brokers), sysload.Averages(), cfg.n, cfg.invalid*100)
 	w("")
 	w("| scenario | sent | done at the fault | lag then | rows (want) | rows equal | DLQ records | lost | duplicated | recovery s | total s | |")
 	w("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")

@@ -55,6 +55,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/bench/internal/benchdb"
+	"github.com/sluicehq/sluice/bench/internal/sysload"
 	"github.com/sluicehq/sluice/internal/kconf"
 )
 
@@ -223,7 +224,7 @@ type check struct {
 }
 
 func bench(ctx context.Context, cfg *config) (err error) {
-	r := &results{cfg: cfg, started: time.Now(), sums: map[string]tableSums{}, loadAvg: loadAvg()}
+	r := &results{cfg: cfg, started: time.Now(), sums: map[string]tableSums{}, loadAvg: sysload.Averages()}
 	has := func(v string) bool { return strings.Contains(cfg.variants, v) }
 
 	logf2("generating %d records (seed %d, %.0f %% invalid) and the expected outcome", cfg.n, cfg.seed, cfg.invalid*100)
@@ -518,16 +519,3 @@ func pgVersion(ctx context.Context, conn *pgx.Conn) string {
 }
 
 func goVersion() string { return runtime.Version() }
-
-// loadAvg returns the 1/5/15-minute load averages.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}

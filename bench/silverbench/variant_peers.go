@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/sluicehq/sluice/bench/internal/faults"
+	"github.com/sluicehq/sluice/bench/internal/sysload"
 	"github.com/sluicehq/sluice/pipelines/silver"
 	"github.com/sluicehq/sluice/topics"
 )
@@ -120,7 +121,7 @@ func runPeer(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, na
 	cmd.Env = append(os.Environ(), pc.env...)
 
 	quiesce()
-	res.load[0] = loadAvg()
+	res.load[0] = sysload.Averages()
 	cpu0, sampler := machineCPU(), startCPUSampler()
 	start := time.Now()
 	ch, err := faults.Run(cmd)
@@ -161,7 +162,7 @@ func runPeer(ctx context.Context, cfg *config, adm *kadm.Client, ts topicSet, na
 			logf2("  %s: lag %d after %s (rss %d MiB)", name, lag, time.Since(start).Round(time.Second), procStatusKB(pid, "VmRSS")/1024)
 		}
 	}
-	res.load[1] = loadAvg()
+	res.load[1] = sysload.Averages()
 	res.machine = machineCPU().busySince(cpu0)
 	res.cpuBy = sampler.stop()
 	res.ready = firstRunning(res.logFile, start)

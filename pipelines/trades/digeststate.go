@@ -563,17 +563,14 @@ func (r *byteReader) uvarint() uint64 {
 	return v
 }
 
+// varint reads binary.AppendVarint's encoding: the zig-zag uvarint.
 func (r *byteReader) varint() int64 {
-	if r.err != nil {
-		return 0
+	u := r.uvarint()
+	x := int64(u >> 1)
+	if u&1 != 0 {
+		x = ^x
 	}
-	v, n := binary.Varint([]byte(r.s[r.off:min(len(r.s), r.off+binary.MaxVarintLen64)]))
-	if n <= 0 {
-		r.fail("varint")
-		return 0
-	}
-	r.off += n
-	return v
+	return x
 }
 
 func (r *byteReader) take(n int) string {

@@ -174,51 +174,18 @@ func (w *worker[In, Out]) produceDLQ(p *pending[Out]) error {
 	}
 	defer w.doing(blockedDLQ)()
 	t0 := time.Now()
-	todo := p.dlq
-	for attempt := 1; ; attempt++ {
-		var failed, large []*kgo.Record
-		var err error
-		for _, res := range r.cl.ProduceSync(w.ctx, todo...) {
-			switch {
-			case res.Err == nil:
-			case tooLarge(res.Err):
-				large = append(large, res.Record)
-			default:
-				failed = append(failed, res.Record)
-				if err == nil {
-					err = res.Err
-				}
-			}
-		}
-		// The broker refuses a whole batch when it is too large: produce
-		// its records one at a time, in order, to find those that do not fit
-		// alone, and send each of those as its stub at once. A stub refused
-		// in a batch (with a large dead letter) says nothing until it is
-		// refused alone.
-		for _, rec := range large {
-			perr := produceDeadLetter(w.ctx, r.cl, r.o.log, r.cfg.DLQTopic, rec, func(rec *kgo.Record) error {
-				return r.cl.ProduceSync(w.ctx, rec).FirstErr()
-			})
-			switch {
-			case perr == nil:
-			case stages.Classify(perr).Kind == stages.KindFatal:
-				return perr
-			default:
-				failed = append(failed, rec)
-				if err == nil {
-					err = perr
-				}
-			}
-		}
-		if len(failed) == 0 {
-			break
-		}
-		todo = failed
-		r.m.retries.WithLabelValues("dlq").Inc()
-		r.o.log.Warn("DLQ produce failed, retrying", "topic", r.cfg.DLQTopic, "attempt", attempt, "err", err)
-		if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
-			return errAbandoned
-		}
+	// The broker refuses a whole batch when it is too large: its records
+	// are produced one at a time, in order, to find those that do not fit
+	// alone, and each of those is sent as its stub at once. A stub refused
+	// in a batch (with a large dead letter) says nothing until it is
+	// refused alone.
+	err := w.produceAcked(p.dlq, "dlq", "DLQ produce failed, retrying", func(rec *kgo.Record, _ error) error {
+		return produceDeadLetter(w.ctx, r.cl, r.o.log, r.cfg.DLQTopic, rec, func(rec *kgo.Record) error {
+			return r.cl.ProduceSync(w.ctx, rec).FirstErr()
+		})
+	})
+	if err != nil {
+		return err
 	}
 	for _, l := range p.labels {
 		r.m.deadLettered(stages.Reason(l[0]), l[1])

@@ -1,7 +1,7 @@
 package run
 
 import (
-	"errors"
+	"cmp"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -116,32 +116,54 @@ func (w *worker[In, Out]) publish(outs []Out, rej *stages.Rejections) error {
 // retrying those that failed until they are acknowledged or the worker
 // stops.
 func (w *worker[In, Out]) produceAtOnce(recs []*kgo.Record) error {
-	r := w.r
 	defer w.doing(blockedSink)()
+	return w.produceAcked(recs, "sink", "producing the sink's records failed, retrying", errEventTooLarge)
+}
+
+// produceAcked produces recs until each is acknowledged, in order: records
+// that failed are produced again after Config.SinkRetry's backoff (counted
+// in sluice_retries_total{kind}, logged with msg) until the worker stops
+// (errAbandoned). A record refused as too large goes to large with its
+// error, in order after the batch's other results: nil means it is done, a
+// fatal error stops (returned), any other error has it produced again with
+// the rest.
+func (w *worker[In, Out]) produceAcked(recs []*kgo.Record, kind, msg string, large func(*kgo.Record, error) error) error {
+	r := w.r
 	for attempt := 1; ; attempt++ {
 		var failed []*kgo.Record
+		var big []kgo.ProduceResult
 		var err error
 		for _, res := range r.cl.ProduceSync(w.ctx, recs...) {
 			switch {
 			case res.Err == nil:
 			case tooLarge(res.Err):
-				return errEventTooLarge(res.Record, res.Err)
+				big = append(big, res)
 			default:
 				failed = append(failed, res.Record)
-				err = errors.Join(err, res.Err)
+				err = cmp.Or(err, res.Err)
+			}
+		}
+		for _, res := range big {
+			lerr := large(res.Record, res.Err)
+			switch {
+			case lerr == nil:
+			case stages.Classify(lerr).Kind == stages.KindFatal:
+				return lerr
+			default:
+				failed = append(failed, res.Record)
+				err = cmp.Or(err, lerr)
 			}
 		}
 		if len(failed) == 0 {
-			break
+			return nil
 		}
 		recs = failed
-		r.m.retries.WithLabelValues("sink").Inc()
-		r.o.log.Warn("producing the sink's records failed, retrying", "records", len(failed), "attempt", attempt, "err", err)
+		r.m.retries.WithLabelValues(kind).Inc()
+		r.o.log.Warn(msg, "topic", failed[0].Topic, "records", len(failed), "attempt", attempt, "err", err)
 		if !w.sleep(r.cfg.SinkRetry.Backoff(attempt)) {
 			return errAbandoned
 		}
 	}
-	return nil
 }
 
 // errEventTooLarge is the fatal error of a Publisher's record that its
