@@ -60,14 +60,22 @@ minio_healthy() { curl -sf --max-time 5 "http://127.0.0.1:$MINIO_PORT/minio/heal
 minio_wait() { stack_wait_healthy minio "$MINIO_LOG" "$MINIO_PIDFILE" "$MINIO_MARKER" minio_healthy; }
 
 # minio_ready: creates the bucket when missing (S3 PUT Bucket signed by curl's
-# SigV4 support; 409 means it already exists).
+# SigV4 support; 409 means it already exists). The liveness probe answers before
+# the object layer is initialised, so a 503 (XMinioServerNotInitialized) or no
+# answer is retried until STACK_HEALTH_TIMEOUT; any other code fails at once.
 minio_ready() {
-	local code
-	code=$(curl -s --max-time 10 -o "$MINIO_HOME/bucket.out" -w '%{http_code}' -X PUT \
-		--aws-sigv4 "aws:amz:us-east-1:s3" --user "$MINIO_USER:$MINIO_PASSWORD" \
-		"http://127.0.0.1:$MINIO_PORT/$MINIO_BUCKET") || code=000
-	[[ $code == 200 || $code == 409 ]] ||
-		stack_fail "minio: creating bucket $MINIO_BUCKET answered HTTP $code" "$MINIO_HOME/bucket.out"
+	local code start=$SECONDS
+	while :; do
+		code=$(curl -s --max-time 10 -o "$MINIO_HOME/bucket.out" -w '%{http_code}' -X PUT \
+			--aws-sigv4 "aws:amz:us-east-1:s3" --user "$MINIO_USER:$MINIO_PASSWORD" \
+			"http://127.0.0.1:$MINIO_PORT/$MINIO_BUCKET") || code=000
+		[[ $code == 200 || $code == 409 ]] && return 0
+		if [[ $code != 503 && $code != 000 ]] || ((SECONDS - start >= STACK_HEALTH_TIMEOUT)); then
+			stack_fail "minio: creating bucket $MINIO_BUCKET answered HTTP $code" "$MINIO_HOME/bucket.out"
+			return
+		fi
+		sleep 0.5
+	done
 }
 
 minio_stop() { stack_stop_pid minio "$MINIO_PIDFILE" "$MINIO_MARKER"; }
