@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
@@ -20,17 +19,18 @@ import (
 
 // collector handles smap.project.created: it initialises the project's
 // progress, crawls every target, stores each item's raw JSON, grows the
-// total, announces each item on smap.data.collected and finally seals the
-// total. The whole crawl of a project is one stage call, so the
-// project.created record is committed only after every item was stored
-// and acknowledged and the total sealed; a crash re-runs the crawl, which
-// is idempotent (deterministic item ids and object keys, totals counted
-// per distinct item, counts de-duplicated by the progress counter).
+// total, seals it and returns one announcement per distinct item, which the
+// runtime publishes on smap.data.collected (announcer) in the transaction
+// that commits the record's offset. The whole crawl of a project is one
+// stage call: a crash re-runs the crawl, which is idempotent
+// (deterministic item ids and object keys, totals counted per distinct
+// item), and only the announcements of the crawl that committed are
+// visible to read_committed readers. The items of a crawl are held in
+// memory until it ends (a few hundred bytes each).
 type collector struct {
 	cfg     Config
 	tr      *progress.Tracker
 	objects objstore.Store
-	prod    *kgo.Client
 	comp    *completer
 	m       *metrics
 	log     *slog.Logger
@@ -92,7 +92,7 @@ func checkProjectID(id string) error {
 	return nil
 }
 
-func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated]]) ([]struct{}, error) {
+func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated]]) ([]collected, error) {
 	p := m.Value.Payload
 	id := p.ProjectID
 	if err := checkProjectID(id); err != nil {
@@ -116,14 +116,16 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 	if err != nil {
 		return nil, stages.Retry(err)
 	}
+	prev := (*crawlProgress)(nil)
 	switch {
 	case st.Status == progress.StatusDone:
 		c.m.projects.WithLabelValues("skipped_done").Inc()
 		return nil, nil
-	case st.Sealed:
-		// Crawled and sealed before (a redelivery after a crash): every
-		// item was acknowledged before the seal, so only a pending
-		// completion may be left to publish.
+	case errors.As(m.PrevErr, &prev):
+	case st.Sealed && pm.SealedBy != sealer(m.Source):
+		// Crawled and sealed by another project.created record (a
+		// duplicate), whose announcements commit with its own offset: only
+		// a pending completion may be left to publish.
 		d, err := c.tr.Seal(ctx, id, st.Total)
 		if err != nil {
 			return nil, stages.Retry(err)
@@ -136,28 +138,44 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		c.m.projects.WithLabelValues("resealed").Inc()
 		return nil, nil
 	}
-	if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) { pm.Keywords = p.Keywords }); err != nil {
-		return nil, storeRetry("project meta "+id, err)
-	}
-	if _, err := c.tr.Start(ctx, id); err != nil {
-		return nil, stages.Retry(err)
-	}
-	c.log.Info("crawl started", "project_id", id, "targets", len(p.Targets))
-
 	// An earlier attempt of this record that failed only on transient
 	// crawl errors left its progress: only its failed targets are crawled
 	// again.
-	prog := &crawlProgress{done: map[int]bool{}, seen: map[string]bool{}}
-	if prev := (*crawlProgress)(nil); errors.As(m.PrevErr, &prev) {
+	prog := &crawlProgress{done: map[int]bool{}, items: newAnnouncements()}
+	if prev != nil {
 		prog = prev
+	} else if st.Sealed {
+		// Sealed by an earlier delivery of this record, whose announcements,
+		// produced in the transaction that was to commit its offset, were
+		// aborted with it (a crash between the seal and the commit), or
+		// replayed from an older offset: the project is crawled again and
+		// the items of its sealed total announced again. A crawl that finds
+		// an item the seal did not count stores it but does not announce it
+		// (it would count beyond the total); the filter is off when the
+		// discovered set cannot be the sealed one (a rebuild keeps only the
+		// processed items).
+		found, err := c.tr.Discovered(ctx, id)
+		if err != nil {
+			return nil, stages.Retry(err)
+		}
+		if int64(len(found)) >= st.Total {
+			prog.sealed = found
+		}
 	}
-	seen := prog.seen
-	var mu sync.Mutex
-	var produceErr error
-	// emit stores and announces one item of target. An item whose key no
-	// store can hold is refused with an unstorableError, also recorded in
-	// *unstorable so that a crawler that ignores emit errors still fails
-	// its target.
+	if !st.Sealed {
+		if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) { pm.Keywords = p.Keywords }); err != nil {
+			return nil, storeRetry("project meta "+id, err)
+		}
+		if _, err := c.tr.Start(ctx, id); err != nil {
+			return nil, stages.Retry(err)
+		}
+	}
+	c.log.Info("crawl started", "project_id", id, "targets", len(p.Targets), "sealed_before", st.Sealed)
+
+	// emit stores one item of target and records its announcement. An
+	// item whose key no store can hold is refused with an
+	// unstorableError, also recorded in *unstorable so that a crawler that
+	// ignores emit errors still fails its target.
 	emit := func(target Target, unstorable *error) func(Item) error {
 		return func(it Item) error {
 			platform := it.Platform
@@ -180,31 +198,25 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 			if err := c.objects.Put(ctx, key, raw, "application/json"); err != nil {
 				return &emitError{fmt.Errorf("store item %s: %w", itemID, err)}
 			}
-			if !seen[itemID] {
+			if prog.sealed != nil && !prog.sealed[itemID] {
+				c.log.Warn("item found after the project was sealed: stored, not announced", "project_id", id, "item_id", itemID)
+				return nil
+			}
+			if prog.sealed == nil && !prog.items.has(itemID) {
 				t0 := time.Now()
 				_, err := c.tr.Discover(ctx, id, itemID)
 				c.timed("discover", t0)
 				if err != nil {
 					return &emitError{err}
 				}
-				seen[itemID] = true
 			}
-			ev := Event[DataCollected]{EventID: collectedEventID(itemID), Timestamp: now, Payload: DataCollected{
+			b, err := json.Marshal(Event[DataCollected]{EventID: collectedEventID(itemID), Timestamp: now, Payload: DataCollected{
 				ProjectID: id, ItemID: itemID, Platform: platform, ObjectKey: key, CrawledAt: now, Keywords: p.Keywords,
-			}}
-			b, err := json.Marshal(ev)
+			}})
 			if err != nil {
 				return &emitError{fmt.Errorf("encode data.collected %s: %w", itemID, err)}
 			}
-			c.prod.Produce(ctx, &kgo.Record{Topic: c.cfg.DataCollectedTopic, Key: []byte(itemID), Value: b}, func(_ *kgo.Record, err error) {
-				if err != nil {
-					mu.Lock()
-					if produceErr == nil {
-						produceErr = err
-					}
-					mu.Unlock()
-				}
-			})
+			prog.items.add(collected{item: itemID, value: b})
 			c.m.collected.WithLabelValues(c.m.platform(platform)).Inc()
 			return nil
 		}
@@ -249,25 +261,9 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		prog.done[i] = true
 		prog.skipped = append(prog.skipped, skippedTarget{tg, err})
 	}
-	// flush waits until every data.collected record of this attempt is
-	// acknowledged.
-	flush := func() error {
-		if err := c.prod.Flush(ctx); err != nil {
-			return stages.Retry(fmt.Errorf("project %s: flush data.collected: %w", id, err))
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if produceErr != nil {
-			return stages.Retry(fmt.Errorf("project %s: produce data.collected: %w", id, produceErr))
-		}
-		return nil
-	}
 	if len(retry) > 0 {
-		// The progress is carried to the next attempt only once its items
-		// are announced; otherwise that attempt starts over.
-		if err := flush(); err != nil {
-			return nil, err
-		}
+		// The items found so far go to the next attempt with the progress:
+		// announced once, with the record's last attempt.
 		pol := c.cfg.CrawlRetry
 		wait := min(max(pol.Backoff(m.Attempt), after), pol.Max)
 		prog.err = fmt.Errorf("project %s: %d target(s) failed transiently at attempt %d: %w", id, len(retry), m.Attempt, errors.Join(retry...))
@@ -281,14 +277,17 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		c.m.crawlErrors.WithLabelValues(c.m.platform(s.target.Platform)).Inc()
 		c.log.Warn("crawl of target failed", "project_id", id, "platform", s.target.Platform, "attempts", m.Attempt, "err", s.err)
 	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	total := int64(len(seen))
-	if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) {
-		pm.Total, pm.SealedAt = total, c.cfg.Now().UTC()
-	}); err != nil {
-		return nil, storeRetry("project meta "+id, err)
+	// The total is sealed before the announcements are visible: no item
+	// can be counted before its announcement, so the completion cannot be
+	// decided early, and a crash before they are committed redelivers the
+	// record (the sealed branch above).
+	total := int64(prog.items.len())
+	if !st.Sealed {
+		if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) {
+			pm.Total, pm.SealedAt, pm.SealedBy = total, c.cfg.Now().UTC(), sealer(m.Source)
+		}); err != nil {
+			return nil, storeRetry("project meta "+id, err)
+		}
 	}
 	t0 = time.Now()
 	d, err := c.tr.Seal(ctx, id, total)
@@ -302,8 +301,18 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 			return nil, stages.Retry(err)
 		}
 	}
-	c.m.projects.WithLabelValues("crawled").Inc()
-	return nil, nil
+	outcome := "crawled"
+	if st.Sealed {
+		outcome = "resealed"
+	}
+	c.m.projects.WithLabelValues(outcome).Inc()
+	return prog.items.events, nil
+}
+
+// sealer names the project.created record at src in a project's meta
+// object (projectMeta.SealedBy).
+func sealer(src stages.Source) string {
+	return fmt.Sprintf("%s/%d/%d", src.Topic, src.Partition, src.Offset)
 }
 
 // skippedTarget is a target whose crawl failed for good, with its error.
@@ -315,12 +324,13 @@ type skippedTarget struct {
 // crawlProgress is the error of an attempt of the collector's stage that
 // failed only on transient crawl errors (err): it carries the attempt's
 // progress to the next attempt of the record (stages.Msg.PrevErr), which
-// crawls only the targets not done. It is valid only once the attempt's
-// items were announced (their data.collected records acknowledged).
+// crawls only the targets not done and announces the items of every
+// attempt.
 type crawlProgress struct {
 	done    map[int]bool    // indexes into Targets crawled, or skipped for good
 	skipped []skippedTarget // targets skipped for good so far, in order
-	seen    map[string]bool // distinct items stored, discovered and announced
+	items   *announcements  // distinct items stored and discovered
+	sealed  map[string]bool // when not nil: the sealed items, the only ones announced
 	err     error
 }
 
@@ -373,5 +383,49 @@ func crawlTarget(ctx context.Context, cr Crawler, p ProjectCreated, tg Target, e
 	return cr.Crawl(ctx, p, tg, guarded)
 }
 
-// discard is the collector's sink: the stage produces its records itself.
-func discard(context.Context, []struct{}) error { return nil }
+// collected is an item's announcement: its encoded data.collected event.
+type collected struct {
+	item  string
+	value []byte
+}
+
+// announcements are the data.collected events of a crawl, one per distinct
+// item (a later emit of an item replaces its event), in the order the items
+// were first found.
+type announcements struct {
+	events []collected
+	at     map[string]int // item id → index in events
+}
+
+func newAnnouncements() *announcements { return &announcements{at: map[string]int{}} }
+
+func (a *announcements) has(item string) bool { _, ok := a.at[item]; return ok }
+
+func (a *announcements) len() int { return len(a.events) }
+
+func (a *announcements) add(c collected) {
+	if i, ok := a.at[c.item]; ok {
+		a.events[i] = c
+		return
+	}
+	a.at[c.item] = len(a.events)
+	a.events = append(a.events, c)
+}
+
+// announcer is the collector's sink: the items are already stored, so
+// Write has nothing to do, and Records (run.Publisher) hands the runtime
+// their data.collected records, which it produces in the Kafka transaction
+// that commits the project.created record's offset: a read_committed
+// reader (the analytics service) sees each item announced once per
+// committed crawl, across kill -9 and rebalances mid-crawl.
+type announcer struct{ topic string }
+
+func (announcer) Write(context.Context, []collected) error { return nil }
+
+func (a announcer) Records(written []collected) []*kgo.Record {
+	recs := make([]*kgo.Record, len(written))
+	for i, c := range written {
+		recs[i] = &kgo.Record{Topic: a.topic, Key: []byte(c.item), Value: c.value}
+	}
+	return recs
+}

@@ -54,22 +54,31 @@ func (d collectorDeps) collector(t *testing.T, cr Crawler, pol run.RetryPolicy) 
 	}
 	prod := d.k.Client(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	return &collector{cfg: cfg, tr: tr, objects: d.objects, prod: prod, m: m, log: log,
+	return &collector{cfg: cfg, tr: tr, objects: d.objects, m: m, log: log,
 		comp: newCompleter(cfg, tr, prod, d.objects, m, log)}, reg
 }
 
 // attemptsUntilDone calls the collector's stage for one project.created
 // record as the runtime does — the next attempt after a retry error, with
 // Msg.PrevErr set, up to maxAttempts — and returns the waits the retries
-// asked for and the last call's error.
-func attemptsUntilDone(t *testing.T, c *collector, p ProjectCreated, maxAttempts int) (waits []time.Duration, err error) {
+// asked for, the last call's announcements and its error.
+func attemptsUntilDone(t *testing.T, c *collector, p ProjectCreated, maxAttempts int) (waits []time.Duration, outs []collected, err error) {
 	t.Helper()
-	m := stages.Msg[Event[ProjectCreated]]{Key: p.ProjectID, Value: NewProjectCreated(p, time.Now()), Attempt: 1, MaxAttempts: maxAttempts}
+	return attemptsAt(t, c, p, stages.Source{Topic: "pc", Offset: 7}, maxAttempts)
+}
+
+// attemptsAt is attemptsUntilDone for the project.created record at src.
+func attemptsAt(t *testing.T, c *collector, p ProjectCreated, src stages.Source, maxAttempts int) (waits []time.Duration, outs []collected, err error) {
+	t.Helper()
+	m := stages.Msg[Event[ProjectCreated]]{Key: p.ProjectID, Value: NewProjectCreated(p, time.Now()), Source: src, Attempt: 1, MaxAttempts: maxAttempts}
 	for ; ; m.Attempt++ {
-		_, err = c.stage(testkit.Context(t), m)
+		outs, err = c.stage(testkit.Context(t), m)
 		cl := stages.Classify(err)
 		if err == nil || cl.Kind != stages.KindRetry || m.LastAttempt() {
-			return waits, err
+			return waits, outs, err
+		}
+		if len(outs) > 0 {
+			t.Fatalf("attempt %d failed (%v) with %d announcements", m.Attempt, err, len(outs))
 		}
 		waits = append(waits, cl.After)
 		m.PrevErr = err
@@ -133,8 +142,21 @@ func TestCollectorRetriesTransientTargets(t *testing.T) {
 				maxAttempts = 30
 			}
 			id := fmt.Sprintf("p-retry-%d", i)
-			if _, err := attemptsUntilDone(t, col, ProjectCreated{ProjectID: id, Targets: []Target{{Platform: "tiktok"}, {Platform: "news"}}}, maxAttempts); err != nil {
+			_, outs, err := attemptsUntilDone(t, col, ProjectCreated{ProjectID: id, Targets: []Target{{Platform: "tiktok"}, {Platform: "news"}}}, maxAttempts)
+			if err != nil {
 				t.Fatalf("last attempt: %v, want the project sealed", err)
+			}
+			// The items of every attempt are announced once, by the last.
+			items := map[string]bool{}
+			for _, o := range outs {
+				e, err := DecodeDataCollected(o.value)
+				if err != nil || e.Payload.ItemID != o.item || items[o.item] {
+					t.Fatalf("announcement %s: %+v (%v), duplicate %t", o.item, e, err, items[o.item])
+				}
+				items[o.item] = true
+			}
+			if int64(len(items)) != c.wantTotal {
+				t.Errorf("%d items announced, want %d", len(items), c.wantTotal)
 			}
 			if n := int(calls.Load()); n != c.wantCalls {
 				t.Errorf("%d crawls of the failing target, want %d", n, c.wantCalls)
@@ -176,7 +198,7 @@ func TestCollectorRetryWaits(t *testing.T) {
 		{0, run.RetryPolicy{MaxAttempts: 2, Initial: 100 * time.Millisecond, Max: time.Second, Jitter: 0.2}, 80 * time.Millisecond, 120 * time.Millisecond},
 	} {
 		col, _ := d.collector(t, failing(c.after), c.pol)
-		waits, err := attemptsUntilDone(t, col, ProjectCreated{ProjectID: fmt.Sprintf("p-wait-%d", i), Targets: []Target{{Platform: "x"}}}, 30)
+		waits, _, err := attemptsUntilDone(t, col, ProjectCreated{ProjectID: fmt.Sprintf("p-wait-%d", i), Targets: []Target{{Platform: "x"}}}, 30)
 		if err != nil {
 			t.Fatalf("after %v: last attempt %v, want the project sealed without the target", c.after, err)
 		}

@@ -21,7 +21,7 @@ func Declare(cfg Config) pipelines.Spec {
 			Input:   topics.SmapProjectCreated,
 			Decoder: "decodeProjectCreated: a project.created event",
 			Stage:   CollectorName + ": crawl the targets, each raw item into the object store and announced; seal the project's total",
-			Sink:    "none: the stage publishes data.collected events (and the completion of an empty project)",
+			Sink:    "a data.collected event per item, committed with the project.created offset (the stage publishes the completion of an empty project)",
 			DLQ:     topics.SmapAnalyticsErrors,
 		}, {
 			Group:   AnalyticsName,

@@ -84,9 +84,11 @@
 // read_committed reader, the progress counter included, sees one event per
 // data.collected record across kill -9, rebalances and broker restarts, at
 // the cost of up to Runtime.CommitInterval (default 1s) before an event is
-// visible. The collector's data.collected stays at-least-once (a project
-// crawled again after a crash or a failed produce announces its items
-// again), and so does analysis.finished per item.
+// visible. data.collected is published the same way by the collector's
+// runtime, in the transaction that commits the project.created offset: a
+// crawl interrupted by a crash is done again, and only the announcements
+// of the crawl that committed become visible, one per item. The
+// announcements of a crawl become visible together, when it ends.
 //
 // # Lost Redis state
 //

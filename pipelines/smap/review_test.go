@@ -35,10 +35,11 @@ func TestChoreographyEdges(t *testing.T) {
 	t.Run("CrawlRetries", func(t *testing.T) { t.Parallel(); testCrawlRetries(t, pgs) })
 }
 
-// The collector dies after storing and announcing part of a project's
-// items, before the seal, and a duplicate project.created follows: the
-// restarted crawl counts every item once (total 5, not 5 + 3 or 5 + 5),
-// and the project completes once.
+// The collector dies after storing and discovering part of a project's
+// items, before the seal (none of them announced: the announcements commit
+// with the crawl), and a duplicate project.created follows: the restarted
+// crawl counts every item once (total 5, not 5 + 3 or 5 + 5), announces
+// each once, and the project completes once.
 func testCrashBeforeSeal(t *testing.T, pgs *testkit.PostgresServer) {
 	h := newHarness(t, pgs, harnessOpts{})
 	h.cfg.Runtime.RevokeTimeout = 300 * time.Millisecond
@@ -66,9 +67,9 @@ func testCrashBeforeSeal(t *testing.T, pgs *testkit.PostgresServer) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the crawl did not start")
 	}
-	testkit.WaitFor(t, 30*time.Second, "3 items counted", func() bool { return h.state("p-crash-crawl").Done == 3 })
+	testkit.WaitFor(t, 30*time.Second, "3 items discovered", func() bool { return h.state("p-crash-crawl").Total == 3 })
 	d.stop()
-	if st := h.state("p-crash-crawl"); st.Total != 3 || st.Sealed || st.Status != progress.StatusCrawling {
+	if st := h.state("p-crash-crawl"); st.Total != 3 || st.Done != 0 || st.Sealed || st.Status != progress.StatusCrawling {
 		t.Fatalf("after the crash: %+v", st)
 	}
 	h.createProject(ProjectCreated{ProjectID: "p-crash-crawl", Targets: []Target{synthetic("tiktok", 5)}}) // a duplicate
@@ -83,6 +84,9 @@ func testCrashBeforeSeal(t *testing.T, pgs *testkit.PostgresServer) {
 	}
 	if cs := h.completions("p-crash-crawl"); len(cs) != 1 || cs[0].Total != 5 {
 		t.Fatalf("completions %+v, want one with total 5", cs)
+	}
+	if n := h.events(h.cfg.DataCollectedTopic); n != 5 {
+		t.Fatalf("%d data.collected visible to read_committed, want 5", n)
 	}
 }
 
@@ -249,7 +253,7 @@ func testReplayExpired(t *testing.T, pgs *testkit.PostgresServer) {
 	h.createProject(ProjectCreated{ProjectID: "p-new", Targets: []Target{synthetic("tiktok", 2)}})
 	h.waitDone("p-new", 30*time.Second)
 	testkit.WaitFor(t, 30*time.Second, "collector caught up", func() bool { return h.caughtUp(h.cfg.CollectorGroup, h.cfg.ProjectCreatedTopic) })
-	if n := h.count(h.cfg.DataCollectedTopic); n != 2 {
+	if n := h.events(h.cfg.DataCollectedTopic); n != 2 {
 		t.Errorf("%d data.collected records, want the 2 of p-new only", n)
 	}
 	if st := h.state("p-old"); st.Status != progress.StatusNotFound {

@@ -65,8 +65,8 @@ func NewTracker(rdb *redis.Client, cfg Config) (*progress.Tracker, error) {
 // Services builds the three smap services on env:
 //
 //   - smap-collector consumes smap.project.created (group smap-collector),
-//   - smap-analytics consumes smap.data.collected (group smap-analytics;
-//     concurrency = assigned partitions × group members),
+//   - smap-analytics consumes smap.data.collected (group smap-analytics,
+//     read_committed; concurrency = assigned partitions × group members),
 //   - smap-progress consumes smap.analysis.finished (group smap-progress,
 //     read_committed) and publishes smap.job.completed.
 //
@@ -145,14 +145,14 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 		return nil, err
 	}
 	comp := newCompleter(cfg, tr, cprod, objects[CollectorName], m, log)
-	col := &collector{cfg: cfg, tr: tr, objects: objects[CollectorName], prod: cprod, comp: comp, m: m, log: log.With("service", CollectorName)}
+	col := &collector{cfg: cfg, tr: tr, objects: objects[CollectorName], comp: comp, m: m, log: log.With("service", CollectorName)}
 	crc := cfg.runConfig(CollectorName, cfg.CollectorGroup, cfg.ProjectCreatedTopic)
 	// A dead-lettered project.created strands its project in CRAWLING (its
 	// total is never sealed): ride out a short Redis or object-store outage
 	// as the progress counter does.
 	crc.Retry.MaxAttempts = max(crc.Retry.MaxAttempts, minStateAttempts)
 	crun, err := run.New(crc,
-		decodeProjectCreated, col.stage, stages.SinkFunc[struct{}](discard), opts(CollectorName, crc.Group)...)
+		decodeProjectCreated, col.stage, announcer{topic: cfg.DataCollectedTopic}, opts(CollectorName, crc.Group)...)
 	if err != nil {
 		return nil, fmt.Errorf("smap collector: %w", err)
 	}
@@ -160,7 +160,8 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 	// Analytics.
 	an := &analytics{cfg: cfg, objects: objects[AnalyticsName], m: m, log: log.With("service", AnalyticsName)}
 	arc := cfg.runConfig(AnalyticsName, cfg.AnalyticsGroup, cfg.DataCollectedTopic)
-	arun, err := run.New(arc, decodeCollected, an.stage, &analyticsSink{db: env.DB, m: m}, opts(AnalyticsName, arc.Group)...)
+	// data.collected is produced in the collector's commit transactions.
+	arun, err := run.New(arc, decodeCollected, an.stage, &analyticsSink{db: env.DB, m: m}, committed(opts(AnalyticsName, arc.Group))...)
 	if err != nil {
 		return nil, fmt.Errorf("smap analytics: %w", err)
 	}
@@ -174,11 +175,8 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 	prc := cfg.runConfig(ProgressName, cfg.ProgressGroup, cfg.AnalysisFinishedTopic)
 	prc.Retry.MaxAttempts = max(prc.Retry.MaxAttempts, minStateAttempts)
 	// analysis.finished is produced in the analytics runner's commit
-	// transactions: read committed, each event is seen once; the
-	// transaction markers are kept so that the group's commits (and its
-	// lag) reach a partition's end when it ends with one.
-	popts := append(opts(ProgressName, prc.Group), run.WithKafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()))
-	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, objects[ProgressName], m), pcomp.sink, popts...)
+	// transactions.
+	prun, err := run.New(prc, decodeFinished, counterStage(cfg, tr, objects[ProgressName], m), pcomp.sink, committed(opts(ProgressName, prc.Group))...)
 	if err != nil {
 		return nil, fmt.Errorf("smap progress: %w", err)
 	}
@@ -187,6 +185,14 @@ func services(env pipelines.Env, cfg Config, r *pipelines.Resources) ([]pipeline
 		env.Ops.Handle(ProgressRoute, ProgressHandler(tr, log))
 	}
 	return []pipelines.Service{crun, arun, prun}, nil
+}
+
+// committed makes a runner read committed, for an input another runner
+// publishes in its commit transactions (run.Publisher): each event is seen
+// once. The transaction markers are kept so that the group's commits (and
+// its lag) reach a partition's end when it ends with one.
+func committed(opts []run.Option) []run.Option {
+	return append(opts, run.WithKafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords()))
 }
 
 func decodeFinished(_, value []byte) (Event[AnalysisFinished], error) {

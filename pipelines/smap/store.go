@@ -112,10 +112,14 @@ func analysedItems(ctx context.Context, db *pgxpool.Pool, projectID string) (map
 // store (projects/{id}.json), next to its raw items: the durable record of
 // the sealed total and of the completion, used to rebuild lost progress.
 type projectMeta struct {
-	ProjectID   string    `json:"project_id"`
-	Keywords    []string  `json:"keywords,omitempty"`
-	Total       int64     `json:"total"`
-	SealedAt    time.Time `json:"sealed_at,omitzero"`
+	ProjectID string    `json:"project_id"`
+	Keywords  []string  `json:"keywords,omitempty"`
+	Total     int64     `json:"total"`
+	SealedAt  time.Time `json:"sealed_at,omitzero"`
+	// SealedBy is the project.created record whose crawl sealed the total
+	// (topic/partition/offset): its redelivery announces the items again,
+	// another record's (a duplicate) does not.
+	SealedBy    string    `json:"sealed_by,omitempty"`
 	CompletedAt time.Time `json:"completed_at,omitzero"`
 }
 
