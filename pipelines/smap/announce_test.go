@@ -37,28 +37,10 @@ func TestDataCollectedExactlyOnceAcrossAbortedCommits(t *testing.T) {
 	if !faults.Injected() {
 		t.Fatalf("faults not injected: %d transactional offset commits, %d failed ends", faults.OffsetCommits.Load(), faults.FailedEnds.Load())
 	}
-	per := map[string]int{}
-	for _, r := range h.k.ReadTopic(t, h.cfg.DataCollectedTopic, testkit.ReadCommitted()) {
-		if !r.Attrs.IsTransactional() {
-			t.Fatalf("data.collected of %s produced outside a transaction", r.Key)
-		}
-		e, err := DecodeDataCollected(r.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		per[e.Payload.ItemID]++
-	}
-	for id, c := range per {
-		if c != 1 {
-			t.Errorf("%d data.collected of %s visible to read_committed, want 1", c, id)
-		}
-	}
-	if len(per) != n {
-		t.Errorf("data.collected of %d items, want %d", len(per), n)
-	}
-	if all := len(h.k.ReadTopic(t, h.cfg.DataCollectedTopic)); all <= n {
-		t.Errorf("read_uncommitted sees %d data.collected, want the aborted copies beyond the %d committed", all, n)
-	}
+	h.requireOncePerItem(h.cfg.DataCollectedTopic, n, func(v []byte) (string, error) {
+		e, err := DecodeDataCollected(v)
+		return e.Payload.ItemID, err
+	})
 	for i := range 3 {
 		if cs := h.completions(fmt.Sprintf("p-ann-%d", i)); len(cs) != 1 {
 			t.Errorf("project %d: %d completions, want 1", i, len(cs))

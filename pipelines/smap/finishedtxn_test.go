@@ -34,28 +34,10 @@ func TestAnalysisFinishedExactlyOnceAcrossAbortedCommits(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "analytics group to commit", func() bool {
 		return h.caughtUp(h.cfg.AnalyticsGroup, h.cfg.DataCollectedTopic)
 	})
-	per := map[string]int{}
-	for _, r := range h.k.ReadTopic(t, h.cfg.AnalysisFinishedTopic, testkit.ReadCommitted()) {
-		if !r.Attrs.IsTransactional() {
-			t.Fatalf("analysis.finished of %s produced outside a transaction", r.Key)
-		}
-		e, err := DecodeAnalysisFinished(r.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		per[e.Payload.ItemID]++
-	}
-	for id, c := range per {
-		if c != 1 {
-			t.Errorf("%d analysis.finished of %s visible to read_committed, want 1", c, id)
-		}
-	}
-	if len(per) != n {
-		t.Errorf("analysis.finished of %d items, want %d", len(per), n)
-	}
-	if all := len(h.k.ReadTopic(t, h.cfg.AnalysisFinishedTopic)); all <= n {
-		t.Errorf("read_uncommitted sees %d analysis.finished, want the aborted copies beyond the %d committed", all, n)
-	}
+	h.requireOncePerItem(h.cfg.AnalysisFinishedTopic, n, func(v []byte) (string, error) {
+		e, err := DecodeAnalysisFinished(v)
+		return e.Payload.ItemID, err
+	})
 	if cs := h.completions("p-txn"); len(cs) != 1 {
 		t.Errorf("%d completions, want 1", len(cs))
 	}

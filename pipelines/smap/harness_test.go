@@ -254,3 +254,34 @@ func (h *harness) completions(project string) []JobCompleted {
 	}
 	return out
 }
+
+// requireOncePerItem fails the test unless a read_committed reader of topic
+// sees exactly one record per item (item decodes a value's item id) for n
+// items, every one of them transactional, while read_uncommitted sees
+// more: the copies of aborted transactions.
+func (h *harness) requireOncePerItem(topic string, n int, item func([]byte) (string, error)) {
+	t := h.t
+	t.Helper()
+	per := map[string]int{}
+	for _, r := range h.k.ReadTopic(t, topic, testkit.ReadCommitted()) {
+		if !r.Attrs.IsTransactional() {
+			t.Fatalf("%s record %s produced outside a transaction", topic, r.Key)
+		}
+		id, err := item(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per[id]++
+	}
+	for id, c := range per {
+		if c != 1 {
+			t.Errorf("%d records of %s visible to read_committed in %s, want 1", c, id, topic)
+		}
+	}
+	if len(per) != n {
+		t.Errorf("%s: records of %d items, want %d", topic, len(per), n)
+	}
+	if all := len(h.k.ReadTopic(t, topic)); all <= n {
+		t.Errorf("read_uncommitted sees %d records in %s, want the aborted copies beyond the %d committed", all, topic, n)
+	}
+}
