@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -73,12 +72,7 @@ func TestRunMemoryBudget(t *testing.T) {
 	createTopics(t, k, 1, "", topics.BronzeRecords, topics.BronzeDLQ, topics.ControlFlags)
 	budgetOf := func(t *testing.T, args ...string) float64 {
 		t.Helper()
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := testkit.ListenAddr(t)
 		_, stop := startCLI(t, append([]string{"run", "silver", "--brokers", strings.Join(k.Brokers, ","), "--database-url", pg.URL,
 			"--ops-addr", addr, "--log-level", "error"}, args...)...)
 		defer func() {

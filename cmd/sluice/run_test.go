@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -272,12 +271,7 @@ func TestRunServesGuardedAPI(t *testing.T) {
 	r := testkit.NewRedis(t, testkit.FakeOK())
 	prefix := testkit.Name(t, "") + "."
 	createTopics(t, k, 1, prefix, topics.IngestTasks, topics.IngestJobs, topics.IngestDLQ)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testkit.ListenAddr(t)
 	const token = "run-test-token-0c7a51"
 	t.Setenv(apiTokenEnv, token)
 	t.Setenv("SLUICE_API_HOSTS", "sluice-ticks,sluice-ticks.sluice.svc")
@@ -327,7 +321,7 @@ func TestRunServesGuardedAPI(t *testing.T) {
 		t.Fatalf("ingest trigger --api with the token: %v\n%s", err, out)
 	}
 	t.Setenv(apiTokenEnv, "not-the-token")
-	_, err = runCLI(t, "ingest", "trigger", "GC", "2025-11-18", "--api", "http://"+addr)
+	_, err := runCLI(t, "ingest", "trigger", "GC", "2025-11-18", "--api", "http://"+addr)
 	singleLine(t, err, "trigger: HTTP 401")
 	if recs := k.ReadTopic(t, prefix+topics.IngestTasks); len(recs) != 2 || string(recs[1].Key) != "ES:2025-11-18" {
 		t.Fatalf("%d task records, want the HTTP trigger and the CLI's", len(recs))

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -29,12 +28,7 @@ func TestRunTradesServesSim(t *testing.T) {
 	if _, err := runCLI(t, "topics", "ensure", "--brokers", strings.Join(k.Brokers, ","), "--prefix", prefix, "--log-level", "error"); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testkit.ListenAddr(t)
 	startCLI(t, "run", "trades", "--brokers", strings.Join(k.Brokers, ","), "--redis-url", r.URL,
 		"--database-url", pg.URL, "--object-store-dir", t.TempDir(), "--s3-endpoint=", "--ops-addr", addr,
 		"--topic-prefix", prefix, "--group-prefix", prefix, "--log-level", "error")

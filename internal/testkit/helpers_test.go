@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -177,4 +179,23 @@ func TestMetric(t *testing.T) {
 	if !r.failed || !strings.Contains(r.msg, "not name/value pairs") {
 		t.Errorf("odd labels: failed %v with %q, want a failure naming the pairs", r.failed, r.msg)
 	}
+}
+
+// ListenAddr returns a bindable loopback address outside the ephemeral
+// port range.
+func TestListenAddr(t *testing.T) {
+	t.Parallel()
+	addr := ListenAddr(t)
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := strconv.Atoi(port); p < listenPortMin || p >= listenPortMax {
+		t.Fatalf("port %d outside [%d, %d)", p, listenPortMin, listenPortMax)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on %s: %v", addr, err)
+	}
+	ln.Close()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/stages/ratelimit"
 )
 
@@ -35,12 +36,16 @@ func newRedisProc(t *testing.T, aof bool) *redisProc {
 	if err != nil {
 		t.Skipf("no redis-server on PATH: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The server is restarted on its port: one outside the ephemeral range,
+	// which no outgoing connection can take while it is down.
+	_, ps, err := net.SplitHostPort(testkit.ListenAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port, err := strconv.Atoi(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := &redisProc{bin: bin, port: port, dir: t.TempDir(), aof: aof}
 	if err := p.start(); err != nil {
 		t.Fatal(err)
