@@ -55,7 +55,8 @@ func testDemo(t *testing.T, pgs *testkit.PostgresServer) {
 	}
 }
 
-// A slow crawl: the total grows while the crawl goes on, but no item is
+// A slow crawl of four targets: the total grows while the crawl goes on (a
+// target's items are counted when it is crawled), but no item is
 // announced, so none counted, before the seal (the announcements commit
 // with the project.created offset, when the crawl ends); nothing completes
 // before the seal and exactly one completion follows it. (Analytics
@@ -66,7 +67,8 @@ func testChickenAndEgg(t *testing.T, pgs *testkit.PostgresServer) {
 	h.cfg.Crawler = SchemeCrawler{Synthetic: &SyntheticCrawler{Delay: 120 * time.Millisecond}}
 	d := h.start(h.cfg)
 	const n = 20
-	h.createProject(ProjectCreated{ProjectID: "p-slow", Keywords: []string{"VinFast", "VF3"}, Targets: []Target{synthetic("tiktok", n)}})
+	h.createProject(ProjectCreated{ProjectID: "p-slow", Keywords: []string{"VinFast", "VF3"}, Targets: []Target{
+		synthetic("tiktok", n/4), synthetic("youtube", n/4), synthetic("facebook", n/4), synthetic("news", n/4)}})
 
 	growing := false
 	for st := h.state("p-slow"); st.Status != progress.StatusDone; st = h.state("p-slow") {
@@ -124,7 +126,7 @@ func testChickenAndEgg(t *testing.T, pgs *testkit.PostgresServer) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(r.Key) != e.Payload.ItemID || e.Payload.ObjectKey != "raw/tiktok/"+e.Payload.ItemID+".json" {
+		if string(r.Key) != e.Payload.ItemID || e.Payload.ObjectKey != "raw/"+e.Payload.Platform+"/"+e.Payload.ItemID+".json" {
 			t.Fatalf("data.collected key %q object %q", r.Key, e.Payload.ObjectKey)
 		}
 		b, err := h.objects.Get(testkit.Context(t), e.Payload.ObjectKey)

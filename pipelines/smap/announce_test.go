@@ -2,12 +2,17 @@ package smap
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/stages"
+	"github.com/sluicehq/sluice/stages/progress"
 	"github.com/sluicehq/sluice/stages/run"
 )
 
@@ -48,70 +53,239 @@ func TestDataCollectedExactlyOnceAcrossAbortedCommits(t *testing.T) {
 	}
 }
 
-// A project.created delivered again after its project was sealed (the
-// crash between the seal and the commit that would have made the
-// announcements visible) is crawled again and announces every item of the
-// sealed total again; an item the new crawl finds that the seal did not
-// count is stored but not announced, and the total stays. A duplicate
-// project.created (another record) of the sealed project announces
-// nothing: the crawl that sealed it commits its own announcements.
+// announced returns the item ids of outs.
+func announced(outs []collected) map[string]bool {
+	got := map[string]bool{}
+	for _, o := range outs {
+		got[o.item] = true
+	}
+	return got
+}
+
+// items returns the ids of the items s0 … s(n-1) of project on platform.
+func items(project, platform string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = ItemID(project, platform, fmt.Sprintf("s%d", i))
+	}
+	return ids
+}
+
+// emitN emits the items s0 … s(n-1).
+func emitN(emit func(Item) error, n int) error {
+	for i := range n {
+		if err := emit(Item{SourceID: fmt.Sprintf("s%d", i)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The record that sealed a project, delivered again (the transaction that
+// was to commit its offset with the announcements aborted), announces the
+// sealed items again from the crawl journal without crawling — whatever a
+// new crawl would find (here: one item fewer, the target failing) — and
+// the total stays. A duplicate project.created (another record) of the
+// sealed project announces nothing; the same record re-driven from the DLQ
+// announces them again.
 func TestCollectorAnnouncesSealedItemsAgainOnRedelivery(t *testing.T) {
 	t.Parallel()
 	d := newCollectorDeps(t)
 	crawls := 0
 	cr := crawlerFunc(func(_ context.Context, _ ProjectCreated, _ Target, emit func(Item) error) error {
 		crawls++
-		for i := range 3 + crawls - 1 { // the second crawl finds one item more
-			if err := emit(Item{SourceID: fmt.Sprintf("s%d", i)}); err != nil {
-				return err
-			}
+		if crawls > 1 {
+			_ = emitN(emit, 2)
+			return errors.New("page 2: HTTP 404")
 		}
-		return nil
+		return emitN(emit, 3)
 	})
 	col, reg := d.collector(t, cr, run.RetryPolicy{MaxAttempts: 1})
 	p := ProjectCreated{ProjectID: "p-sealed", Targets: []Target{{Platform: "tiktok"}}}
 	src := stages.Source{Topic: "pc", Partition: 2, Offset: 40}
-	items := func() map[string]bool {
+	deliver := func(src stages.Source, headers ...stages.Header) map[string]bool {
 		t.Helper()
-		_, outs, err := attemptsAt(t, col, p, src, 30)
+		m := stages.Msg[Event[ProjectCreated]]{Key: p.ProjectID, Value: NewProjectCreated(p, time.Now()), Headers: headers,
+			Source: src, Attempt: 1, MaxAttempts: 30}
+		outs, err := col.stage(testkit.Context(t), m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := map[string]bool{}
-		for _, o := range outs {
-			got[o.item] = true
+		return announced(outs)
+	}
+	want := items(p.ProjectID, "tiktok", 3)
+	check := func(what string, got map[string]bool) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Errorf("%s announced %d items, want the %d sealed ones", what, len(got), len(want))
 		}
-		return got
-	}
-	first := items()
-	if len(first) != 3 {
-		t.Fatalf("first crawl announced %d items, want 3", len(first))
-	}
-	second := items() // delivered again: the first crawl's announcements were lost
-	if len(second) != 3 {
-		t.Fatalf("redelivery announced %d items, want the 3 sealed ones", len(second))
-	}
-	for it := range first {
-		if !second[it] {
-			t.Errorf("sealed item %s not announced again", it)
+		for _, it := range want {
+			if !got[it] {
+				t.Errorf("%s: sealed item %s not announced", what, it)
+			}
 		}
 	}
-	late := ItemID(p.ProjectID, "tiktok", "s3")
-	if _, err := d.objects.Get(testkit.Context(t), ObjectKey("tiktok", late)); err != nil {
-		t.Errorf("item found after the seal not stored: %v", err)
+	check("first crawl", deliver(src))
+	check("redelivery", deliver(src))
+	if crawls != 1 {
+		t.Errorf("%d crawls, want 1 (a sealed project is not crawled again)", crawls)
 	}
 	st, err := col.tr.Get(testkit.Context(t), p.ProjectID)
 	if err != nil || !st.Sealed || st.Total != 3 {
 		t.Errorf("state %+v (%v), want sealed with total 3", st, err)
 	}
+	dup := src
+	dup.Offset++
+	if got := deliver(dup); len(got) != 0 {
+		t.Errorf("a duplicate project.created announced %d items, want none", len(got))
+	}
+	check("re-driven duplicate", deliver(dup, stages.Header{Key: stages.HeaderRedriveCount, Value: []byte("1")}))
+	if v := testkit.Metric(t, reg, "smap_projects_total", "outcome", "reannounced"); v != 2 {
+		t.Errorf("smap_projects_total{outcome=reannounced} = %v, want 2", v)
+	}
 	if v := testkit.Metric(t, reg, "smap_projects_total", "outcome", "resealed"); v != 1 {
 		t.Errorf("smap_projects_total{outcome=resealed} = %v, want 1", v)
 	}
-	src.Offset++ // a duplicate record
-	if got := items(); len(got) != 0 {
-		t.Errorf("a duplicate project.created announced %d items, want none", len(got))
+}
+
+// A crawl cut before the seal (a revoke, a kill -9) leaves items in the
+// journal and the total; the next crawl finds fewer (the listing changed).
+// The seal counts the items of both crawls and announces every one of
+// them: the total equals the announcements.
+func TestCollectorAnnouncesItemsOfAnInterruptedCrawl(t *testing.T) {
+	t.Parallel()
+	d := newCollectorDeps(t)
+	crawls := 0
+	cr := crawlerFunc(func(_ context.Context, _ ProjectCreated, tg Target, emit func(Item) error) error {
+		if tg.Platform == "a" {
+			return emitN(emit, 3)
+		}
+		crawls++
+		if crawls == 1 {
+			return fmt.Errorf("crawl cut: %w", stages.ErrStopped)
+		}
+		return nil
+	})
+	col, _ := d.collector(t, cr, run.RetryPolicy{MaxAttempts: 1})
+	p := ProjectCreated{ProjectID: "p-cut", Targets: []Target{{Platform: "a"}, {Platform: "b"}}}
+	m := stages.Msg[Event[ProjectCreated]]{Key: p.ProjectID, Value: NewProjectCreated(p, time.Now()),
+		Source: stages.Source{Topic: "pc", Offset: 9}, Attempt: 1, MaxAttempts: 30}
+	if _, err := col.stage(testkit.Context(t), m); !errors.Is(err, stages.ErrStopped) {
+		t.Fatalf("first delivery: %v, want ErrStopped", err)
 	}
-	if crawls != 2 {
-		t.Errorf("%d crawls, want 2 (a duplicate is not crawled)", crawls)
+	if st, _ := col.tr.Get(testkit.Context(t), p.ProjectID); st.Total != 3 || st.Sealed {
+		t.Fatalf("after the cut: %+v, want 3 items counted, not sealed", st)
+	}
+	// The next owner: target a now yields nothing new, b nothing.
+	cr2 := crawlerFunc(func(context.Context, ProjectCreated, Target, func(Item) error) error { return nil })
+	col.cfg.Crawler = cr2
+	outs, err := col.stage(testkit.Context(t), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := col.tr.Get(testkit.Context(t), p.ProjectID)
+	if err != nil || !st.Sealed || st.Total != 3 || len(outs) != 3 {
+		t.Fatalf("sealed %+v (%v) with %d announcements, want total = announcements = 3", st, err, len(outs))
+	}
+}
+
+// Redis lost the project after its seal and rebuild-progress restored it
+// (sealed total 3, one item analysed); the sealing record comes again: it
+// announces the journal's three items, none beyond, so the completion waits
+// for every one of them.
+func TestCollectorReannouncesNoItemBeyondTheTotalAfterRebuild(t *testing.T) {
+	t.Parallel()
+	d := newCollectorDeps(t)
+	crawls := 0
+	cr := crawlerFunc(func(_ context.Context, _ ProjectCreated, _ Target, emit func(Item) error) error {
+		crawls++
+		return emitN(emit, 3+crawls-1) // a second crawl would find s3 too
+	})
+	col, _ := d.collector(t, cr, run.RetryPolicy{MaxAttempts: 1})
+	ctx := testkit.Context(t)
+	p := ProjectCreated{ProjectID: "p-rebuilt", Targets: []Target{{Platform: "tiktok"}}}
+	src := stages.Source{Topic: "pc", Offset: 3}
+	if _, outs, err := attemptsAt(t, col, p, src, 30); err != nil || len(outs) != 3 {
+		t.Fatalf("first crawl: %d announcements (%v), want 3", len(outs), err)
+	}
+	ids := items(p.ProjectID, "tiktok", 4)
+	if _, err := col.tr.Rebuild(ctx, p.ProjectID, progress.Snapshot{Items: map[string]bool{ids[0]: false}, Total: 3, Sealed: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, outs, err := attemptsAt(t, col, p, src, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := announced(outs)
+	if len(got) != 3 || got[ids[3]] {
+		t.Fatalf("after the rebuild the sealing record announced %v, want s0–s2", got)
+	}
+	for _, it := range ids[1:3] {
+		dec, err := col.tr.Count(ctx, p.ProjectID, it, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it != ids[2] && dec.Publish {
+			t.Errorf("completion decided (%d/%d) with a sealed item not analysed", dec.Done, dec.Total)
+		}
+		if it == ids[2] && !dec.Publish {
+			t.Errorf("completion not decided at %d/%d", dec.Done, dec.Total)
+		}
+	}
+}
+
+// lostReply fails the reply of the armed-th script call from the time it
+// is armed (set to n > 0): the script ran in Redis, the caller sees an
+// error (a timeout after the write).
+type lostReply struct{ armed *atomic.Int32 }
+
+func (lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err == nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && h.armed.Load() > 0 && h.armed.Add(-1) == 0 {
+			err = errors.New("i/o timeout (reply lost)")
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+func (lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The seal's reply is lost on the record's last attempt: the runtime
+// dead-letters project.created with the project sealed and none of its
+// items announced. Re-driving the dead letter (another offset, the redrive
+// count header) announces them.
+func TestCollectorRedrivenSealingRecordAnnouncesItsItems(t *testing.T) {
+	t.Parallel()
+	d := newCollectorDeps(t)
+	var armed atomic.Int32
+	d.rdb.Client.AddHook(lostReply{&armed})
+	cr := crawlerFunc(func(_ context.Context, _ ProjectCreated, _ Target, emit func(Item) error) error {
+		err := emitN(emit, 3)
+		armed.Store(2) // the scripts that follow: the discovery of the items, then the seal
+		return err
+	})
+	col, _ := d.collector(t, cr, run.RetryPolicy{MaxAttempts: 1})
+	p := ProjectCreated{ProjectID: "p-redrive", Targets: []Target{{Platform: "tiktok"}}}
+	m := stages.Msg[Event[ProjectCreated]]{Key: p.ProjectID, Value: NewProjectCreated(p, time.Now()),
+		Source: stages.Source{Topic: "pc", Offset: 5}, Attempt: 1, MaxAttempts: 1}
+	if _, err := col.stage(testkit.Context(t), m); err == nil {
+		t.Fatal("the lost reply did not fail the last attempt")
+	}
+	st, err := col.tr.Get(testkit.Context(t), p.ProjectID)
+	if err != nil || !st.Sealed || st.Total != 3 {
+		t.Fatalf("after the dead letter: %+v (%v), want sealed at 3", st, err)
+	}
+	m.Source.Offset, m.Attempt, m.MaxAttempts = 77, 1, 30
+	m.Headers = []stages.Header{{Key: stages.HeaderRedriveCount, Value: []byte("1")}}
+	outs, err := col.stage(testkit.Context(t), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 3 {
+		t.Errorf("the re-driven project.created announced %d items, want the 3 sealed ones", len(outs))
 	}
 }

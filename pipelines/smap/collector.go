@@ -18,15 +18,16 @@ import (
 )
 
 // collector handles smap.project.created: it initialises the project's
-// progress, crawls every target, stores each item's raw JSON, grows the
-// total, seals it and returns one announcement per distinct item, which the
-// runtime publishes on smap.data.collected (announcer) in the transaction
-// that commits the record's offset. The whole crawl of a project is one
-// stage call: a crash re-runs the crawl, which is idempotent
-// (deterministic item ids and object keys, totals counted per distinct
-// item), and only the announcements of the crawl that committed are
-// visible to read_committed readers. The items of a crawl are held in
-// memory until it ends (a few hundred bytes each).
+// progress, crawls every target, stores each item's raw JSON, journals the
+// items (crawlJournal) and grows the total by them, seals the total and
+// returns one announcement per journaled item, which the runtime publishes
+// on smap.data.collected (announcer) in the transaction that commits the
+// record's offset. The whole crawl of a project is one stage call: a crash
+// re-runs it (deterministic item ids and object keys; the journal keeps
+// the items of the interrupted crawl), and only the announcements of the
+// delivery that committed are visible to read_committed readers. A
+// project's announcements are held in memory until its crawl ends and are
+// produced in one transaction (a few hundred bytes each).
 type collector struct {
 	cfg     Config
 	tr      *progress.Tracker
@@ -122,61 +123,31 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		c.m.projects.WithLabelValues("skipped_done").Inc()
 		return nil, nil
 	case errors.As(m.PrevErr, &prev):
-	case st.Sealed && pm.SealedBy != sealer(m.Source):
-		// Crawled and sealed by another project.created record (a
-		// duplicate), whose announcements commit with its own offset: only
-		// a pending completion may be left to publish.
-		d, err := c.tr.Seal(ctx, id, st.Total)
-		if err != nil {
-			return nil, stages.Retry(err)
-		}
-		if d.Publish {
-			if err := c.comp.complete(ctx, d); err != nil {
-				return nil, stages.Retry(err)
-			}
-		}
-		c.m.projects.WithLabelValues("resealed").Inc()
-		return nil, nil
+	case st.Sealed:
+		return c.resealed(ctx, m, pm, st)
 	}
-	// An earlier attempt of this record that failed only on transient
-	// crawl errors left its progress: only its failed targets are crawled
-	// again.
-	prog := &crawlProgress{done: map[int]bool{}, items: newAnnouncements()}
-	if prev != nil {
-		prog = prev
-	} else if st.Sealed {
-		// Sealed by an earlier delivery of this record, whose announcements,
-		// produced in the transaction that was to commit its offset, were
-		// aborted with it (a crash between the seal and the commit), or
-		// replayed from an older offset: the project is crawled again and
-		// the items of its sealed total announced again. A crawl that finds
-		// an item the seal did not count stores it but does not announce it
-		// (it would count beyond the total); the filter is off when the
-		// discovered set cannot be the sealed one (a rebuild keeps only the
-		// processed items).
-		found, err := c.tr.Discovered(ctx, id)
-		if err != nil {
-			return nil, stages.Retry(err)
-		}
-		if int64(len(found)) >= st.Total {
-			prog.sealed = found
-		}
-	}
-	if !st.Sealed {
+	if prev == nil {
 		if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) { pm.Keywords = p.Keywords }); err != nil {
 			return nil, storeRetry("project meta "+id, err)
 		}
 		if _, err := c.tr.Start(ctx, id); err != nil {
 			return nil, stages.Retry(err)
 		}
+		c.log.Info("crawl started", "project_id", id, "targets", len(p.Targets))
 	}
-	c.log.Info("crawl started", "project_id", id, "targets", len(p.Targets), "sealed_before", st.Sealed)
 
-	// emit stores one item of target and records its announcement. An
-	// item whose key no store can hold is refused with an
-	// unstorableError, also recorded in *unstorable so that a crawler that
-	// ignores emit errors still fails its target.
-	emit := func(target Target, unstorable *error) func(Item) error {
+	// An earlier attempt of this record that failed only on transient
+	// crawl errors left its progress: only its failed targets are crawled
+	// again.
+	prog := prev
+	if prog == nil {
+		prog = &crawlProgress{done: map[int]bool{}}
+	}
+	// emit stores one item of target and adds it to *found. An item whose
+	// key no store can hold is refused with an unstorableError, also
+	// recorded in *unstorable so that a crawler that ignores emit errors
+	// still fails its target.
+	emit := func(target Target, found *[]journalEntry, unstorable *error) func(Item) error {
 		return func(it Item) error {
 			platform := it.Platform
 			if platform == "" {
@@ -198,28 +169,31 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 			if err := c.objects.Put(ctx, key, raw, "application/json"); err != nil {
 				return &emitError{fmt.Errorf("store item %s: %w", itemID, err)}
 			}
-			if prog.sealed != nil && !prog.sealed[itemID] {
-				c.log.Warn("item found after the project was sealed: stored, not announced", "project_id", id, "item_id", itemID)
-				return nil
-			}
-			if prog.sealed == nil && !prog.items.has(itemID) {
-				t0 := time.Now()
-				_, err := c.tr.Discover(ctx, id, itemID)
-				c.timed("discover", t0)
-				if err != nil {
-					return &emitError{err}
-				}
-			}
-			b, err := json.Marshal(Event[DataCollected]{EventID: collectedEventID(itemID), Timestamp: now, Payload: DataCollected{
-				ProjectID: id, ItemID: itemID, Platform: platform, ObjectKey: key, CrawledAt: now, Keywords: p.Keywords,
-			}})
-			if err != nil {
-				return &emitError{fmt.Errorf("encode data.collected %s: %w", itemID, err)}
-			}
-			prog.items.add(collected{item: itemID, value: b})
+			*found = append(*found, journalEntry{ItemID: itemID, Platform: platform, ObjectKey: key, CrawledAt: now})
 			c.m.collected.WithLabelValues(c.m.platform(platform)).Inc()
 			return nil
 		}
+	}
+	// record journals the items a target yielded, then counts them in the
+	// total: the total never counts an item the journal lacks.
+	record := func(found []journalEntry) error {
+		if len(found) == 0 {
+			return nil
+		}
+		if _, err := addToJournal(ctx, c.objects, id, found); err != nil {
+			return storeRetry("crawl journal of project "+id, err)
+		}
+		ids := make([]string, len(found))
+		for i, e := range found {
+			ids[i] = e.ItemID
+		}
+		t0 := time.Now()
+		_, err := c.tr.Discover(ctx, id, ids...)
+		c.timed("discover", t0)
+		if err != nil {
+			return stages.Retry(err)
+		}
+		return nil
 	}
 	// A target failing transiently makes this attempt a retry (once the
 	// other targets were crawled) that crawls it again, until
@@ -232,12 +206,10 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 			continue
 		}
 		var unstorable error
-		err := crawlTarget(ctx, c.cfg.Crawler, p, tg, emit(tg, &unstorable))
+		var found []journalEntry
+		err := crawlTarget(ctx, c.cfg.Crawler, p, tg, emit(tg, &found, &unstorable))
 		var ee *emitError
 		switch {
-		case err == nil && unstorable == nil:
-			prog.done[i] = true
-			continue
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case errors.Is(err, stages.ErrStopped):
@@ -247,6 +219,15 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 			return nil, fmt.Errorf("project %s: %w", id, err)
 		case errors.As(err, &ee):
 			return nil, storeRetry("raw objects of project "+id, fmt.Errorf("project %s: %w", id, ee.err))
+		}
+		// The items found before a failure are stored: they count.
+		if err := record(found); err != nil {
+			return nil, err
+		}
+		switch {
+		case err == nil && unstorable == nil:
+			prog.done[i] = true
+			continue
 		case err == nil:
 			err = unstorable
 		}
@@ -262,8 +243,6 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		prog.skipped = append(prog.skipped, skippedTarget{tg, err})
 	}
 	if len(retry) > 0 {
-		// The items found so far go to the next attempt with the progress:
-		// announced once, with the record's last attempt.
 		pol := c.cfg.CrawlRetry
 		wait := min(max(pol.Backoff(m.Attempt), after), pol.Max)
 		prog.err = fmt.Errorf("project %s: %d target(s) failed transiently at attempt %d: %w", id, len(retry), m.Attempt, errors.Join(retry...))
@@ -277,17 +256,26 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		c.m.crawlErrors.WithLabelValues(c.m.platform(s.target.Platform)).Inc()
 		c.log.Warn("crawl of target failed", "project_id", id, "platform", s.target.Platform, "attempts", m.Attempt, "err", s.err)
 	}
-	// The total is sealed before the announcements are visible: no item
-	// can be counted before its announcement, so the completion cannot be
-	// decided early, and a crash before they are committed redelivers the
-	// record (the sealed branch above).
-	total := int64(prog.items.len())
-	if !st.Sealed {
-		if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) {
-			pm.Total, pm.SealedAt, pm.SealedBy = total, c.cfg.Now().UTC(), sealer(m.Source)
-		}); err != nil {
-			return nil, storeRetry("project meta "+id, err)
-		}
+	// The journal holds this crawl's items and those of every earlier,
+	// interrupted one (their objects are stored and they may be counted
+	// already): the project is sealed with all of them, before their
+	// announcements are visible (no item can be counted before its
+	// announcement, so the completion cannot be decided early), and a
+	// crash before those are committed redelivers this record
+	// (resealed).
+	j, err := readJournal(ctx, c.objects, id)
+	if err != nil {
+		return nil, storeRetry("crawl journal of project "+id, err)
+	}
+	outs, err := j.announcements(p.Keywords)
+	if err != nil {
+		return nil, err
+	}
+	total := int64(len(outs))
+	if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) {
+		pm.Total, pm.SealedAt, pm.SealedBy = total, c.cfg.Now().UTC(), sealer(m.Source)
+	}); err != nil {
+		return nil, storeRetry("project meta "+id, err)
 	}
 	t0 = time.Now()
 	d, err := c.tr.Seal(ctx, id, total)
@@ -301,12 +289,59 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 			return nil, stages.Retry(err)
 		}
 	}
-	outcome := "crawled"
-	if st.Sealed {
-		outcome = "resealed"
+	c.m.projects.WithLabelValues("crawled").Inc()
+	return outs, nil
+}
+
+// resealed handles a project.created record of a sealed project. The
+// record that sealed it, delivered again (the transaction that was to
+// commit its offset with the announcements aborted: a kill -9, a fenced or
+// failed commit), or re-driven from the DLQ (a last attempt that failed
+// after the seal), announces the journal's items again, without crawling;
+// another record (a duplicate) announces nothing: the sealing record's
+// announcements are committed with it. Either publishes a pending
+// completion.
+func (c *collector) resealed(ctx context.Context, m stages.Msg[Event[ProjectCreated]], pm projectMeta, st progress.State) ([]collected, error) {
+	id := m.Value.Payload.ProjectID
+	d, err := c.tr.Seal(ctx, id, st.Total)
+	if err != nil {
+		return nil, stages.Retry(err)
 	}
-	c.m.projects.WithLabelValues(outcome).Inc()
-	return prog.items.events, nil
+	if d.Publish {
+		if err := c.comp.complete(ctx, d); err != nil {
+			return nil, stages.Retry(err)
+		}
+	}
+	if pm.SealedBy != sealer(m.Source) && !redriven(m.Headers) {
+		c.m.projects.WithLabelValues("resealed").Inc()
+		return nil, nil
+	}
+	j, err := readJournal(ctx, c.objects, id)
+	if err != nil {
+		return nil, storeRetry("crawl journal of project "+id, err)
+	}
+	outs, err := j.announcements(m.Value.Payload.Keywords)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(outs)) < d.Total {
+		c.log.Error("crawl journal lacks items of the sealed total: those cannot be announced",
+			"project_id", id, "journal", len(outs), "total", d.Total)
+	}
+	c.log.Info("sealed project announced again", "project_id", id, "items", len(outs))
+	c.m.projects.WithLabelValues("reannounced").Inc()
+	return outs, nil
+}
+
+// redriven reports whether a record was re-driven from a DLQ (it carries
+// the redrive count header).
+func redriven(headers []stages.Header) bool {
+	for _, h := range headers {
+		if h.Key == stages.HeaderRedriveCount {
+			return true
+		}
+	}
+	return false
 }
 
 // sealer names the project.created record at src in a project's meta
@@ -324,13 +359,11 @@ type skippedTarget struct {
 // crawlProgress is the error of an attempt of the collector's stage that
 // failed only on transient crawl errors (err): it carries the attempt's
 // progress to the next attempt of the record (stages.Msg.PrevErr), which
-// crawls only the targets not done and announces the items of every
-// attempt.
+// crawls only the targets not done. The items of every attempt are in the
+// project's crawl journal.
 type crawlProgress struct {
 	done    map[int]bool    // indexes into Targets crawled, or skipped for good
 	skipped []skippedTarget // targets skipped for good so far, in order
-	items   *announcements  // distinct items stored and discovered
-	sealed  map[string]bool // when not nil: the sealed items, the only ones announced
 	err     error
 }
 
@@ -387,29 +420,6 @@ func crawlTarget(ctx context.Context, cr Crawler, p ProjectCreated, tg Target, e
 type collected struct {
 	item  string
 	value []byte
-}
-
-// announcements are the data.collected events of a crawl, one per distinct
-// item (a later emit of an item replaces its event), in the order the items
-// were first found.
-type announcements struct {
-	events []collected
-	at     map[string]int // item id → index in events
-}
-
-func newAnnouncements() *announcements { return &announcements{at: map[string]int{}} }
-
-func (a *announcements) has(item string) bool { _, ok := a.at[item]; return ok }
-
-func (a *announcements) len() int { return len(a.events) }
-
-func (a *announcements) add(c collected) {
-	if i, ok := a.at[c.item]; ok {
-		a.events[i] = c
-		return
-	}
-	a.at[c.item] = len(a.events)
-	a.events = append(a.events, c)
 }
 
 // announcer is the collector's sink: the items are already stored, so

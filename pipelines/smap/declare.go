@@ -20,7 +20,7 @@ func Declare(cfg Config) pipelines.Spec {
 			Group:   CollectorName,
 			Input:   topics.SmapProjectCreated,
 			Decoder: "decodeProjectCreated: a project.created event",
-			Stage:   CollectorName + ": crawl the targets, each raw item into the object store and announced; seal the project's total",
+			Stage:   CollectorName + ": crawl the targets, each raw item into the object store and its crawl journal; seal the project's total",
 			Sink:    "a data.collected event per item, committed with the project.created offset (the stage publishes the completion of an empty project)",
 			DLQ:     topics.SmapAnalyticsErrors,
 		}, {

@@ -15,9 +15,11 @@
 // The state of project ID is the Redis hash smap:proj:ID (status, total,
 // done, errors; TTL 7 days) in DB 1, kept by package stages/progress:
 // INITIALIZING (project seen) → CRAWLING (items being found; the total
-// grows by one per distinct item) → PROCESSING_WAIT (the collector sealed
-// the total after every item was stored and acknowledged) → DONE (the
-// completion was published). Completion needs done ≥ total and a sealed
+// grows by a target's distinct items once it is crawled and its items
+// stored and journaled) → PROCESSING_WAIT (the collector sealed the total
+// at the end of the crawl; the items are announced in the transaction
+// that commits the project.created record) → DONE (the completion was
+// published). Completion needs done ≥ total and a sealed
 // total, so analytics running ahead of a slow crawl cannot finish a
 // project early (the seed's chicken-and-egg case).
 //
@@ -73,7 +75,7 @@
 //
 // # Delivery and idempotence
 //
-// All three services are at-least-once sluice runners. Item ids are
+// The three services are sluice runners. Item ids are
 // derived from project, platform and source id (ItemID), so a re-crawl
 // rewrites the same objects and announces the same items; post_analytics
 // is an upsert; analysis.finished and data.collected have deterministic
@@ -85,10 +87,18 @@
 // data.collected record across kill -9, rebalances and broker restarts, at
 // the cost of up to Runtime.CommitInterval (default 1s) before an event is
 // visible. data.collected is published the same way by the collector's
-// runtime, in the transaction that commits the project.created offset: a
-// crawl interrupted by a crash is done again, and only the announcements
-// of the crawl that committed become visible, one per item. The
-// announcements of a crawl become visible together, when it ends.
+// runtime, in the transaction that commits the project.created offset, so
+// a project's announcements become visible together when its crawl ends.
+// The crawl journal (projects/{id}.items.json, see crawlJournal) lists
+// every item stored and counted, across interrupted crawls; the seal
+// counts and announces exactly its items, and the sealing record delivered
+// again (its transaction aborted) or re-driven from the DLQ announces them
+// again without crawling, while a duplicate project.created announces
+// nothing. A read_committed reader therefore sees one data.collected per
+// item, except after a replay of project.created (an operator's offset
+// reset), which announces the items of sealed projects not yet DONE again
+// (counted once). With Runtime.DLQCommit at-least-once the announcements
+// are at least once.
 //
 // # Lost Redis state
 //
@@ -119,9 +129,10 @@
 // RetryAfter, capped at CrawlRetry.Max), up to attempt
 // CrawlRetry.MaxAttempts (default 4), each retry counted in
 // smap_crawl_retries_total. The next attempt crawls only the targets that
-// failed (the attempt's progress rides on its error, stages.Msg.PrevErr,
-// once its items were acknowledged); a retried crawl re-emits the items
-// found before the failure, which are counted once. A revoke or a
+// failed (the attempt's progress rides on its error, stages.Msg.PrevErr);
+// the items a failing target yielded before its failure are stored,
+// journaled and counted; a retried crawl finds them again, and they are
+// counted and announced once. A revoke or a
 // shutdown ends a wait between attempts at once: the project.created
 // record is left uncommitted (not dead-lettered) and its next owner
 // crawls the project again.

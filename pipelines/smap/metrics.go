@@ -92,8 +92,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	f := promreg.Exclusive(reg)
 	buckets := prometheus.ExponentialBuckets(0.0001, 4, 10)
 	m := &metrics{
-		projects:    f.CounterVec("smap_projects_total", "Projects handled by the collector, per outcome (crawled, skipped_done, resealed).", "outcome"),
-		collected:   f.CounterVec("smap_items_collected_total", "Items stored and announced on smap.data.collected, per platform (re-crawls included).", "platform"),
+		projects:    f.CounterVec("smap_projects_total", "Projects handled by the collector, per outcome (crawled; skipped_done; resealed: a duplicate of a sealed project; reannounced: the sealing record again, its items announced again).", "outcome"),
+		collected:   f.CounterVec("smap_items_collected_total", "Items stored by the collector, per platform (re-crawls included; announced on smap.data.collected when the project is sealed).", "platform"),
 		crawlErrors: f.CounterVec("smap_crawl_errors_total", "Targets skipped because their crawl failed (permanently, or transiently on every attempt), per platform.", "platform"),
 		crawlRetry:  f.CounterVec("smap_crawl_retries_total", "Crawls of a target retried after a transient failure, per platform.", "platform"),
 		analysed:    f.CounterVec("smap_items_analysed_total", "Items analysed, per result (ok or the DLQ reason).", "result"),

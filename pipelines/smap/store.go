@@ -129,18 +129,24 @@ func metaKey(projectID string) string {
 
 // readMeta returns the project's meta, or a zero meta when there is none.
 func readMeta(ctx context.Context, st objstore.Store, projectID string) (projectMeta, error) {
-	b, err := st.Get(ctx, metaKey(projectID))
+	return readJSON(ctx, st, metaKey(projectID), "project meta "+projectID, projectMeta{ProjectID: projectID})
+}
+
+// readJSON decodes the JSON object at key into a T, or returns missing
+// when there is none; what names the object in errors.
+func readJSON[T any](ctx context.Context, st objstore.Store, key, what string, missing T) (T, error) {
+	var v T
+	b, err := st.Get(ctx, key)
 	if errors.Is(err, objstore.ErrNotFound) {
-		return projectMeta{ProjectID: projectID}, nil
+		return missing, nil
 	}
 	if err != nil {
-		return projectMeta{}, fmt.Errorf("read project meta %s: %w", projectID, err)
+		return v, fmt.Errorf("read %s: %w", what, err)
 	}
-	var m projectMeta
-	if err := json.Unmarshal(b, &m); err != nil {
-		return projectMeta{}, fmt.Errorf("decode project meta %s: %w", projectID, err)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, fmt.Errorf("decode %s: %w", what, err)
 	}
-	return m, nil
+	return v, nil
 }
 
 // updateMeta reads, changes and writes the project's meta. Writers of one

@@ -453,25 +453,3 @@ func decideOneItemJob(t *testing.T, tr *progress.Tracker, id string) progress.De
 	}
 	return d
 }
-
-// Discovered lists the items Discover added, and only those: a discovery
-// after the seal is not among them.
-func TestDiscoveredListsItemsAddedBeforeTheSeal(t *testing.T) {
-	t.Parallel()
-	tr, _ := newTracker(t)
-	ctx := testkit.Context(t)
-	if got := must(tr.Discovered(ctx, "p-none")); len(got) != 0 {
-		t.Fatalf("job without state: discovered %v", got)
-	}
-	must(tr.Discover(ctx, "p", "a", "b"))
-	must(tr.Discover(ctx, "p", "b", "c"))
-	must(tr.Seal(ctx, "p", 3))
-	must(tr.Discover(ctx, "p", "late"))
-	got := must(tr.Discovered(ctx, "p"))
-	if len(got) != 3 || !got["a"] || !got["b"] || !got["c"] {
-		t.Fatalf("discovered %v, want a, b, c", got)
-	}
-	if _, err := tr.Discovered(ctx, "x:found"); !errors.Is(err, progress.ErrInvalidID) {
-		t.Fatalf("Discovered of an invalid job id: %v, want ErrInvalidID", err)
-	}
-}

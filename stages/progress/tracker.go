@@ -483,21 +483,3 @@ func (t *Tracker) Get(ctx context.Context, id string) (State, error) {
 	}
 	return s, nil
 }
-
-// Discovered returns the distinct items Discover added to the job's total
-// (after a Rebuild: the items it was given). A job without state, or whose
-// sets expired, has none.
-func (t *Tracker) Discovered(ctx context.Context, id string) (map[string]bool, error) {
-	if err := CheckJobID(id); err != nil {
-		return nil, fmt.Errorf("progress: discovered: %w", err)
-	}
-	items, err := t.rdb.SMembers(ctx, t.keys(id)[2]).Result()
-	if err != nil {
-		return nil, fmt.Errorf("progress: discovered %s: %w", id, err)
-	}
-	found := make(map[string]bool, len(items))
-	for _, it := range items {
-		found[it] = true
-	}
-	return found, nil
-}
