@@ -209,8 +209,9 @@ func (l *smapLoad) verify(ctx context.Context, sc *scene, r *result) error {
 	wantMeta := map[string]objectCheck{}
 	for _, p := range l.ids {
 		wantMeta["projects/"+url.PathEscape(p)+".json"] = l.metaCheck(p)
+		wantMeta["projects/"+url.PathEscape(p)+".items.json"] = journalCheck(p, project)
 	}
-	metas, err := checkObjects(ctx, sc.objects, "projects/", "project meta objects", wantMeta, r)
+	metas, err := checkObjects(ctx, sc.objects, "projects/", "project meta and crawl journal objects", wantMeta, r)
 	if err != nil {
 		return err
 	}
@@ -350,6 +351,45 @@ func (l *smapLoad) rawChecks(ctx context.Context, objects, project map[string]st
 // metaCheck is the check of project p's meta object: its id, a total of
 // its items, sealed and completed (smap's completer retries the write of
 // the completion time until it succeeds).
+// journalCheck checks project p's crawl journal: every item of the load's
+// project (project maps item ids to project ids) once, with its raw
+// object's key, and nothing else.
+func journalCheck(p string, project map[string]string) objectCheck {
+	return func(body []byte) error {
+		var j struct {
+			ProjectID string `json:"project_id"`
+			Items     []struct {
+				ItemID    string `json:"item_id"`
+				Platform  string `json:"platform"`
+				ObjectKey string `json:"object_key"`
+			} `json:"items"`
+		}
+		if err := json.Unmarshal(body, &j); err != nil {
+			return fmt.Errorf("not a crawl journal: %w", err)
+		}
+		if j.ProjectID != p {
+			return fmt.Errorf("journal of %s names project %q", p, j.ProjectID)
+		}
+		seen := map[string]bool{}
+		for _, it := range j.Items {
+			if project[it.ItemID] != p || seen[it.ItemID] || it.ObjectKey != smap.ObjectKey(it.Platform, it.ItemID) {
+				return fmt.Errorf("journal of %s: item %s (object %s) not of the project, twice or misplaced", p, it.ItemID, it.ObjectKey)
+			}
+			seen[it.ItemID] = true
+		}
+		want := 0
+		for _, owner := range project {
+			if owner == p {
+				want++
+			}
+		}
+		if len(seen) != want {
+			return fmt.Errorf("journal of %s lists %d items, want %d", p, len(seen), want)
+		}
+		return nil
+	}
+}
+
 func (l *smapLoad) metaCheck(p string) objectCheck {
 	return func(body []byte) error {
 		var m struct {
