@@ -1,6 +1,9 @@
 package stages
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // DLQ header names (the DLQ header contract, docs/dead-letters.md). Every DLQ record keeps the
 // original key and value bytes and carries these headers.
@@ -40,7 +43,20 @@ const (
 	// is absent when the source record had no timestamp, and on dead
 	// letters written before it existed.
 	HeaderSourceTimestamp = "dlq.source.timestamp"
+	// HeaderOrigin is set by redrive on the record it re-publishes: the
+	// coordinates (topic/partition/offset, see [Origin]) of the record that
+	// was dead-lettered first. A later redrive of the same record keeps it
+	// (it is not a dlq.* header, so dead letters and redrives carry it
+	// along), so a stage can tell a re-driven record from a new one with the
+	// same content.
+	HeaderOrigin = "sluice.origin"
 )
+
+// Origin returns the coordinates a stage compares with HeaderOrigin:
+// "topic/partition/offset".
+func Origin(topic string, partition int32, offset int64) string {
+	return fmt.Sprintf("%s/%d/%d", topic, partition, offset)
+}
 
 // SourceTimestamp returns the value of the HeaderSourceTimestamp header of
 // the dead letter of a record with Kafka timestamp t. ok is false when t is

@@ -86,8 +86,9 @@ func emitN(emit func(Item) error, n int) error {
 // sealed items again from the crawl journal without crawling — whatever a
 // new crawl would find (here: one item fewer, the target failing) — and
 // the total stays. A duplicate project.created (another record) of the
-// sealed project announces nothing; the same record re-driven from the DLQ
-// announces them again.
+// sealed project announces nothing, nor does its dead letter re-driven; the
+// sealing record re-driven from the DLQ announces them again once, and
+// becomes the sealing record.
 func TestCollectorAnnouncesSealedItemsAgainOnRedelivery(t *testing.T) {
 	t.Parallel()
 	d := newCollectorDeps(t)
@@ -139,12 +140,23 @@ func TestCollectorAnnouncesSealedItemsAgainOnRedelivery(t *testing.T) {
 	if got := deliver(dup); len(got) != 0 {
 		t.Errorf("a duplicate project.created announced %d items, want none", len(got))
 	}
-	check("re-driven duplicate", deliver(dup, stages.Header{Key: stages.HeaderRedriveCount, Value: []byte("1")}))
-	if v := testkit.Metric(t, reg, "smap_projects_total", "outcome", "reannounced"); v != 2 {
-		t.Errorf("smap_projects_total{outcome=reannounced} = %v, want 2", v)
+	originOf := func(s stages.Source) stages.Header {
+		return stages.Header{Key: stages.HeaderOrigin, Value: []byte(stages.Origin(s.Topic, s.Partition, s.Offset))}
 	}
-	if v := testkit.Metric(t, reg, "smap_projects_total", "outcome", "resealed"); v != 1 {
-		t.Errorf("smap_projects_total{outcome=resealed} = %v, want 1", v)
+	if got := deliver(stages.Source{Topic: "pc", Partition: 2, Offset: 90}, originOf(dup)); len(got) != 0 {
+		t.Errorf("the duplicate's dead letter re-driven announced %d items, want none", len(got))
+	}
+	redriven := stages.Source{Topic: "pc", Partition: 2, Offset: 91}
+	check("sealing record re-driven", deliver(redriven, originOf(src)))
+	if got := deliver(stages.Source{Topic: "pc", Partition: 2, Offset: 92}, originOf(src)); len(got) != 0 {
+		t.Errorf("the sealing record re-driven a second time announced %d items, want none", len(got))
+	}
+	check("re-driven record delivered again", deliver(redriven, originOf(src)))
+	if v := testkit.Metric(t, reg, "smap_projects_total", "outcome", "reannounced"); v != 3 {
+		t.Errorf("smap_projects_total{outcome=reannounced} = %v, want 3", v)
+	}
+	if v := testkit.Metric(t, reg, "smap_projects_total", "outcome", "resealed"); v != 3 {
+		t.Errorf("smap_projects_total{outcome=resealed} = %v, want 3", v)
 	}
 }
 
@@ -279,8 +291,9 @@ func TestCollectorRedrivenSealingRecordAnnouncesItsItems(t *testing.T) {
 	if err != nil || !st.Sealed || st.Total != 3 {
 		t.Fatalf("after the dead letter: %+v (%v), want sealed at 3", st, err)
 	}
+	m.Headers = []stages.Header{{Key: stages.HeaderRedriveCount, Value: []byte("1")},
+		{Key: stages.HeaderOrigin, Value: []byte(stages.Origin(m.Source.Topic, m.Source.Partition, m.Source.Offset))}}
 	m.Source.Offset, m.Attempt, m.MaxAttempts = 77, 1, 30
-	m.Headers = []stages.Header{{Key: stages.HeaderRedriveCount, Value: []byte("1")}}
 	outs, err := col.stage(testkit.Context(t), m)
 	if err != nil {
 		t.Fatal(err)

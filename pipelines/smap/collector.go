@@ -26,8 +26,9 @@ import (
 // re-runs it (deterministic item ids and object keys; the journal keeps
 // the items of the interrupted crawl), and only the announcements of the
 // delivery that committed are visible to read_committed readers. A
-// project's announcements are held in memory until its crawl ends and are
-// produced in one transaction (a few hundred bytes each).
+// project's announcements are built from the journal at the seal and
+// produced in one transaction (a few hundred bytes each; the runtime
+// counts them in its memory budget until the commit).
 type collector struct {
 	cfg     Config
 	tr      *progress.Tracker
@@ -145,9 +146,10 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 	}
 	// emit stores one item of target and adds it to *found. An item whose
 	// key no store can hold is refused with an unstorableError, also
-	// recorded in *unstorable so that a crawler that ignores emit errors
-	// still fails its target.
-	emit := func(target Target, found *[]journalEntry, unstorable *error) func(Item) error {
+	// recorded in *unstorable, and an item the store failed to take with an
+	// emitError, also recorded in *failed, so that a crawler that ignores
+	// emit errors still fails its target (and the attempt).
+	emit := func(target Target, found *[]journalEntry, unstorable, failed *error) func(Item) error {
 		return func(it Item) error {
 			platform := it.Platform
 			if platform == "" {
@@ -167,7 +169,9 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 				return &emitError{fmt.Errorf("encode item %s: %w", itemID, err)}
 			}
 			if err := c.objects.Put(ctx, key, raw, "application/json"); err != nil {
-				return &emitError{fmt.Errorf("store item %s: %w", itemID, err)}
+				err := &emitError{fmt.Errorf("store item %s: %w", itemID, err)}
+				*failed = err
+				return err
 			}
 			*found = append(*found, journalEntry{ItemID: itemID, Platform: platform, ObjectKey: key, CrawledAt: now})
 			c.m.collected.WithLabelValues(c.m.platform(platform)).Inc()
@@ -205,9 +209,12 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		if prog.done[i] {
 			continue
 		}
-		var unstorable error
+		var unstorable, failed error
 		var found []journalEntry
-		err := crawlTarget(ctx, c.cfg.Crawler, p, tg, emit(tg, &found, &unstorable))
+		err := crawlTarget(ctx, c.cfg.Crawler, p, tg, emit(tg, &found, &unstorable, &failed))
+		if failed != nil && err == nil {
+			err = failed // the crawler ignored the store's failure
+		}
 		var ee *emitError
 		switch {
 		case ctx.Err() != nil:
@@ -278,12 +285,15 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 		return nil, storeRetry("project meta "+id, err)
 	}
 	t0 = time.Now()
-	d, err := c.tr.Seal(ctx, id, total)
+	d, err := c.tr.SealExact(ctx, id, total)
 	c.timed("seal", t0)
 	if err != nil {
 		return nil, stages.Retry(err)
 	}
 	c.log.Info("crawl sealed", "project_id", id, "total", d.Total, "done", d.Done)
+	if outs, err = c.sealedItems(ctx, id, p.Keywords, outs, d.Total); err != nil {
+		return nil, err
+	}
 	if d.Publish {
 		if err := c.comp.complete(ctx, d); err != nil {
 			return nil, stages.Retry(err)
@@ -296,11 +306,12 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 // resealed handles a project.created record of a sealed project. The
 // record that sealed it, delivered again (the transaction that was to
 // commit its offset with the announcements aborted: a kill -9, a fenced or
-// failed commit), or re-driven from the DLQ (a last attempt that failed
-// after the seal), announces the journal's items again, without crawling;
-// another record (a duplicate) announces nothing: the sealing record's
-// announcements are committed with it. Either publishes a pending
-// completion.
+// failed commit), or re-driven from the DLQ (stages.HeaderOrigin names it:
+// a last attempt that failed after the seal; it becomes the sealing
+// record), announces the sealed items of the journal again, without
+// crawling; another record (a duplicate, or a duplicate's dead letter
+// re-driven) announces nothing: the sealing record's announcements are
+// committed with it. Either publishes a pending completion.
 func (c *collector) resealed(ctx context.Context, m stages.Msg[Event[ProjectCreated]], pm projectMeta, st progress.State) ([]collected, error) {
 	id := m.Value.Payload.ProjectID
 	d, err := c.tr.Seal(ctx, id, st.Total)
@@ -312,42 +323,72 @@ func (c *collector) resealed(ctx context.Context, m stages.Msg[Event[ProjectCrea
 			return nil, stages.Retry(err)
 		}
 	}
-	if pm.SealedBy != sealer(m.Source) && !redriven(m.Headers) {
+	self := sealer(m.Source)
+	if pm.SealedBy != self && (pm.SealedBy == "" || pm.SealedBy != origin(m.Headers)) {
 		c.m.projects.WithLabelValues("resealed").Inc()
 		return nil, nil
 	}
-	j, err := readJournal(ctx, c.objects, id)
-	if err != nil {
-		return nil, storeRetry("crawl journal of project "+id, err)
+	if pm.SealedBy != self {
+		// The sealing record re-driven: from now on this record is the
+		// sealing one, so that a second redrive of its dead letter
+		// announces nothing once this one's announcements committed.
+		if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) { pm.SealedBy = self }); err != nil {
+			return nil, storeRetry("project meta "+id, err)
+		}
 	}
-	outs, err := j.announcements(m.Value.Payload.Keywords)
+	outs, err := c.sealedItems(ctx, id, m.Value.Payload.Keywords, nil, d.Total)
 	if err != nil {
 		return nil, err
-	}
-	if int64(len(outs)) < d.Total {
-		c.log.Error("crawl journal lacks items of the sealed total: those cannot be announced",
-			"project_id", id, "journal", len(outs), "total", d.Total)
 	}
 	c.log.Info("sealed project announced again", "project_id", id, "items", len(outs))
 	c.m.projects.WithLabelValues("reannounced").Inc()
 	return outs, nil
 }
 
-// redriven reports whether a record was re-driven from a DLQ (it carries
-// the redrive count header).
-func redriven(headers []stages.Header) bool {
-	for _, h := range headers {
-		if h.Key == stages.HeaderRedriveCount {
-			return true
+// sealedItems returns the announcements of a project sealed at total: the
+// first total of outs, the journal's (read again when outs is shorter).
+// Journal order is the order items were first journaled: a journal longer
+// than the total has items a member that had lost the partition journaled
+// after the seal. A journal shorter than the total cannot be made whole
+// (that member's write replaced one that had items it lacked): logged.
+func (c *collector) sealedItems(ctx context.Context, id string, keywords []string, outs []collected, total int64) ([]collected, error) {
+	if int64(len(outs)) < total {
+		// Not read yet, or read before another writer (a member that lost
+		// the partition and has not stopped yet) journaled more items and
+		// sealed the project with them first.
+		j, err := readJournal(ctx, c.objects, id)
+		if err != nil {
+			return nil, storeRetry("crawl journal of project "+id, err)
+		}
+		if outs, err = j.announcements(keywords); err != nil {
+			return nil, err
 		}
 	}
-	return false
+	switch {
+	case int64(len(outs)) > total:
+		c.log.Warn("crawl journal holds items beyond the sealed total: not announced", "project_id", id, "journal", len(outs), "total", total)
+		return outs[:total], nil
+	case int64(len(outs)) < total:
+		c.log.Error("crawl journal lacks items of the sealed total: those cannot be announced", "project_id", id, "journal", len(outs), "total", total)
+	}
+	return outs, nil
+}
+
+// origin returns the stages.HeaderOrigin header of a re-driven record: the
+// coordinates of the record first dead-lettered ("" when absent).
+func origin(headers []stages.Header) string {
+	for _, h := range headers {
+		if h.Key == stages.HeaderOrigin {
+			return string(h.Value)
+		}
+	}
+	return ""
 }
 
 // sealer names the project.created record at src in a project's meta
 // object (projectMeta.SealedBy).
 func sealer(src stages.Source) string {
-	return fmt.Sprintf("%s/%d/%d", src.Topic, src.Partition, src.Offset)
+	return stages.Origin(src.Topic, src.Partition, src.Offset)
 }
 
 // skippedTarget is a target whose crawl failed for good, with its error.

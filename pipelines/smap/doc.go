@@ -92,9 +92,10 @@
 // The crawl journal (projects/{id}.items.json, see crawlJournal) lists
 // every item stored and counted, across interrupted crawls; the seal
 // counts and announces exactly its items, and the sealing record delivered
-// again (its transaction aborted) or re-driven from the DLQ announces them
-// again without crawling, while a duplicate project.created announces
-// nothing. A read_committed reader therefore sees one data.collected per
+// again (its transaction aborted) or re-driven from the DLQ (named by its
+// stages.HeaderOrigin header) announces them again without crawling,
+// while a duplicate project.created, or its dead letter re-driven,
+// announces nothing. A read_committed reader therefore sees one data.collected per
 // item, except after a replay of project.created (an operator's offset
 // reset), which announces the items of sealed projects not yet DONE again
 // (counted once). With Runtime.DLQCommit at-least-once the announcements

@@ -12,13 +12,13 @@ import (
 
 // crawlJournal is the durable list of a project's items
 // (projects/{id}.items.json in the object store): every item whose raw
-// object the collector stored and whose discovery it recorded, with what
-// its data.collected announcement needs. An item enters the journal before
-// the progress tracker counts it (Tracker.Discover), so the total never
-// counts an item the journal lacks; the collector announces the journal's
-// items when it seals the project, and announces them again, without
-// crawling, when the sealing record comes back because the transaction
-// carrying the announcements aborted.
+// object the collector stored, with what its data.collected announcement
+// needs, in the order the items were first journaled. An item enters the
+// journal before the progress tracker counts it (Tracker.Discover); the
+// collector seals the total at exactly the journal's length
+// (Tracker.SealExact) and announces the first total items of the journal,
+// then and again, without crawling, when the sealing record comes back
+// because the transaction carrying the announcements aborted.
 type crawlJournal struct {
 	ProjectID string         `json:"project_id"`
 	Items     []journalEntry `json:"items"`
@@ -45,9 +45,12 @@ func readJournal(ctx context.Context, st objstore.Store, projectID string) (craw
 }
 
 // addToJournal adds entries to the project's journal (an entry replaces
-// the one of the same item) and returns the journal written. It reads the
-// journal again first, so that entries another writer added since (a
-// member that lost the partition but has not stopped yet) are kept.
+// the one of the same item; new ones go to the end) and returns the
+// journal written. It reads the journal first, so that entries another
+// writer added (a member that lost the partition but has not stopped yet)
+// are kept, unless that writer writes between this read and this write:
+// the object store has no conditional write here, so one of the two
+// writes is lost.
 func addToJournal(ctx context.Context, st objstore.Store, projectID string, entries []journalEntry) (crawlJournal, error) {
 	j, err := readJournal(ctx, st, projectID)
 	if err != nil {

@@ -151,7 +151,8 @@ func readJSON[T any](ctx context.Context, st objstore.Store, key, what string, m
 
 // updateMeta reads, changes and writes the project's meta. Writers of one
 // project are sequential (the collector's partition worker, then the
-// completion), so read-modify-write is safe in normal operation.
+// completion), so read-modify-write is safe in normal operation; a member
+// that lost the partition and has not noticed yet can still race them.
 func updateMeta(ctx context.Context, st objstore.Store, projectID string, change func(*projectMeta)) error {
 	m, err := readMeta(ctx, st, projectID)
 	if err != nil {

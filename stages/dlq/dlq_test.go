@@ -359,8 +359,8 @@ func TestRedrive(t *testing.T) {
 			t.Fatalf("%s: headers %v, want %v", key, hs, want)
 		}
 	}
-	check("FPT", `{"task_type":"ta.bar"}`, 1, "1", map[string]string{"trace": "abc"})
-	check("SSI", `{"x":3}`, 2, "3", nil)
+	check("FPT", `{"task_type":"ta.bar"}`, 1, "1", map[string]string{"trace": "abc", stages.HeaderOrigin: src + "/1/5"})
+	check("SSI", `{"x":3}`, 2, "3", map[string]string{stages.HeaderOrigin: src + "/2/11"})
 
 	// A missing DLQ topic is an error.
 	if _, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: testkit.Name(t, "missing")}); err == nil {
@@ -553,5 +553,28 @@ func TestRedriveSendsASourceRecordOnce(t *testing.T) {
 	}
 	if want := map[string]int{"FPT/1": 1, "FPT/2": 1, "SSI/1": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("re-driven records by key and redrive count %v, want %v", got, want)
+	}
+}
+
+// A re-driven record carries the coordinates of the record first
+// dead-lettered (stages.HeaderOrigin), and keeps them when it fails again
+// and is re-driven again (its dead letter's source is then the re-driven
+// record).
+func TestRedriveKeepsTheOrigin(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := spec{key: "FPT", value: `{}`, partition: 0, reason: "sanity_fail", srcTopic: e.src, srcPartition: 1, srcOffset: 5, failedAt: t0, redrives: -1}
+	again := spec{key: "VNM", value: `{}`, partition: 0, reason: "sanity_fail", srcTopic: e.src, srcPartition: 1, srcOffset: 40, failedAt: t0, redrives: 1,
+		extra: []kgo.RecordHeader{{Key: stages.HeaderOrigin, Value: []byte(e.src + "/1/5")}}}
+	e.write(t, e.dlqTopic, first, again)
+	if _, err := dlq.Redrive(ctxT(t), e.opts, dlq.RedriveRequest{DLQTopic: e.dlqTopic}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range e.k.ReadTopic(t, e.src) {
+		got[string(r.Key)] = testkit.Headers(r)[stages.HeaderOrigin]
+	}
+	if want := e.src + "/1/5"; got["FPT"] != want || got["VNM"] != want {
+		t.Fatalf("origins %v, want %s for both", got, want)
 	}
 }

@@ -282,7 +282,9 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 }
 
 // redriven builds the record to re-publish: source topic, original key and
-// value, non-dlq headers, incremented redrive count, source partition or -1.
+// value, non-dlq headers, incremented redrive count, source partition or -1,
+// and the origin header (stages.HeaderOrigin: the source coordinates, unless
+// the record carries one from an earlier redrive).
 // The producer stamps it with the time of the redrive, not the original
 // timestamp (dlq.source.timestamp): time-based retention of the source
 // topic would otherwise delete a re-driven record older than retention.ms
@@ -290,10 +292,16 @@ func Redrive(ctx context.Context, opts []kgo.Opt, req RedriveRequest) (RedriveRe
 // consumed.
 func redriven(r Record) *kgo.Record {
 	out := &kgo.Record{Topic: r.SourceTopic, Key: r.Key, Value: r.Value, Partition: r.SourcePartition}
+	origin := false
 	for _, h := range r.Headers {
 		if !strings.HasPrefix(h.Key, "dlq.") {
 			out.Headers = append(out.Headers, h)
+			origin = origin || h.Key == stages.HeaderOrigin
 		}
+	}
+	if !origin && r.SourceTopic != "" && r.SourceOffset >= 0 {
+		out.Headers = append(out.Headers, kgo.RecordHeader{Key: stages.HeaderOrigin,
+			Value: []byte(stages.Origin(r.SourceTopic, r.SourcePartition, r.SourceOffset))})
 	}
 	out.Headers = append(out.Headers, kgo.RecordHeader{Key: stages.HeaderRedriveCount, Value: []byte(strconv.Itoa(r.RedriveCount + 1))})
 	return out

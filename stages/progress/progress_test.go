@@ -453,3 +453,28 @@ func decideOneItemJob(t *testing.T, tr *progress.Tracker, id string) progress.De
 	}
 	return d
 }
+
+// SealExact seals at the caller's count even when more items were
+// discovered; Seal takes the larger. A later seal of either kind changes
+// nothing.
+func TestSealExactKeepsTheCallersCount(t *testing.T) {
+	t.Parallel()
+	tr, _ := newTracker(t)
+	ctx := testkit.Context(t)
+	must(tr.Discover(ctx, "exact", "a", "b", "c"))
+	d := must(tr.SealExact(ctx, "exact", 2))
+	if !d.Sealed || d.Total != 2 {
+		t.Fatalf("SealExact(2) with 3 discovered: %+v, want sealed at 2", d)
+	}
+	if d = must(tr.Seal(ctx, "exact", 5)); d.Total != 2 {
+		t.Fatalf("Seal after SealExact changed the total to %d", d.Total)
+	}
+	must(tr.Discover(ctx, "larger", "a", "b", "c"))
+	if d = must(tr.Seal(ctx, "larger", 2)); d.Total != 3 {
+		t.Fatalf("Seal(2) with 3 discovered: total %d, want 3", d.Total)
+	}
+	must(tr.Count(ctx, "exact", "a", false))
+	if d = must(tr.Count(ctx, "exact", "b", false)); !d.Publish {
+		t.Fatalf("2 of a total of 2 counted: %+v, want the completion decided", d)
+	}
+}

@@ -227,15 +227,16 @@ end
 return decide(KEYS[1], added, nil)
 `)
 
-// KEYS: hash, items, found. ARGV: ttl, total. The sealed total is the
-// larger of the caller's count and the distinct items discovered.
+// KEYS: hash, items, found. ARGV: ttl, total, exact (0/1). The sealed
+// total is the caller's count, or (not exact) the larger of it and the
+// distinct items discovered.
 var sealScript = redis.NewScript(luaCommon + `
 ensure(KEYS[1], 'PROCESSING_WAIT', tonumber(ARGV[1]))
 local h = redis.call('HMGET', KEYS[1], 'status', 'sealed')
 if h[2] ~= '1' and h[1] ~= 'DONE' then
   local total = ARGV[2]
   local n = redis.call('SCARD', KEYS[3])
-  if tonumber(total) < n then total = string.format('%d', n) end
+  if ARGV[3] ~= '1' and tonumber(total) < n then total = string.format('%d', n) end
   redis.call('HSET', KEYS[1], 'total', total, 'sealed', 1, 'status', 'PROCESSING_WAIT')
 end
 return decide(KEYS[1], 0, nil)
@@ -389,7 +390,15 @@ func (t *Tracker) Discover(ctx context.Context, id string, items ...string) (Dec
 // of a sealed job changes nothing but still reports a pending completion,
 // so that a caller that crashed after sealing re-publishes it.
 func (t *Tracker) Seal(ctx context.Context, id string, total int64) (Decision, error) {
-	return t.eval(ctx, "seal", sealScript, id, t.keys(id), t.ttlMs(), total)
+	return t.eval(ctx, "seal", sealScript, id, t.keys(id), t.ttlMs(), total, 0)
+}
+
+// SealExact is Seal with the total exactly total, even when more distinct
+// items were discovered: for a caller whose own record of the items (not
+// the discoveries, which another writer may have added to) is the one
+// whose items are processed.
+func (t *Tracker) SealExact(ctx context.Context, id string, total int64) (Decision, error) {
+	return t.eval(ctx, "seal", sealScript, id, t.keys(id), t.ttlMs(), total, 1)
 }
 
 // Count counts item once (failed items also increment errors) and decides
