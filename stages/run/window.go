@@ -156,6 +156,10 @@ type window[Out any] struct {
 	closing   int64         // bytes counted as being written in Budget.closing (closeWindow)
 	unwritten []int32       // per arena chunk, its outputs not yet written (closeWindow)
 	partMu    sync.Mutex    // guards unwritten, the arena's freed chunks, size and closing while parts are written (written)
+
+	// encMerge is the sink when it is an Encoder implementing EncodedMerger.
+	encMerge EncodedMerger[Out]
+
 	// open is size while the window is open and not being written, else
 	// 0: what the runner's other workers compare their window with
 	// (worker.budgetClose). Written by the worker only.
@@ -192,6 +196,9 @@ const (
 func newWindow[Out any](m Merger[Out], held *atomic.Int64, mem *heldBytes) *window[Out] {
 	win := &window[Out]{byKey: map[string]int32{}, merger: m, held: held, mem: mem}
 	win.enc, _ = m.(Encoder[Out])
+	if win.enc != nil {
+		win.encMerge, _ = m.(EncodedMerger[Out])
+	}
 	return win
 }
 
@@ -270,6 +277,16 @@ func (win *window[Out]) merge(g int32, o Out) error {
 		win.outs[g] = win.merger.Merge(win.outs[g], o)
 		return nil
 	}
+	if win.encMerge != nil {
+		s := win.spans[g]
+		b, err := win.encMerge.AppendMerged(win.scratch[:0], win.arena[s.chunk][s.off:s.off+s.n], o)
+		if err != nil {
+			return fmt.Errorf("window: merge into an output encoded by %T: %w", win.enc, err)
+		}
+		win.scratch = b
+		win.place(g)
+		return nil
+	}
 	old, err := win.decode(int(g))
 	if err != nil {
 		return err
@@ -288,10 +305,16 @@ func (win *window[Out]) decode(i int) (Out, error) {
 	return out, nil
 }
 
-// store encodes o as output g (-1: a new output) in the arena: in place
-// when it fits the old encoding, else at the arena's end.
+// store encodes o as output g (-1: a new output) in the arena (place).
 func (win *window[Out]) store(g int32, o Out) {
 	win.scratch = win.enc.AppendEncoded(win.scratch[:0], o)
+	win.place(g)
+}
+
+// place stores the encoding in win.scratch as output g (-1: a new output)
+// in the arena: in place when it fits the old encoding, else at the
+// arena's end.
+func (win *window[Out]) place(g int32) {
 	n := len(win.scratch)
 	if g >= 0 {
 		if s := &win.spans[g]; int(s.n) >= n {
