@@ -71,6 +71,7 @@
 package pgsink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -449,7 +450,14 @@ func (s *Sink[T]) merge(batch []T) []*group[T] {
 	for i, item := range batch {
 		keys[i], order[i] = s.table.KeyOf(item), i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	// Stable by key (batch order within a key) with an O(n log n) sort:
+	// SortStableFunc's in-place merging costs a multiple of it.
+	slices.SortFunc(order, func(a, b int) int {
+		if c := strings.Compare(keys[a], keys[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
 	store := make([]group[T], 0, len(batch))
 	for j, i := range order {
 		if n := len(store); n > 0 && store[n-1].key == keys[i] {
