@@ -142,3 +142,40 @@ func BenchmarkWindowFold(b *testing.B) {
 		})
 	}
 }
+
+// The stage's rows own their strings (copied out of the record into one
+// allocation per row): overwriting the record's bytes afterwards, as a
+// reused fetch buffer would, changes no row.
+func TestRowsOwnTheirStrings(t *testing.T) {
+	t.Parallel()
+	v := NewValidator()
+	var rt router
+	recs := GenerateCorpus(13, 400, 0, CorpusKeys(50))
+	var rows, want []Row
+	for _, rec := range recs {
+		env, err := Decode(nil, rec.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row, err := v.Transform(env, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, row)
+		c, err := rt.Decode(rt.AppendEncoded(nil, row)) // a deep copy
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, c)
+	}
+	for _, rec := range recs {
+		for i := range rec.Value {
+			rec.Value[i] = 'X'
+		}
+	}
+	for i := range rows {
+		if d := sameRow(rows[i], want[i]); d != "" {
+			t.Fatalf("row %d: %s changed with the record's bytes", i, d)
+		}
+	}
+}
