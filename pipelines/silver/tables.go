@@ -204,16 +204,28 @@ type router struct {
 // with "http://" or "https://" (rule sa.url), a valid symbol is 3–7 capital
 // letters (rule ta.symbol). An empty Row has the key "".
 func (r *router) MergeKey(row Row) string {
+	if row.SA != nil {
+		return row.SA.URLCanonical
+	}
+	var buf [32]byte
+	return string(r.AppendMergeKey(buf[:0], row))
+}
+
+// AppendMergeKey appends MergeKey(row) to dst (run.KeyAppender): a window
+// then holds each key as a string of its own, not as part of the
+// allocation that the strings of the row it came from share.
+func (r *router) AppendMergeKey(dst []byte, row Row) []byte {
 	switch {
 	case row.SA != nil:
-		return row.SA.URLCanonical
+		return append(dst, row.SA.URLCanonical...)
 	case row.TA != nil:
-		var buf [32]byte
-		b := append(append(buf[:0], row.TA.Symbol...), '|')
-		return string(row.TA.TradeDate.AppendFormat(b, time.DateOnly))
+		dst = append(append(dst, row.TA.Symbol...), '|')
+		return row.TA.TradeDate.AppendFormat(dst, time.DateOnly)
 	}
-	return ""
+	return dst
 }
+
+var _ run.KeyAppender[Row] = (*router)(nil)
 
 var _ run.Merger[Row] = (*router)(nil)
 

@@ -14,3 +14,14 @@ type EncodedMerger[T any] interface {
 	// of the runner. Safe for concurrent use.
 	AppendMerged(dst, old []byte, next T) ([]byte, error)
 }
+
+// KeyAppender is implemented by a [Merger] that can append an output's
+// MergeKey to a buffer: a window then looks keys up without allocating and
+// copies a key only when it is new, so that the key it holds is a string
+// of its own (not part of a larger allocation of the output, which the
+// window would keep alive).
+type KeyAppender[T any] interface {
+	// AppendMergeKey appends MergeKey(o) to dst and returns the extended
+	// slice. Safe for concurrent use.
+	AppendMergeKey(dst []byte, o T) []byte
+}

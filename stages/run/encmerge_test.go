@@ -69,3 +69,41 @@ func TestWindowMergesEncodedOutputsWithAppendMerged(t *testing.T) {
 		t.Errorf("the window holds %q, want %q", got, want)
 	}
 }
+
+// kvKeyAppender is a kvMerger that appends its keys.
+type kvKeyAppender struct{ kvMerger }
+
+func (kvKeyAppender) MergeKey(kv) string { panic("MergeKey called: the window should use AppendMergeKey") }
+
+func (kvKeyAppender) AppendMergeKey(dst []byte, o kv) []byte { return append(dst, o.K...) }
+
+// A window whose sink implements KeyAppender finds and merges outputs by
+// the keys AppendMergeKey appends (MergeKey is not called) and counts the
+// new keys.
+func TestWindowLooksUpKeysWithAppendMergeKey(t *testing.T) {
+	t.Parallel()
+	var keys atomic.Int64
+	mem := &heldBytes{b: NewBudget(1 << 30)}
+	win := newWindow[kv](kvKeyAppender{}, &keys, mem)
+	want := map[string]string{}
+	for b := range 5 {
+		batch := make([]*kgo.Record, 8)
+		p := &pending[kv]{}
+		for i := range batch {
+			o := kv{fmt.Sprintf("k%d", (b*8+i)%5), fmt.Sprint(b*8 + i)}
+			batch[i] = &kgo.Record{Offset: int64(b*8 + i)}
+			p.outs = append(p.outs, o)
+			p.owners = append(p.owners, i)
+			want[o.K] = o.V
+		}
+		if _, err := win.add(batch, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := windowValues(t, win); !maps.Equal(got, want) {
+		t.Errorf("the window holds %q, want %q", got, want)
+	}
+	if keys.Load() != 5 || win.merged != 40-5 {
+		t.Errorf("%d keys held and %d merged, want 5 and 35", keys.Load(), win.merged)
+	}
+}

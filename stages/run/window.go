@@ -159,6 +159,10 @@ type window[Out any] struct {
 
 	// encMerge is the sink when it is an Encoder implementing EncodedMerger.
 	encMerge EncodedMerger[Out]
+	// keyApp is the sink when it implements KeyAppender; keyBuf holds the
+	// key lookup built last.
+	keyApp KeyAppender[Out]
+	keyBuf []byte
 
 	// open is size while the window is open and not being written, else
 	// 0: what the runner's other workers compare their window with
@@ -199,6 +203,7 @@ func newWindow[Out any](m Merger[Out], held *atomic.Int64, mem *heldBytes) *wind
 	if win.enc != nil {
 		win.encMerge, _ = m.(EncodedMerger[Out])
 	}
+	win.keyApp, _ = m.(KeyAppender[Out])
 	return win
 }
 
@@ -229,8 +234,8 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 	for i, o := range p.outs {
 		rec := batch[p.owners[i]]
 		off := uint32(rec.Offset - win.base) // fits: see handleWindowed
-		k := win.merger.MergeKey(o)
-		if g, ok := win.byKey[k]; ok {
+		g, ok, k := win.lookup(o)
+		if ok {
 			if err := win.merge(g, o); err != nil {
 				return win.held.Load(), err
 			}
@@ -244,6 +249,9 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 			continue
 		}
 		added++
+		if win.keyApp != nil {
+			k = string(win.keyBuf) // a new key: its only copy
+		}
 		win.byKey[k] = int32(len(win.first))
 		if win.enc != nil {
 			win.store(-1, o)
@@ -269,6 +277,21 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 	win.countedBytes += win.size - size0
 	win.mem.addWindows(win.size - size0)
 	return win.held.Add(added), nil
+}
+
+// lookup returns the index of o's output when its key is in the window.
+// When the sink is a KeyAppender the key is built in win.keyBuf (and k is
+// ""): the lookup does not allocate, and add copies the key only when it
+// is new; else k is MergeKey(o).
+func (win *window[Out]) lookup(o Out) (g int32, ok bool, k string) {
+	if win.keyApp != nil {
+		win.keyBuf = win.keyApp.AppendMergeKey(win.keyBuf[:0], o)
+		g, ok = win.byKey[string(win.keyBuf)]
+		return g, ok, ""
+	}
+	k = win.merger.MergeKey(o)
+	g, ok = win.byKey[k]
+	return g, ok, k
 }
 
 // merge merges o into output g.
