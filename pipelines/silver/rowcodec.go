@@ -339,6 +339,10 @@ type rowDecoder struct {
 	// view makes the strings views of b instead of a copy: the decoded
 	// row must then not outlive b's contents (AppendMerged).
 	view bool
+	// lens holds the element lengths of the row's arrays (strs), nlens of
+	// them used, sparing an allocation per array.
+	lens  [16]int
+	nlens int
 }
 
 func (d *rowDecoder) fail() {
@@ -422,7 +426,13 @@ func (d *rowDecoder) strs() []int {
 		}
 		return nil
 	}
-	lens := make([]int, n-1)
+	var lens []int
+	if used := d.nlens; n-1 <= len(d.lens)-used {
+		lens = d.lens[used : used+n-1 : used+n-1]
+		d.nlens += n - 1
+	} else {
+		lens = make([]int, n-1)
+	}
 	for i := range lens {
 		lens[i] = d.str()
 	}

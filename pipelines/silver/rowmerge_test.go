@@ -3,6 +3,7 @@ package silver
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -176,6 +177,31 @@ func TestRowsOwnTheirStrings(t *testing.T) {
 	for i := range rows {
 		if d := sameRow(rows[i], want[i]); d != "" {
 			t.Fatalf("row %d: %s changed with the record's bytes", i, d)
+		}
+	}
+}
+
+// Arrays with more elements than the decoder keeps lengths for without
+// allocating (with the '{}' and NULL arrays) decode as encoded.
+func TestRowEncodingLongArrays(t *testing.T) {
+	t.Parallel()
+	var rt router
+	for _, arrays := range [][2][]string{
+		{{"AAA", "BBB"}, make([]string, 30)},
+		{make([]string, 16), {"x"}},
+		{{}, nil},
+		{nil, make([]string, 17)},
+	} {
+		row := Row{SA: &SARow{URLCanonical: "https://e.x/a", Symbols: arrays[0], TopicTags: arrays[1]}}
+		for i := range row.SA.TopicTags {
+			row.SA.TopicTags[i] = fmt.Sprint("tag", i)
+		}
+		got, err := rt.Decode(rt.AppendEncoded(nil, row))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := sameRow(got, row); d != "" {
+			t.Errorf("%d symbols, %d tags: %s differs", len(arrays[0]), len(arrays[1]), d)
 		}
 	}
 }

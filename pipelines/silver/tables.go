@@ -44,7 +44,10 @@ func TATable() pgsink.Table[TARow] {
 			{Column: "content_hash", Expr: "EXCLUDED.content_hash"},
 		},
 		Touch: []string{"ingest_time"},
-		KeyOf: func(r TARow) string { return r.Key() },
+		KeyOf: func(r TARow) string {
+			var buf [32]byte // r.Key() in one allocation
+			return string(appendTAKey(buf[:0], &r))
+		},
 		Merge: MergeTA,
 		Values: func(r TARow) []any {
 			return []any{r.Symbol, r.TradeDate, r.Open, r.High, r.Low, r.Close, r.Volume, r.VWAP,
@@ -219,10 +222,15 @@ func (r *router) AppendMergeKey(dst []byte, row Row) []byte {
 	case row.SA != nil:
 		return append(dst, row.SA.URLCanonical...)
 	case row.TA != nil:
-		dst = append(append(dst, row.TA.Symbol...), '|')
-		return row.TA.TradeDate.AppendFormat(dst, time.DateOnly)
+		return appendTAKey(dst, row.TA)
 	}
 	return dst
+}
+
+// appendTAKey appends r.Key() to dst.
+func appendTAKey(dst []byte, r *TARow) []byte {
+	dst = append(append(dst, r.Symbol...), '|')
+	return r.TradeDate.AppendFormat(dst, time.DateOnly)
 }
 
 var _ run.KeyAppender[Row] = (*router)(nil)
