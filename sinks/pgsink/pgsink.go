@@ -623,11 +623,13 @@ func (s *Sink[T]) inTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) 
 	return nil
 }
 
-// copyRows COPYs the values of gs into table. When pgx cannot encode a
-// row's values for its columns (an int64 beyond an int4 column's range, a
-// string that is no uuid, …), it aborts the COPY and PostgreSQL answers
-// with SQLSTATE 57014, the code of a statement timeout too, in a message
-// translated to the session's lc_messages; copyRows then returns an
+// copyRows COPYs the values of gs into table (for a table with
+// AppendCopy, its binary encoding: see copyBinary, which never aborts).
+// When pgx cannot encode a row's values for its columns (an int64 beyond
+// an int4 column's range, a string that is no uuid, …), it aborts the COPY
+// and PostgreSQL answers with SQLSTATE 57014, the code of a statement
+// timeout too, in a message translated to the session's lc_messages;
+// copyRows then returns an
 // [*encodeFailed] naming the row, recognised on the client side, so
 // whatever the server's language.
 func (s *Sink[T]) copyRows(ctx context.Context, tx pgx.Tx, table pgx.Identifier, gs []*group[T]) (int64, error) {
