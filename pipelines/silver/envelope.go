@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/pipelines/silver/internal/jsonidx"
 	"github.com/sluicehq/sluice/stages"
@@ -277,14 +278,14 @@ func (p *payload) optionalString(f field) ([]byte, bool, error) {
 	return s, true, nil
 }
 
-// optionalStringPtr stores string field f in *dst and returns dst, or nil
-// when f is absent.
-func (p *payload) optionalStringPtr(f field, dst *string) (*string, error) {
+// optionalStringPtr has string field f stored in *dst by t and returns
+// dst, or nil when f is absent.
+func (p *payload) optionalStringPtr(f field, dst *string, t *rowText) (*string, error) {
 	s, ok, err := p.optionalString(f)
 	if err != nil || !ok {
 		return nil, err
 	}
-	*dst = string(s)
+	t.add(dst, s)
 	return dst, nil
 }
 
@@ -343,9 +344,11 @@ func (p *payload) optionalTime(f field) (time.Time, bool, error) {
 	return t, true, nil
 }
 
-// optionalStrings decodes an array of strings; an element of another type
-// is an error naming its index.
-func (p *payload) optionalStrings(f field) ([]string, bool, error) {
+// optionalStrings decodes an array of strings, whose elements t stores;
+// an element of another type is an error naming its index. check, when
+// not nil, is then called on each element in order; its error is
+// returned as is.
+func (p *payload) optionalStrings(f field, t *rowText, check func(i int, e []byte) error) ([]string, bool, error) {
 	raw, ok := p.raw(f)
 	if !ok {
 		return nil, false, nil
@@ -371,9 +374,61 @@ func (p *payload) optionalStrings(f field) ([]string, bool, error) {
 		}
 		elems = append(elems, s)
 	}
+	if check != nil {
+		for i, e := range elems {
+			if err := check(i, e); err != nil {
+				return nil, false, err
+			}
+		}
+	}
 	out := make([]string, len(elems))
 	for i, e := range elems {
-		out[i] = string(e)
+		t.add(&out[i], e)
 	}
 	return out, true, nil
+}
+
+// rowText gathers the strings of one row as views of the record being
+// transformed (valid until the transform returns) and, once the row is
+// valid (done), copies them into one allocation that they share: one
+// allocation per row instead of one per string, and none for a record
+// that fails a rule.
+type rowText struct {
+	n    int
+	size int
+	dst  [rowTextViews]*string
+	src  [rowTextViews][]byte
+}
+
+// rowTextViews is how many strings a rowText shares; more are copied one
+// by one.
+const rowTextViews = 24
+
+// add has b stored in *dst by done.
+func (t *rowText) add(dst *string, b []byte) {
+	if t.n == len(t.dst) {
+		*dst = string(b)
+		return
+	}
+	t.dst[t.n], t.src[t.n] = dst, b
+	t.n++
+	t.size += len(b)
+}
+
+// done stores the strings added.
+func (t *rowText) done() {
+	if t.size == 0 {
+		return // only empty strings: the destinations hold "" already
+	}
+	buf := make([]byte, 0, t.size)
+	for _, b := range t.src[:t.n] {
+		buf = append(buf, b...)
+	}
+	// buf is never modified again: the strings may share it.
+	blob := unsafe.String(unsafe.SliceData(buf), len(buf))
+	off := 0
+	for i, b := range t.src[:t.n] {
+		*t.dst[i] = blob[off : off+len(b)]
+		off += len(b)
+	}
 }

@@ -194,21 +194,12 @@ func TestMergeAssociative(t *testing.T) {
 // applied in order, although it updates the window's row in place.
 func TestRouterMergeFoldsInOrder(t *testing.T) {
 	t.Parallel()
-	corpus := GenerateCorpus(7, 3000, 0, CorpusKeys(40))
-	v := NewValidator()
 	var r router
+	corpus := corpusRows(t, 7, 3000, 40)
 	window := map[string]Row{}
 	wantTA := map[string]TARow{}
 	wantSA := map[string]SARow{}
-	for _, rec := range corpus {
-		env, err := Decode([]byte(rec.Key), rec.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		row, err := v.Transform(env, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, row := range corpus {
 		// The model works on deep copies: Merge writes into the window
 		// row's storage, which the first row of a key shares.
 		switch {

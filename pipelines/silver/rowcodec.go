@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/stages/run"
 )
@@ -83,22 +84,51 @@ func (r *router) AppendEncoded(dst []byte, row Row) []byte {
 	default:
 		return append(dst, rowEmpty)
 	}
-	for _, s := range e.strings {
-		e.head = append(e.head, s...)
-	}
-	return e.head
+	return appendRowStrings(e.head, row)
 }
 
-// rowEncoder builds one encoding: the columns in head, the strings kept
-// aside and appended at the end.
+// appendRowStrings appends the bytes of row's strings in the order in
+// which AppendEncoded wrote their lengths (a second pass rather than a
+// list of the strings: the list cost an allocation per row or two).
+func appendRowStrings(b []byte, row Row) []byte {
+	if t := row.TA; t != nil {
+		b = append(b, t.Symbol...)
+		b = append(b, t.Currency...)
+		b = appendOpt(b, t.Source)
+		return appendOpt(b, t.ContentHash)
+	}
+	s := row.SA
+	b = append(b, s.URLCanonical...)
+	b = append(b, s.SourceDomain...)
+	b = appendOpt(b, s.Language)
+	b = appendOpt(b, s.Title)
+	b = appendOpt(b, s.TextNormalized)
+	b = append(b, s.ContentHash...)
+	for _, v := range s.Symbols {
+		b = append(b, v...)
+	}
+	b = appendOpt(b, s.Author)
+	for _, v := range s.TopicTags {
+		b = append(b, v...)
+	}
+	return b
+}
+
+func appendOpt(b []byte, s *string) []byte {
+	if s == nil {
+		return b
+	}
+	return append(b, *s...)
+}
+
+// rowEncoder builds the columns of one encoding in head (the string
+// bytes are appended after them by appendRowStrings).
 type rowEncoder struct {
-	head    []byte
-	strings []string
+	head []byte
 }
 
 func (e *rowEncoder) str(s string) {
 	e.head = binary.AppendUvarint(e.head, uint64(len(s)))
-	e.strings = append(e.strings, s)
 }
 
 func (e *rowEncoder) optStr(s *string) {
@@ -107,7 +137,6 @@ func (e *rowEncoder) optStr(s *string) {
 		return
 	}
 	e.head = binary.AppendUvarint(e.head, uint64(len(*s))+1)
-	e.strings = append(e.strings, *s)
 }
 
 func (e *rowEncoder) strs(ss []string) {
@@ -161,63 +190,127 @@ func (r *router) Decode(b []byte) (Row, error) {
 		return Row{}, nil
 	case rowTA:
 		box := &taBox{}
-		t := &box.row
-		sym := d.str()
-		t.TradeDate = d.time()
-		t.Open, t.High, t.Low, t.Close = d.float(), d.float(), d.float(), d.float()
-		t.Volume = d.varint()
-		t.VWAP = d.optFloat(&box.vwap)
-		t.AdjClose = d.optFloat(&box.adjClose)
-		cur := d.str()
-		t.PriceMultiplier = d.float()
-		src := d.optStr()
-		t.FirstSeenTime = d.time()
-		t.IngestTime = d.time()
-		hash := d.optStr()
-		d.strings()
-		t.Symbol, t.Currency = d.take(sym), d.take(cur)
-		t.Source = d.takeOpt(src, &box.source)
-		t.ContentHash = d.takeOpt(hash, &box.contentHash)
-		if d.err != nil {
-			return Row{}, d.err
+		if err := d.ta(box); err != nil {
+			return Row{}, err
 		}
-		return Row{TA: t}, nil
+		return Row{TA: &box.row}, nil
 	case rowSA:
 		box := &saBox{}
-		s := &box.row
-		url, dom := d.str(), d.str()
-		s.PublisherTime, s.FirstSeenTime = d.time(), d.time()
-		lang, title, text := d.optStr(), d.optStr(), d.optStr()
-		hash := d.str()
-		syms := d.strs()
-		author := d.optStr()
-		tags := d.strs()
-		s.HypeRaw = d.optFloat(&box.hype[0])
-		s.HypeCrowd = d.optFloat(&box.hype[1])
-		s.HypeElitist = d.optFloat(&box.hype[2])
-		switch d.byte() {
-		case 1:
-			s.AccountWeightsApplied = &box.weights
-		case 2:
-			box.weights = true
-			s.AccountWeightsApplied = &box.weights
+		if err := d.sa(box); err != nil {
+			return Row{}, err
 		}
-		s.IngestTime = d.time()
-		d.strings()
-		s.URLCanonical, s.SourceDomain = d.take(url), d.take(dom)
-		s.Language = d.takeOpt(lang, &box.language)
-		s.Title = d.takeOpt(title, &box.title)
-		s.TextNormalized = d.takeOpt(text, &box.text)
-		s.ContentHash = d.take(hash)
-		s.Symbols = d.takeStrs(syms)
-		s.Author = d.takeOpt(author, &box.author)
-		s.TopicTags = d.takeStrs(tags)
-		if d.err != nil {
-			return Row{}, d.err
-		}
-		return Row{SA: s}, nil
+		return Row{SA: &box.row}, nil
 	}
 	return Row{}, fmt.Errorf("%w: tag %d", errCorruptRow, b[0])
+}
+
+// AppendMerged implements run.EncodedMerger: it appends the encoding of
+// Merge(Decode(old), next), decoding old's strings as views of old (they
+// are copied into dst by the encoding) into a row that does not outlive
+// the call.
+func (r *router) AppendMerged(dst, old []byte, next Row) ([]byte, error) {
+	if len(old) == 0 {
+		return dst, errCorruptRow
+	}
+	d := rowDecoder{b: old, pos: 1, view: true}
+	switch {
+	case old[0] == rowTA && next.TA != nil:
+		// MergeTA takes every column from next but first_seen_time.
+		fst := d.taFirstSeen()
+		if d.err != nil {
+			return dst, d.err
+		}
+		m := MergeTA(TARow{FirstSeenTime: fst}, *next.TA)
+		return r.AppendEncoded(dst, Row{TA: &m}), nil
+	case old[0] == rowSA && next.SA != nil:
+		var box saBox
+		if err := d.sa(&box); err != nil {
+			return dst, err
+		}
+		m := MergeSA(box.row, *next.SA)
+		return r.AppendEncoded(dst, Row{SA: &m}), nil
+	}
+	o, err := r.Decode(old)
+	if err != nil {
+		return dst, err
+	}
+	return r.AppendEncoded(dst, r.Merge(o, next)), nil
+}
+
+var _ run.EncodedMerger[Row] = (*router)(nil)
+
+// ta decodes a ta row (after its tag) into box.
+func (d *rowDecoder) ta(box *taBox) error {
+	t := &box.row
+	sym := d.str()
+	t.TradeDate = d.time()
+	t.Open, t.High, t.Low, t.Close = d.float(), d.float(), d.float(), d.float()
+	t.Volume = d.varint()
+	t.VWAP = d.optFloat(&box.vwap)
+	t.AdjClose = d.optFloat(&box.adjClose)
+	cur := d.str()
+	t.PriceMultiplier = d.float()
+	src := d.optStr()
+	t.FirstSeenTime = d.time()
+	t.IngestTime = d.time()
+	hash := d.optStr()
+	d.strings()
+	t.Symbol, t.Currency = d.take(sym), d.take(cur)
+	t.Source = d.takeOpt(src, &box.source)
+	t.ContentHash = d.takeOpt(hash, &box.contentHash)
+	return d.err
+}
+
+// taFirstSeen reads the columns of a ta row (after its tag) up to
+// first_seen_time, which it returns.
+func (d *rowDecoder) taFirstSeen() time.Time {
+	var f float64
+	d.str()
+	d.time()
+	d.float()
+	d.float()
+	d.float()
+	d.float()
+	d.varint()
+	d.optFloat(&f)
+	d.optFloat(&f)
+	d.str()
+	d.float()
+	d.optStr()
+	return d.time()
+}
+
+// sa decodes an sa row (after its tag) into box.
+func (d *rowDecoder) sa(box *saBox) error {
+	s := &box.row
+	url, dom := d.str(), d.str()
+	s.PublisherTime, s.FirstSeenTime = d.time(), d.time()
+	lang, title, text := d.optStr(), d.optStr(), d.optStr()
+	hash := d.str()
+	syms := d.strs()
+	author := d.optStr()
+	tags := d.strs()
+	s.HypeRaw = d.optFloat(&box.hype[0])
+	s.HypeCrowd = d.optFloat(&box.hype[1])
+	s.HypeElitist = d.optFloat(&box.hype[2])
+	switch d.byte() {
+	case 1:
+		s.AccountWeightsApplied = &box.weights
+	case 2:
+		box.weights = true
+		s.AccountWeightsApplied = &box.weights
+	}
+	s.IngestTime = d.time()
+	d.strings()
+	s.URLCanonical, s.SourceDomain = d.take(url), d.take(dom)
+	s.Language = d.takeOpt(lang, &box.language)
+	s.Title = d.takeOpt(title, &box.title)
+	s.TextNormalized = d.takeOpt(text, &box.text)
+	s.ContentHash = d.take(hash)
+	s.Symbols = d.takeStrs(syms)
+	s.Author = d.takeOpt(author, &box.author)
+	s.TopicTags = d.takeStrs(tags)
+	return d.err
 }
 
 // taBox and saBox hold a decoded row and the values its nullable columns
@@ -241,8 +334,15 @@ type rowDecoder struct {
 	b    []byte
 	pos  int
 	err  error
-	blob string // the string bytes, copied once
+	blob string // the string bytes, copied once (a view of b when view is set)
 	at   int    // next string's offset in blob
+	// view makes the strings views of b instead of a copy: the decoded
+	// row must then not outlive b's contents (AppendMerged).
+	view bool
+	// lens holds the element lengths of the row's arrays (strs), nlens of
+	// them used, sparing an allocation per array.
+	lens  [16]int
+	nlens int
 }
 
 func (d *rowDecoder) fail() {
@@ -326,7 +426,13 @@ func (d *rowDecoder) strs() []int {
 		}
 		return nil
 	}
-	lens := make([]int, n-1)
+	var lens []int
+	if used := d.nlens; n-1 <= len(d.lens)-used {
+		lens = d.lens[used : used+n-1 : used+n-1]
+		d.nlens += n - 1
+	} else {
+		lens = make([]int, n-1)
+	}
 	for i := range lens {
 		lens[i] = d.str()
 	}
@@ -335,7 +441,11 @@ func (d *rowDecoder) strs() []int {
 
 // strings copies the string bytes that follow the columns.
 func (d *rowDecoder) strings() {
-	if d.err == nil {
+	switch {
+	case d.err != nil || d.pos == len(d.b):
+	case d.view:
+		d.blob = unsafe.String(&d.b[d.pos], len(d.b)-d.pos)
+	default:
 		d.blob = string(d.b[d.pos:])
 	}
 }

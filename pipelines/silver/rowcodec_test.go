@@ -101,18 +101,9 @@ func TestRowEncodingRoundTrip(t *testing.T) {
 func TestEncodedFoldEqualsMerge(t *testing.T) {
 	t.Parallel()
 	var rt router
-	v := NewValidator()
 	window := map[string][]byte{}
 	model := map[string]Row{}
-	for _, rec := range GenerateCorpus(7, 3000, 0, CorpusKeys(40)) {
-		env, err := Decode([]byte(rec.Key), rec.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		row, err := v.Transform(env, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, row := range corpusRows(t, 7, 3000, 40) {
 		k := rt.MergeKey(row)
 		switch m, ok := model[k]; {
 		case !ok && row.TA != nil:

@@ -197,6 +197,7 @@ type saOut struct {
 func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time) ([]Row, error) {
 	out := &taOut{}
 	r := &out.row
+	var text rowText
 
 	// ta.symbol
 	sym, err := p.requiredString(fSymbol)
@@ -206,7 +207,7 @@ func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time)
 	if !isSymbol(sym) {
 		return nil, failf(RuleTASymbol, "symbol %q does not match ^[A-Z]{3,7}$", sym)
 	}
-	r.Symbol = string(sym)
+	text.add(&r.Symbol, sym)
 
 	// ta.trade_date
 	ds, err := p.requiredString(fTradeDate)
@@ -301,10 +302,10 @@ func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time)
 	if _, err = p.optionalFloat(fPriceMultiplier, &r.PriceMultiplier); err != nil {
 		return nil, decodeFail(err)
 	}
-	if r.Source, err = p.optionalStringPtr(fSource, &out.source); err != nil {
+	if r.Source, err = p.optionalStringPtr(fSource, &out.source, &text); err != nil {
 		return nil, decodeFail(err)
 	}
-	if r.ContentHash, err = p.optionalStringPtr(fContentHash, &out.contentHash); err != nil {
+	if r.ContentHash, err = p.optionalStringPtr(fContentHash, &out.contentHash, &text); err != nil {
 		return nil, decodeFail(err)
 	}
 	fs, ok, err := p.optionalTime(fFirstSeenTime)
@@ -321,6 +322,7 @@ func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time)
 	default:
 		r.FirstSeenTime = v.now().Truncate(time.Microsecond)
 	}
+	text.done()
 	out.rows[0].TA = r
 	return out.rows[:], nil
 }
@@ -328,6 +330,7 @@ func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time)
 func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
 	out := &saOut{}
 	r := &out.row
+	var text rowText
 
 	// sa.url
 	u, err := p.requiredString(fURLCanonical)
@@ -335,7 +338,7 @@ func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
 		return nil, fail(RuleSAURL, err)
 	}
 	if plainHTTPURL(u) {
-		r.URLCanonical = string(u)
+		text.add(&r.URLCanonical, u)
 	} else {
 		s := string(u)
 		if err := checkURL(s); err != nil {
@@ -377,14 +380,14 @@ func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
 	r.FirstSeenTime = fs
 
 	// sa.text
-	text, err := p.requiredString(fTextNormalized)
+	tn, err := p.requiredString(fTextNormalized)
 	if err != nil {
 		return nil, fail(RuleSAText, err)
 	}
-	if n := jsonidx.RuneCount(text); n < MinTextLength {
+	if n := jsonidx.RuneCount(tn); n < MinTextLength {
 		return nil, failf(RuleSAText, "text_normalized has %d characters, want at least %d", n, MinTextLength)
 	}
-	out.text = string(text)
+	text.add(&out.text, tn)
 	r.TextNormalized = &out.text
 
 	// sa.content_hash
@@ -395,19 +398,19 @@ func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
 	if len(bytes.TrimSpace(hash)) == 0 {
 		return nil, failf(RuleSAContentHash, "content_hash is empty")
 	}
-	r.ContentHash = string(hash)
+	text.add(&r.ContentHash, hash)
 
 	// sa.symbols
-	syms, ok, err := p.optionalStrings(fSymbols)
+	syms, ok, err := p.optionalStrings(fSymbols, &text, func(i int, s []byte) error {
+		if !isSymbol(s) {
+			return fmt.Errorf("symbols[%d] %q does not match ^[A-Z]{3,7}$", i, s)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fail(RuleSASymbols, err)
 	}
 	if ok {
-		for i, s := range syms {
-			if !isSymbol(s) {
-				return nil, failf(RuleSASymbols, "symbols[%d] %q does not match ^[A-Z]{3,7}$", i, s)
-			}
-		}
 		r.Symbols = syms
 	}
 
@@ -419,7 +422,7 @@ func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
 	if len(bytes.TrimSpace(dom)) == 0 {
 		return nil, failf(RuleSASourceDomain, "source_domain is empty")
 	}
-	r.SourceDomain = string(dom)
+	text.add(&r.SourceDomain, dom)
 
 	// language: normalised, never a failure.
 	out.language = LanguageUnknown
@@ -436,13 +439,13 @@ func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
 	r.Language = &out.language
 
 	// Fields without a rule: type checks only.
-	if r.Title, err = p.optionalStringPtr(fTitle, &out.title); err != nil {
+	if r.Title, err = p.optionalStringPtr(fTitle, &out.title, &text); err != nil {
 		return nil, decodeFail(err)
 	}
-	if r.Author, err = p.optionalStringPtr(fAuthor, &out.author); err != nil {
+	if r.Author, err = p.optionalStringPtr(fAuthor, &out.author, &text); err != nil {
 		return nil, decodeFail(err)
 	}
-	tags, ok, err := p.optionalStrings(fTopicTags)
+	tags, ok, err := p.optionalStrings(fTopicTags, &text, nil)
 	if err != nil {
 		return nil, decodeFail(err)
 	}
@@ -461,6 +464,7 @@ func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
 	if r.AccountWeightsApplied, err = p.optionalBool(fAccountWeightsApplied, &out.weights); err != nil {
 		return nil, decodeFail(err)
 	}
+	text.done()
 	out.rows[0].SA = r
 	return out.rows[:], nil
 }

@@ -44,13 +44,67 @@ func TATable() pgsink.Table[TARow] {
 			{Column: "content_hash", Expr: "EXCLUDED.content_hash"},
 		},
 		Touch: []string{"ingest_time"},
-		KeyOf: func(r TARow) string { return r.Key() },
+		KeyOf: func(r TARow) string {
+			var buf [32]byte // r.Key() in one allocation
+			return string(appendTAKey(buf[:0], &r))
+		},
 		Merge: MergeTA,
 		Values: func(r TARow) []any {
 			return []any{r.Symbol, r.TradeDate, r.Open, r.High, r.Low, r.Close, r.Volume, r.VWAP,
 				r.AdjClose, r.Currency, r.PriceMultiplier, r.Source, nullTime(r.FirstSeenTime), r.ContentHash}
 		},
+		KeyValues:  func(r TARow) []any { return []any{r.Symbol, r.TradeDate} },
+		AppendCopy: appendTACopy,
 	}
+}
+
+// appendTACopy encodes the columns of TATable for a binary COPY, by the
+// types of ta_silver's DDL (text, date, double precision, bigint,
+// timestamptz).
+func appendTACopy(b []byte, r TARow) []byte {
+	b = pgsink.AppendText(b, r.Symbol)
+	b = pgsink.AppendDate(b, r.TradeDate)
+	b = pgsink.AppendFloat8(b, r.Open)
+	b = pgsink.AppendFloat8(b, r.High)
+	b = pgsink.AppendFloat8(b, r.Low)
+	b = pgsink.AppendFloat8(b, r.Close)
+	b = pgsink.AppendInt8(b, r.Volume)
+	b = pgsink.AppendFloat8Ptr(b, r.VWAP)
+	b = pgsink.AppendFloat8Ptr(b, r.AdjClose)
+	b = pgsink.AppendText(b, r.Currency)
+	b = pgsink.AppendFloat8(b, r.PriceMultiplier)
+	b = pgsink.AppendTextPtr(b, r.Source)
+	b = appendNullTime(b, r.FirstSeenTime)
+	return pgsink.AppendTextPtr(b, r.ContentHash)
+}
+
+// appendSACopy encodes the columns of SATable for a binary COPY, by the
+// types of sa_silver's DDL (text, timestamptz, text[], double precision,
+// boolean).
+func appendSACopy(b []byte, r SARow) []byte {
+	b = pgsink.AppendText(b, r.URLCanonical)
+	b = pgsink.AppendText(b, r.SourceDomain)
+	b = pgsink.AppendTimestamptz(b, r.PublisherTime)
+	b = pgsink.AppendTimestamptz(b, r.FirstSeenTime)
+	b = pgsink.AppendTextPtr(b, r.Language)
+	b = pgsink.AppendTextPtr(b, r.Title)
+	b = pgsink.AppendTextPtr(b, r.TextNormalized)
+	b = pgsink.AppendText(b, r.ContentHash)
+	b = pgsink.AppendTextArray(b, r.Symbols)
+	b = pgsink.AppendTextPtr(b, r.Author)
+	b = pgsink.AppendTextArray(b, r.TopicTags)
+	b = pgsink.AppendFloat8Ptr(b, r.HypeRaw)
+	b = pgsink.AppendFloat8Ptr(b, r.HypeCrowd)
+	b = pgsink.AppendFloat8Ptr(b, r.HypeElitist)
+	return pgsink.AppendBoolPtr(b, r.AccountWeightsApplied)
+}
+
+// appendNullTime is nullTime for a binary COPY.
+func appendNullTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return pgsink.AppendNull(b)
+	}
+	return pgsink.AppendTimestamptz(b, t)
 }
 
 // SATable describes the sa_silver upsert: key url_canonical;
@@ -95,6 +149,8 @@ func SATable() pgsink.Table[SARow] {
 				r.Title, r.TextNormalized, r.ContentHash, nullSlice(r.Symbols), r.Author, nullSlice(r.TopicTags),
 				r.HypeRaw, r.HypeCrowd, r.HypeElitist, r.AccountWeightsApplied}
 		},
+		KeyValues:  func(r SARow) []any { return []any{r.URLCanonical} },
+		AppendCopy: appendSACopy,
 	}
 }
 
@@ -151,16 +207,33 @@ type router struct {
 // with "http://" or "https://" (rule sa.url), a valid symbol is 3–7 capital
 // letters (rule ta.symbol). An empty Row has the key "".
 func (r *router) MergeKey(row Row) string {
+	if row.SA != nil {
+		return row.SA.URLCanonical
+	}
+	var buf [32]byte
+	return string(r.AppendMergeKey(buf[:0], row))
+}
+
+// AppendMergeKey appends MergeKey(row) to dst (run.KeyAppender): a window
+// then holds each key as a string of its own, not as part of the
+// allocation that the strings of the row it came from share.
+func (r *router) AppendMergeKey(dst []byte, row Row) []byte {
 	switch {
 	case row.SA != nil:
-		return row.SA.URLCanonical
+		return append(dst, row.SA.URLCanonical...)
 	case row.TA != nil:
-		var buf [32]byte
-		b := append(append(buf[:0], row.TA.Symbol...), '|')
-		return string(row.TA.TradeDate.AppendFormat(b, time.DateOnly))
+		return appendTAKey(dst, row.TA)
 	}
-	return ""
+	return dst
 }
+
+// appendTAKey appends r.Key() to dst.
+func appendTAKey(dst []byte, r *TARow) []byte {
+	dst = append(append(dst, r.Symbol...), '|')
+	return r.TradeDate.AppendFormat(dst, time.DateOnly)
+}
+
+var _ run.KeyAppender[Row] = (*router)(nil)
 
 var _ run.Merger[Row] = (*router)(nil)
 

@@ -71,6 +71,7 @@
 package pgsink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -141,6 +142,19 @@ type Table[T any] struct {
 	// sent as elements of arrays of the columns' types (the lookup of
 	// existing keys). It is called once per merged row.
 	Values func(T) []any
+	// AppendCopy, when set, appends a row's columns in Columns order in
+	// the binary format of COPY (see [AppendText] and the other Append
+	// functions, which encode as pgx does): the rows are then sent with
+	// COPY … (FORMAT binary), each encoded once, and Values is called only
+	// for the Key columns' values, when KeyValues is nil. Each column must
+	// be in its type's binary format exactly: the server refuses a
+	// mismatch (SQLSTATE 22P03) and the rows are rejected. It must not
+	// retain dst.
+	AppendCopy func(dst []byte, row T) []byte
+	// KeyValues, when set, returns the values of a row's Key columns, in
+	// Key order, as Values would (the lookup of existing keys sends them);
+	// it spares a table with AppendCopy the boxing of all its values.
+	KeyValues func(T) []any
 	// Where, when set, is an SQL condition on an incoming row that decides
 	// whether the row is written at all: a row for which it is not true is
 	// neither inserted nor updated (nor rejected). It names the incoming
@@ -436,7 +450,14 @@ func (s *Sink[T]) merge(batch []T) []*group[T] {
 	for i, item := range batch {
 		keys[i], order[i] = s.table.KeyOf(item), i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	// Stable by key (batch order within a key) with an O(n log n) sort:
+	// SortStableFunc's in-place merging costs a multiple of it.
+	slices.SortFunc(order, func(a, b int) int {
+		if c := strings.Compare(keys[a], keys[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
 	store := make([]group[T], 0, len(batch))
 	for j, i := range order {
 		if n := len(store); n > 0 && store[n-1].key == keys[i] {
@@ -454,7 +475,9 @@ func (s *Sink[T]) merge(batch []T) []*group[T] {
 	groups := make([]*group[T], len(store))
 	for i := range store {
 		groups[i] = &store[i]
-		groups[i].vals = s.table.Values(groups[i].row)
+		if s.table.AppendCopy == nil {
+			groups[i].vals = s.table.Values(groups[i].row)
+		}
 	}
 	return groups
 }
@@ -600,14 +623,19 @@ func (s *Sink[T]) inTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) 
 	return nil
 }
 
-// copyRows COPYs the values of gs into table. When pgx cannot encode a
-// row's values for its columns (an int64 beyond an int4 column's range, a
-// string that is no uuid, …), it aborts the COPY and PostgreSQL answers
-// with SQLSTATE 57014, the code of a statement timeout too, in a message
-// translated to the session's lc_messages; copyRows then returns an
+// copyRows COPYs the values of gs into table (for a table with
+// AppendCopy, its binary encoding: see copyBinary, which never aborts).
+// When pgx cannot encode a row's values for its columns (an int64 beyond
+// an int4 column's range, a string that is no uuid, …), it aborts the COPY
+// and PostgreSQL answers with SQLSTATE 57014, the code of a statement
+// timeout too, in a message translated to the session's lc_messages;
+// copyRows then returns an
 // [*encodeFailed] naming the row, recognised on the client side, so
 // whatever the server's language.
 func (s *Sink[T]) copyRows(ctx context.Context, tx pgx.Tx, table pgx.Identifier, gs []*group[T]) (int64, error) {
+	if s.table.AppendCopy != nil {
+		return s.copyBinary(ctx, tx, table, gs)
+	}
 	src := &rowSource[T]{gs: gs}
 	n, err := tx.CopyFrom(ctx, table, s.table.Columns, src)
 	if err != nil && src.taken && SQLState(err) == "57014" {
@@ -803,11 +831,30 @@ func (s *Sink[T]) lookup(ctx context.Context, tx pgx.Tx, probe string, gs []*gro
 	default:
 		args = append(args, pgx.QueryExecModeDescribeExec)
 	}
-	for _, p := range s.keyPos {
-		col := make([]any, len(gs))
-		for i, g := range gs {
-			col[i] = g.vals[p]
+	cols := make([][]any, len(s.keyPos))
+	for j := range cols {
+		cols[j] = make([]any, len(gs))
+	}
+	for i, g := range gs {
+		switch {
+		case s.table.KeyValues != nil:
+			kv := s.table.KeyValues(g.row)
+			if len(kv) != len(cols) {
+				return nil, 0, fmt.Errorf("look up existing keys: KeyValues gave %d value(s) for %d key column(s)", len(kv), len(cols))
+			}
+			for j, v := range kv {
+				cols[j][i] = v
+			}
+		default:
+			if g.vals == nil {
+				g.vals = s.table.Values(g.row)
+			}
+			for j, p := range s.keyPos {
+				cols[j][i] = g.vals[p]
+			}
 		}
+	}
+	for _, col := range cols {
 		args = append(args, col)
 	}
 	registerTextTypes(tx.Conn().TypeMap(), s.textTypes)

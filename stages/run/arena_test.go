@@ -31,6 +31,20 @@ func (kvMerger) Decode(b []byte) (kv, error) {
 	return kv{k, v}, nil
 }
 
+// windowValues decodes the outputs of a window of kv outputs, by key.
+func windowValues(t *testing.T, win *window[kv]) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for i := range win.keys() {
+		o, err := win.decode(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[o.K] = o.V
+	}
+	return out
+}
+
 // A window that holds encodings replaces an output whose new encoding is
 // longer at the end of its arena; the bytes left behind are copied out
 // (the arena compacted) once they take a quarter of it, so replaced
@@ -85,13 +99,9 @@ func TestWindowArenaCompacts(t *testing.T) {
 	if win.keys() != len(want) {
 		t.Fatalf("%d keys in the window, want %d", win.keys(), len(want))
 	}
-	for i := range win.keys() {
-		o, err := win.decode(i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want[o.K] != o.V {
-			t.Fatalf("key %s: value of %d bytes, want the newest (%d bytes)", o.K, len(o.V), len(want[o.K]))
+	for k, v := range windowValues(t, win) {
+		if want[k] != v {
+			t.Fatalf("key %s: value of %d bytes, want the newest (%d bytes)", k, len(v), len(want[k]))
 		}
 	}
 	if got := mem.windows.Load(); got != win.size || got <= live {

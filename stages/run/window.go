@@ -156,6 +156,14 @@ type window[Out any] struct {
 	closing   int64         // bytes counted as being written in Budget.closing (closeWindow)
 	unwritten []int32       // per arena chunk, its outputs not yet written (closeWindow)
 	partMu    sync.Mutex    // guards unwritten, the arena's freed chunks, size and closing while parts are written (written)
+
+	// encMerge is the sink when it is an Encoder implementing EncodedMerger.
+	encMerge EncodedMerger[Out]
+	// keyApp is the sink when it implements KeyAppender; keyBuf holds the
+	// key lookup built last.
+	keyApp KeyAppender[Out]
+	keyBuf []byte
+
 	// open is size while the window is open and not being written, else
 	// 0: what the runner's other workers compare their window with
 	// (worker.budgetClose). Written by the worker only.
@@ -192,6 +200,10 @@ const (
 func newWindow[Out any](m Merger[Out], held *atomic.Int64, mem *heldBytes) *window[Out] {
 	win := &window[Out]{byKey: map[string]int32{}, merger: m, held: held, mem: mem}
 	win.enc, _ = m.(Encoder[Out])
+	if win.enc != nil {
+		win.encMerge, _ = m.(EncodedMerger[Out])
+	}
+	win.keyApp, _ = m.(KeyAppender[Out])
 	return win
 }
 
@@ -222,8 +234,8 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 	for i, o := range p.outs {
 		rec := batch[p.owners[i]]
 		off := uint32(rec.Offset - win.base) // fits: see handleWindowed
-		k := win.merger.MergeKey(o)
-		if g, ok := win.byKey[k]; ok {
+		g, ok, k := win.lookup(o)
+		if ok {
 			if err := win.merge(g, o); err != nil {
 				return win.held.Load(), err
 			}
@@ -237,6 +249,9 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 			continue
 		}
 		added++
+		if win.keyApp != nil {
+			k = string(win.keyBuf) // a new key: its only copy
+		}
 		win.byKey[k] = int32(len(win.first))
 		if win.enc != nil {
 			win.store(-1, o)
@@ -264,10 +279,35 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 	return win.held.Add(added), nil
 }
 
+// lookup returns the index of o's output when its key is in the window.
+// When the sink is a KeyAppender the key is built in win.keyBuf (and k is
+// ""): the lookup does not allocate, and add copies the key only when it
+// is new; else k is MergeKey(o).
+func (win *window[Out]) lookup(o Out) (g int32, ok bool, k string) {
+	if win.keyApp != nil {
+		win.keyBuf = win.keyApp.AppendMergeKey(win.keyBuf[:0], o)
+		g, ok = win.byKey[string(win.keyBuf)]
+		return g, ok, ""
+	}
+	k = win.merger.MergeKey(o)
+	g, ok = win.byKey[k]
+	return g, ok, k
+}
+
 // merge merges o into output g.
 func (win *window[Out]) merge(g int32, o Out) error {
 	if win.enc == nil {
 		win.outs[g] = win.merger.Merge(win.outs[g], o)
+		return nil
+	}
+	if win.encMerge != nil {
+		s := win.spans[g]
+		b, err := win.encMerge.AppendMerged(win.scratch[:0], win.arena[s.chunk][s.off:s.off+s.n], o)
+		if err != nil {
+			return fmt.Errorf("window: merge into an output encoded by %T: %w", win.enc, err)
+		}
+		win.scratch = b
+		win.place(g)
 		return nil
 	}
 	old, err := win.decode(int(g))
@@ -288,10 +328,16 @@ func (win *window[Out]) decode(i int) (Out, error) {
 	return out, nil
 }
 
-// store encodes o as output g (-1: a new output) in the arena: in place
-// when it fits the old encoding, else at the arena's end.
+// store encodes o as output g (-1: a new output) in the arena (place).
 func (win *window[Out]) store(g int32, o Out) {
 	win.scratch = win.enc.AppendEncoded(win.scratch[:0], o)
+	win.place(g)
+}
+
+// place stores the encoding in win.scratch as output g (-1: a new output)
+// in the arena: in place when it fits the old encoding, else at the
+// arena's end.
+func (win *window[Out]) place(g int32) {
 	n := len(win.scratch)
 	if g >= 0 {
 		if s := &win.spans[g]; int(s.n) >= n {
