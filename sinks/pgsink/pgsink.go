@@ -174,6 +174,7 @@ type options struct {
 	pipeline string
 	log      *slog.Logger
 	offsets  bool
+	small    int
 }
 
 // WithRegisterer registers the sink's metrics (sluice_pgsink_*) on reg with
@@ -219,6 +220,11 @@ type Sink[T any] struct {
 	// compare it with the default).
 	upsertOnly bool
 
+	// small batches: WithSmallBatch (values.go).
+	smallRows int
+	colMu     sync.Mutex
+	cols      *columns // nil until read
+
 	probeMu   sync.Mutex
 	probeSQL  string     // built on first use from the key columns' types
 	textTypes []textType // key column types pgx may not know (see registerTextTypes)
@@ -235,7 +241,7 @@ func New[T any](db Beginner, table Table[T], opts ...Option) (*Sink[T], error) {
 	if err := table.check(); err != nil {
 		return nil, err
 	}
-	o := options{log: slog.New(slog.DiscardHandler)}
+	o := options{log: slog.New(slog.DiscardHandler), small: DefaultSmallBatch}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -248,13 +254,14 @@ func New[T any](db Beginner, table Table[T], opts ...Option) (*Sink[T], error) {
 		return nil, fmt.Errorf("pgsink: register metrics: %w", err)
 	}
 	s := &Sink[T]{
-		db:      db,
-		table:   table,
-		columns: make(map[string]bool, len(table.Columns)),
-		m:       m,
-		log:     o.log.With("table", table.Name),
-		target:  pgx.Identifier(strings.Split(table.Name, ".")),
-		offsets: o.offsets,
+		db:        db,
+		table:     table,
+		columns:   make(map[string]bool, len(table.Columns)),
+		m:         m,
+		log:       o.log.With("table", table.Name),
+		target:    pgx.Identifier(strings.Split(table.Name, ".")),
+		offsets:   o.offsets,
+		smallRows: max(o.small, 0),
 	}
 	for _, c := range table.Columns {
 		s.columns[c] = true
@@ -262,7 +269,8 @@ func New[T any](db Beginner, table Table[T], opts ...Option) (*Sink[T], error) {
 	for _, k := range table.Key {
 		s.keyPos = append(s.keyPos, slices.Index(table.Columns, k))
 	}
-	s.createSQL, s.upsertSQL = table.sql()
+	s.createSQL = table.createSQL()
+	s.upsertSQL = table.upsertFrom(pgx.Identifier{stagingTable}.Sanitize(), false)
 	s.upsertOnly = table.Where != "" // the direct COPY cannot apply Where
 	return s, nil
 }
@@ -298,26 +306,34 @@ func identList(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-// sql builds the staging DDL and the upsert statement.
-func (t Table[T]) sql() (create, upsert string) {
-	create = fmt.Sprintf("CREATE TEMP TABLE %s (LIKE %s INCLUDING DEFAULTS) ON COMMIT DROP",
+// createSQL is the staging table's DDL.
+func (t Table[T]) createSQL() string {
+	return fmt.Sprintf("CREATE TEMP TABLE %s (LIKE %s INCLUDING DEFAULTS) ON COMMIT DROP",
 		pgx.Identifier{stagingTable}.Sanitize(), ident(t.Name))
+}
+
+// upsertFrom builds the upsert of the rows of source, a relation with the
+// table's Columns (the staging table, or a VALUES list). aliased says
+// that source already names itself s, which Where refers to.
+func (t Table[T]) upsertFrom(source string, aliased bool) string {
 	var b strings.Builder
 	cols := identList(t.Columns)
 	key := identList(t.Key)
-	fmt.Fprintf(&b, "INSERT INTO %s AS t (%s)\nSELECT %s FROM %s\n",
-		ident(t.Name), cols, cols, pgx.Identifier{stagingTable}.Sanitize())
+	fmt.Fprintf(&b, "INSERT INTO %s AS t (%s)\nSELECT %s FROM %s\n", ident(t.Name), cols, cols, source)
 	if t.Where != "" {
-		fmt.Fprintf(&b, "AS s WHERE (%s)\n", t.Where)
+		if !aliased {
+			b.WriteString("AS s ")
+		}
+		fmt.Fprintf(&b, "WHERE (%s)\n", t.Where)
 	}
 	if len(t.Update) == 0 && t.AnyConflict {
 		b.WriteString("ON CONFLICT DO NOTHING")
-		return create, b.String()
+		return b.String()
 	}
 	fmt.Fprintf(&b, "ON CONFLICT (%s) ", key)
 	if len(t.Update) == 0 {
 		b.WriteString("DO NOTHING")
-		return create, b.String()
+		return b.String()
 	}
 	b.WriteString("DO UPDATE SET\n")
 	var targets, exprs []string
@@ -335,7 +351,7 @@ func (t Table[T]) sql() (create, upsert string) {
 		out += fmt.Sprintf("\nWHERE (%s) IS DISTINCT FROM (%s)",
 			strings.Join(targets, ", "), strings.Join(exprs, ", "))
 	}
-	return create, out
+	return out
 }
 
 // UpsertSQL returns the statement that applies the staging table to the
@@ -557,12 +573,23 @@ func (s *Sink[T]) rowError(err error) (*pgconn.PgError, error, bool) {
 	return pe, pe, true
 }
 
-// attempt applies gs in one transaction (see direct). If the direct COPY
+// attempt applies gs in one transaction: with one INSERT … VALUES when
+// they are few (see WithSmallBatch), else by COPY (see direct). If the direct COPY
 // hits a unique violation (a key the lookup did not see was inserted
 // meanwhile by another writer, or a row breaks another unique index), the
 // transaction is rolled back and gs upserted in a new one.
 // It returns how many rows the committed transaction inserted or updated.
 func (s *Sink[T]) attempt(ctx context.Context, db Beginner, gs []*group[T]) (n int64, err error) {
+	if s.small(gs) {
+		err := s.inTx(ctx, db, func(tx pgx.Tx) (err error) { n, err = s.insertValues(ctx, tx, gs); return err })
+		if !errors.Is(err, errUseCopy) {
+			s.m.attempts.WithLabelValues("insert").Inc()
+			return n, err
+		}
+		// Nothing was sent.
+		s.log.Debug("writing through COPY", "rows", len(gs), "reason", err)
+	}
+	s.m.attempts.WithLabelValues("copy").Inc()
 	if !s.upsertOnly {
 		err := s.inTx(ctx, db, func(tx pgx.Tx) (err error) { n, err = s.direct(ctx, tx, gs); return err })
 		var cc copyConflict
