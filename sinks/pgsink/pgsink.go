@@ -2,9 +2,14 @@
 // Write sorts the batch by natural key, folds the items of a repeated key
 // into one row with [Table.Merge] (a batch of distinct keys, such as a
 // coalescing window's output that the runtime already merged, is not
-// merged again) and applies the rows in one transaction, in one of two
+// merged again) and applies the rows in one transaction, in one of three
 // ways:
 //
+//   - values: a batch of at most [DefaultSmallBatch] rows (see
+//     [WithSmallBatch]) is sent as one INSERT … VALUES … ON CONFLICT
+//     statement with bind parameters, the upsert below with the rows in
+//     place of the staging table: one round trip, no staging table, no
+//     lookup;
 //   - upsert: the rows are COPYed into a temporary staging table and
 //     applied with a single INSERT … SELECT … ON CONFLICT … DO UPDATE (see
 //     [Sink.UpsertSQL]);
@@ -13,7 +18,7 @@
 //     than the upsert: no staging table, no speculative insertion — and
 //     only the rows of existing keys are upserted.
 //
-// To choose, the sink looks the keys up in the table (an index probe per
+// To choose between the COPY ways, the sink looks the keys up in the table (an index probe per
 // key, so it needs SELECT on the key columns); in a batch of more than 128
 // keys it first looks up an evenly spaced sample of 64 and upserts the
 // whole batch when fewer than 3/4 of those are new, so that batches of
@@ -23,8 +28,8 @@
 // transaction is rolled back and its rows upserted in a new one, so a
 // concurrent insert never loses or rejects a row.
 //
-// Either way the outcome is that of the upsert: a new key is inserted (with
-// the table's defaults for the columns not written), an existing one
+// Whichever way, the outcome is that of the upsert: a new key is inserted
+// (with the table's defaults for the columns not written), an existing one
 // updated by the Update clause.
 //
 // It implements [stages.Sink]:

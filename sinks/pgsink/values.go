@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -110,24 +111,46 @@ func (s *Sink[T]) insertValues(ctx context.Context, tx pgx.Tx, gs []*group[T]) (
 	for i := range types {
 		types[i] = cols.oids[i%ncol]
 	}
-	res := tx.Conn().PgConn().ExecParams(ctx, s.valuesSQL(len(gs)), params, types, []int16{pgtype.BinaryFormatCode}, nil).Read()
+	sql := s.valuesSQL(len(gs), cols.types)
+	binary := []int16{pgtype.BinaryFormatCode}
+	var res *pgconn.Result
+	if tx.Conn().Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+		// A statement per batch size, prepared once per connection (pgx
+		// keeps it until the connection closes): the server does not
+		// parse and plan it for every batch.
+		sd, err := tx.Conn().Prepare(ctx, sql, sql)
+		if err != nil {
+			s.forgetColumns()
+			return 0, fmt.Errorf("prepare insert values: %w", err)
+		}
+		res = tx.Conn().PgConn().ExecPrepared(ctx, sd.Name, params, binary, nil).Read()
+	} else {
+		res = tx.Conn().PgConn().ExecParams(ctx, sql, params, types, binary, nil).Read()
+	}
 	if res.Err != nil {
-		// The table may have changed under the cached column types: read
-		// them again for the next statement.
-		s.colMu.Lock()
-		s.cols = nil
-		s.colMu.Unlock()
+		s.forgetColumns()
 		return 0, fmt.Errorf("insert values: %w", res.Err)
 	}
 	return res.CommandTag.RowsAffected(), nil
 }
 
+// forgetColumns drops the cached columns after a failed statement: the
+// table may have changed under them, and the next statement reads them
+// again.
+func (s *Sink[T]) forgetColumns() {
+	s.colMu.Lock()
+	s.cols = nil
+	s.colMu.Unlock()
+}
+
 // valuesSQL is the upsert of n rows given as bind parameters, n×columns of
-// them, row after row.
-func (s *Sink[T]) valuesSQL(n int) string {
+// them, row after row, each cast to its column's type in types (so that a
+// statement prepared without parameter types infers the ones the values
+// are encoded for).
+func (s *Sink[T]) valuesSQL(n int, types []string) string {
 	ncol := len(s.table.Columns)
 	var b strings.Builder
-	b.Grow(n * ncol * 7)
+	b.Grow(n * ncol * 20)
 	b.WriteString("(VALUES ")
 	for r := range n {
 		if r > 0 {
@@ -140,6 +163,8 @@ func (s *Sink[T]) valuesSQL(n int) string {
 			}
 			b.WriteByte('$')
 			b.WriteString(strconv.Itoa(r*ncol + c + 1))
+			b.WriteString("::")
+			b.WriteString(types[c])
 		}
 		b.WriteByte(')')
 	}
@@ -149,7 +174,8 @@ func (s *Sink[T]) valuesSQL(n int) string {
 
 // columns is what insertValues needs to know of the table's Columns.
 type columns struct {
-	oids []uint32 // the types the server describes them with, which COPY encodes its values for
+	oids  []uint32 // the types the server describes them with, which COPY encodes its values for
+	types []string // their names, as casts take them
 	// With Table.Where only (else all false and noValues empty):
 	// notNull[i]: Columns[i] is NOT NULL; noValues, when not empty, is
 	// why the statement cannot stand in for the staging table.
@@ -183,6 +209,13 @@ func (s *Sink[T]) columnInfo(ctx context.Context, tx pgx.Tx) (*columns, error) {
 	c := &columns{oids: make([]uint32, len(sd.Fields)), notNull: make([]bool, len(sd.Fields))}
 	for i, f := range sd.Fields {
 		c.oids[i] = f.DataTypeOID
+	}
+	rows, err := tx.Query(ctx, "SELECT format_type(u.t, NULL) FROM unnest($1::oid[]) WITH ORDINALITY AS u(t, i) ORDER BY u.i", c.oids)
+	if err != nil {
+		return nil, fmt.Errorf("read column type names: %w", err)
+	}
+	if c.types, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return nil, fmt.Errorf("read column type names: %w", err)
 	}
 	if s.table.Where != "" {
 		rows, err := tx.Query(ctx, `SELECT a.attname, a.attnotnull, a.atttypmod <> -1, t.typtype = 'd', a.attcollation NOT IN (0, 100)
