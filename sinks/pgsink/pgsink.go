@@ -18,15 +18,16 @@
 //     than the upsert: no staging table, no speculative insertion — and
 //     only the rows of existing keys are upserted.
 //
-// To choose between the COPY ways, the sink looks the keys up in the table (an index probe per
-// key, so it needs SELECT on the key columns); in a batch of more than 128
-// keys it first looks up an evenly spaced sample of 64 and upserts the
-// whole batch when fewer than 3/4 of those are new, so that batches of
-// mostly existing keys do not pay for the full lookup. If the direct COPY
-// hits a unique violation — a key the lookup did not see was inserted
-// meanwhile by another writer, or a row breaks another unique index — the
-// transaction is rolled back and its rows upserted in a new one, so a
-// concurrent insert never loses or rejects a row.
+// To choose between the COPY ways, the sink looks the keys up in the
+// table (an index probe per key, so it needs SELECT on the key columns);
+// in a batch of more than 128 keys it first looks up an evenly spaced
+// sample of 64 and upserts the whole batch when fewer than 3/4 of those
+// are new, so that batches of mostly existing keys do not pay for the
+// full lookup. If the direct COPY hits a unique violation — a key the
+// lookup did not see was inserted meanwhile by another writer, or a row
+// breaks another unique index — the transaction is rolled back and its
+// rows upserted in a new one, so a concurrent insert never loses or
+// rejects a row.
 //
 // Whichever way, the outcome is that of the upsert: a new key is inserted
 // (with the table's defaults for the columns not written), an existing one
@@ -579,10 +580,10 @@ func (s *Sink[T]) rowError(err error) (*pgconn.PgError, error, bool) {
 }
 
 // attempt applies gs in one transaction: with one INSERT … VALUES when
-// they are few (see WithSmallBatch), else by COPY (see direct). If the direct COPY
-// hits a unique violation (a key the lookup did not see was inserted
-// meanwhile by another writer, or a row breaks another unique index), the
-// transaction is rolled back and gs upserted in a new one.
+// they are few (see WithSmallBatch), else by COPY (see direct). If the
+// direct COPY hits a unique violation (a key the lookup did not see was
+// inserted meanwhile by another writer, or a row breaks another unique
+// index), the transaction is rolled back and gs upserted in a new one.
 // It returns how many rows the committed transaction inserted or updated.
 func (s *Sink[T]) attempt(ctx context.Context, db Beginner, gs []*group[T]) (n int64, err error) {
 	if s.small(gs) {
