@@ -17,11 +17,11 @@ import (
 // [WithSmallBatch] writes a batch with one INSERT … VALUES statement.
 // BenchmarkSmallBatch (a local PostgreSQL, the statements prepared): where
 // COPY goes through the staging table (a table with Where, such as the
-// modules mirror's, or keys that exist) the statement takes 0.1–0.4 of
-// COPY's time up to 64 rows and about 0.85 at 256; where COPY goes
-// straight into the table (new keys, no Where) it takes 0.6–0.8 up to 16
-// rows, as long at 32 and 1.5 times as long at 64. So up to 32 rows the
-// statement is never the slower.
+// modules mirror's, or keys that exist) the statement takes 0.1–0.5 of
+// COPY's time up to 64 rows and 0.65–1.0 at 256; where COPY goes straight
+// into the table (new keys, no Where) it takes 0.6–0.9 up to 32 rows and
+// 1.4 times as long at 64 and 256. So up to 32 rows the statement is
+// never the slower.
 const DefaultSmallBatch = 32
 
 // maxParams is PostgreSQL's limit on the bind parameters of a statement.
