@@ -22,34 +22,36 @@ import (
 func TestSinkMergedKeyWithARefusedItem(t *testing.T) {
 	t.Parallel()
 	srv := testkit.NewPostgresServer(t)
-	ctx, pg, s := setup(t, srv)
-	batch := []item{
-		{K: "a", V: 1, N: n32(1), Note: str("first")},
-		{K: "b", V: 2, N: n32(2)},
-		{K: "a", V: -1, N: n32(3)}, // CHECK violation, superseded by item 3
-		{K: "a", V: 4, N: n32(2)},
-		{K: "c", V: 5, N: n32(1)},    // valid, new key
-		{K: "c", V: 1000, N: n32(1)}, // numeric overflow
-		{K: "d", V: 1, N: n32(1)},
-		{K: "d", V: 2, N: nil}, // NOT NULL violation
-		{K: "d", V: 3, N: n32(4), Note: str("d")},
-		{K: "d", V: -2, N: n32(5)}, // CHECK violation, the newest of d
-	}
-	err := s.Write(ctx, batch)
-	wantRejections(t, err, map[int]string{5: "pg.22003", 7: "pg.23502", 9: "pg.23514.items_v_check"})
-	got := readItems(t, ctx, pg.Pool)
-	if a := got["a"]; a.V != 4 || a.N != 3 || a.Note == nil || *a.Note != "first" {
-		t.Errorf("a = %v, want v=4 n=3 note=first", a)
-	}
-	if b := got["b"]; b.V != 2 {
-		t.Errorf("b = %v, want v=2", b)
-	}
-	if c, ok := got["c"]; !ok || c.V != 5 {
-		t.Errorf("c = %v (landed %v), want v=5", c, ok)
-	}
-	if d, ok := got["d"]; !ok || d.V != 3 || d.N != 4 || d.Note == nil || *d.Note != "d" {
-		t.Errorf("d = %v (landed %v), want v=3 n=4 note=d", d, ok)
-	}
+	eachPath(t, func(t *testing.T, path writePath) {
+		ctx, pg, s := setup(t, srv, path.opt)
+		batch := []item{
+			{K: "a", V: 1, N: n32(1), Note: str("first")},
+			{K: "b", V: 2, N: n32(2)},
+			{K: "a", V: -1, N: n32(3)}, // CHECK violation, superseded by item 3
+			{K: "a", V: 4, N: n32(2)},
+			{K: "c", V: 5, N: n32(1)},    // valid, new key
+			{K: "c", V: 1000, N: n32(1)}, // numeric overflow
+			{K: "d", V: 1, N: n32(1)},
+			{K: "d", V: 2, N: nil}, // NOT NULL violation
+			{K: "d", V: 3, N: n32(4), Note: str("d")},
+			{K: "d", V: -2, N: n32(5)}, // CHECK violation, the newest of d
+		}
+		err := s.Write(ctx, batch)
+		wantRejections(t, err, map[int]string{5: "pg.22003", 7: "pg.23502", 9: "pg.23514.items_v_check"})
+		got := readItems(t, ctx, pg.Pool)
+		if a := got["a"]; a.V != 4 || a.N != 3 || a.Note == nil || *a.Note != "first" {
+			t.Errorf("a = %v, want v=4 n=3 note=first", a)
+		}
+		if b := got["b"]; b.V != 2 {
+			t.Errorf("b = %v, want v=2", b)
+		}
+		if c, ok := got["c"]; !ok || c.V != 5 {
+			t.Errorf("c = %v (landed %v), want v=5", c, ok)
+		}
+		if d, ok := got["d"]; !ok || d.V != 3 || d.N != 4 || d.Note == nil || *d.Note != "d" {
+			t.Errorf("d = %v (landed %v), want v=3 n=4 note=d", d, ok)
+		}
+	})
 }
 
 // A session that PostgreSQL ends for idling, in a transaction or not, is a
@@ -123,42 +125,44 @@ func TestSinkCancelledMidWrite(t *testing.T) {
 func TestSinkQuotedSchemaQualifiedNames(t *testing.T) {
 	t.Parallel()
 	srv := testkit.NewPostgresServer(t)
-	pg := srv.Postgres(t)
-	ctx := testkit.Context(t)
-	schema := `Odd "S ` + testkit.Name(t, "q")[len(testkit.Name(t, "q"))-12:]
-	qs := pgx.Identifier{schema}.Sanitize()
-	if _, err := pg.Pool.Exec(ctx, `CREATE SCHEMA `+qs+`; CREATE TABLE `+qs+`."My""Items" ("K" text PRIMARY KEY, "Val" int NOT NULL, "t" timestamptz)`); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), `DROP SCHEMA `+qs+` CASCADE`) })
-	type row struct {
-		k string
-		v int
-	}
-	s, err := pgsink.New(pg.Pool, pgsink.Table[row]{
-		Name: schema + `.My"Items`, Columns: []string{"K", "Val"}, Key: []string{"K"},
-		Update: []pgsink.Set{{Column: "Val", Expr: `EXCLUDED."Val"`}}, Touch: []string{"t"},
-		KeyOf: func(r row) string { return r.k }, Values: func(r row) []any { return []any{r.k, r.v} },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for v := range 3 { // direct COPY, then upserts
-		var b []row
-		for i := range 300 {
-			b = append(b, row{fmt.Sprint(i), v})
-		}
-		if err := s.Write(ctx, b); err != nil {
+	eachPath(t, func(t *testing.T, path writePath) {
+		pg := srv.Postgres(t)
+		ctx := testkit.Context(t)
+		schema := `Odd "S ` + testkit.Name(t, "q")[len(testkit.Name(t, "q"))-12:]
+		qs := pgx.Identifier{schema}.Sanitize()
+		if _, err := pg.Pool.Exec(ctx, `CREATE SCHEMA `+qs+`; CREATE TABLE `+qs+`."My""Items" ("K" text PRIMARY KEY, "Val" int NOT NULL, "t" timestamptz)`); err != nil {
 			t.Fatal(err)
 		}
-	}
-	var n, sum int
-	if err := pg.Pool.QueryRow(ctx, `SELECT count(*), sum("Val") FROM `+qs+`."My""Items"`).Scan(&n, &sum); err != nil {
-		t.Fatal(err)
-	}
-	if n != 300 || sum != 600 {
-		t.Fatalf("rows = %d, sum = %d, want 300 and 600", n, sum)
-	}
+		t.Cleanup(func() { _, _ = pg.Pool.Exec(context.Background(), `DROP SCHEMA `+qs+` CASCADE`) })
+		type row struct {
+			k string
+			v int
+		}
+		s, err := pgsink.New(pg.Pool, pgsink.Table[row]{
+			Name: schema + `.My"Items`, Columns: []string{"K", "Val"}, Key: []string{"K"},
+			Update: []pgsink.Set{{Column: "Val", Expr: `EXCLUDED."Val"`}}, Touch: []string{"t"},
+			KeyOf: func(r row) string { return r.k }, Values: func(r row) []any { return []any{r.k, r.v} },
+		}, path.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for v := range 3 { // direct COPY, then upserts
+			var b []row
+			for i := range 300 {
+				b = append(b, row{fmt.Sprint(i), v})
+			}
+			if err := s.Write(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var n, sum int
+		if err := pg.Pool.QueryRow(ctx, `SELECT count(*), sum("Val") FROM `+qs+`."My""Items"`).Scan(&n, &sum); err != nil {
+			t.Fatal(err)
+		}
+		if n != 300 || sum != 600 {
+			t.Fatalf("rows = %d, sum = %d, want 300 and 600", n, sum)
+		}
+	})
 }
 
 // Two sinks writing the same new keys at once both succeed (the one whose
@@ -167,37 +171,39 @@ func TestSinkQuotedSchemaQualifiedNames(t *testing.T) {
 func TestTwoSinksWriteTheSameNewKeys(t *testing.T) {
 	t.Parallel()
 	srv := testkit.NewPostgresServer(t)
-	ctx, pg, _ := setup(t, srv)
-	for round := range 20 {
-		var wg sync.WaitGroup
-		for w := range 2 {
-			s, err := pgsink.New(pg.Pool, itemsTable("items"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			wg.Go(func() {
-				var b []item
-				for i := range 200 {
-					it := item{K: fmt.Sprintf("r%02dk%03d", round, i), V: 1, N: n32(int32(w + 1))}
-					if w == 0 {
-						it.Note = str("w0")
+	eachPath(t, func(t *testing.T, path writePath) {
+		ctx, pg, _ := setup(t, srv, path.opt)
+		for round := range 20 {
+			var wg sync.WaitGroup
+			for w := range 2 {
+				s, err := pgsink.New(pg.Pool, itemsTable("items"), path.opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Go(func() {
+					var b []item
+					for i := range 200 {
+						it := item{K: fmt.Sprintf("r%02dk%03d", round, i), V: 1, N: n32(int32(w + 1))}
+						if w == 0 {
+							it.Note = str("w0")
+						}
+						b = append(b, it)
 					}
-					b = append(b, it)
-				}
-				if err := s.Write(ctx, b); err != nil {
-					t.Errorf("writer %d: %v", w, err)
-				}
-			})
+					if err := s.Write(ctx, b); err != nil {
+						t.Errorf("writer %d: %v", w, err)
+					}
+				})
+			}
+			wg.Wait()
 		}
-		wg.Wait()
-	}
-	got := readItems(t, ctx, pg.Pool)
-	if len(got) != 20*200 {
-		t.Errorf("rows = %d, want %d", len(got), 20*200)
-	}
-	for k, r := range got {
-		if r.N != 2 || r.Note == nil || *r.Note != "w0" {
-			t.Fatalf("%s = %v, want the merged row n=2 note=w0", k, r)
+		got := readItems(t, ctx, pg.Pool)
+		if len(got) != 20*200 {
+			t.Errorf("rows = %d, want %d", len(got), 20*200)
 		}
-	}
+		for k, r := range got {
+			if r.N != 2 || r.Note == nil || *r.Note != "w0" {
+				t.Fatalf("%s = %v, want the merged row n=2 note=w0", k, r)
+			}
+		}
+	})
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	txs      *prometheus.CounterVec   // result: ok | row_error | error | conflict
 	duration *prometheus.HistogramVec // result: ok | rejected | error
 	batch    prometheus.Histogram
+	attempts *prometheus.CounterVec // path: insert | copy
 }
 
 // newMetrics registers the collectors on reg (nil: none), or adopts the
@@ -32,6 +33,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"result"),
 		duration: f.HistogramVec("sluice_pgsink_write_duration_seconds", "Duration of Write calls (bisection included), by result (ok, rejected, error).",
 			prometheus.ExponentialBuckets(0.0005, 2, 16), "result"),
+		attempts: f.CounterVec("sluice_pgsink_attempts_total",
+			"Transactions that write rows (bisection halves and retries included), by how the rows are sent: insert (one INSERT … VALUES statement, batches of at most WithSmallBatch rows) or copy (COPY into the table or a staging table).",
+			"path"),
 		batch: f.Histogram("sluice_pgsink_batch_size", "Items per Write call, before merging by key.", prometheus.ExponentialBuckets(1, 2, 15)),
 	}
 	if err := f.Err(); err != nil {

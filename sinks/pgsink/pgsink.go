@@ -2,9 +2,14 @@
 // Write sorts the batch by natural key, folds the items of a repeated key
 // into one row with [Table.Merge] (a batch of distinct keys, such as a
 // coalescing window's output that the runtime already merged, is not
-// merged again) and applies the rows in one transaction, in one of two
+// merged again) and applies the rows in one transaction, in one of three
 // ways:
 //
+//   - values: a batch of at most [DefaultSmallBatch] rows (see
+//     [WithSmallBatch]) is sent as one INSERT … VALUES … ON CONFLICT
+//     statement with bind parameters, the upsert below with the rows in
+//     place of the staging table: one round trip, no staging table, no
+//     lookup;
 //   - upsert: the rows are COPYed into a temporary staging table and
 //     applied with a single INSERT … SELECT … ON CONFLICT … DO UPDATE (see
 //     [Sink.UpsertSQL]);
@@ -13,18 +18,19 @@
 //     than the upsert: no staging table, no speculative insertion — and
 //     only the rows of existing keys are upserted.
 //
-// To choose, the sink looks the keys up in the table (an index probe per
-// key, so it needs SELECT on the key columns); in a batch of more than 128
-// keys it first looks up an evenly spaced sample of 64 and upserts the
-// whole batch when fewer than 3/4 of those are new, so that batches of
-// mostly existing keys do not pay for the full lookup. If the direct COPY
-// hits a unique violation — a key the lookup did not see was inserted
-// meanwhile by another writer, or a row breaks another unique index — the
-// transaction is rolled back and its rows upserted in a new one, so a
-// concurrent insert never loses or rejects a row.
+// To choose between the COPY ways, the sink looks the keys up in the
+// table (an index probe per key, so it needs SELECT on the key columns);
+// in a batch of more than 128 keys it first looks up an evenly spaced
+// sample of 64 and upserts the whole batch when fewer than 3/4 of those
+// are new, so that batches of mostly existing keys do not pay for the
+// full lookup. If the direct COPY hits a unique violation — a key the
+// lookup did not see was inserted meanwhile by another writer, or a row
+// breaks another unique index — the transaction is rolled back and its
+// rows upserted in a new one, so a concurrent insert never loses or
+// rejects a row.
 //
-// Either way the outcome is that of the upsert: a new key is inserted (with
-// the table's defaults for the columns not written), an existing one
+// Whichever way, the outcome is that of the upsert: a new key is inserted
+// (with the table's defaults for the columns not written), an existing one
 // updated by the Update clause.
 //
 // It implements [stages.Sink]:
@@ -188,6 +194,7 @@ type options struct {
 	pipeline string
 	log      *slog.Logger
 	offsets  bool
+	small    int
 }
 
 // WithRegisterer registers the sink's metrics (sluice_pgsink_*) on reg with
@@ -233,6 +240,11 @@ type Sink[T any] struct {
 	// compare it with the default).
 	upsertOnly bool
 
+	// small batches: WithSmallBatch (values.go).
+	smallRows int
+	colMu     sync.Mutex
+	cols      *columns // nil until read
+
 	probeMu   sync.Mutex
 	probeSQL  string     // built on first use from the key columns' types
 	textTypes []textType // key column types pgx may not know (see registerTextTypes)
@@ -249,7 +261,7 @@ func New[T any](db Beginner, table Table[T], opts ...Option) (*Sink[T], error) {
 	if err := table.check(); err != nil {
 		return nil, err
 	}
-	o := options{log: slog.New(slog.DiscardHandler)}
+	o := options{log: slog.New(slog.DiscardHandler), small: DefaultSmallBatch}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -262,13 +274,14 @@ func New[T any](db Beginner, table Table[T], opts ...Option) (*Sink[T], error) {
 		return nil, fmt.Errorf("pgsink: register metrics: %w", err)
 	}
 	s := &Sink[T]{
-		db:      db,
-		table:   table,
-		columns: make(map[string]bool, len(table.Columns)),
-		m:       m,
-		log:     o.log.With("table", table.Name),
-		target:  pgx.Identifier(strings.Split(table.Name, ".")),
-		offsets: o.offsets,
+		db:        db,
+		table:     table,
+		columns:   make(map[string]bool, len(table.Columns)),
+		m:         m,
+		log:       o.log.With("table", table.Name),
+		target:    pgx.Identifier(strings.Split(table.Name, ".")),
+		offsets:   o.offsets,
+		smallRows: max(o.small, 0),
 	}
 	for _, c := range table.Columns {
 		s.columns[c] = true
@@ -276,7 +289,8 @@ func New[T any](db Beginner, table Table[T], opts ...Option) (*Sink[T], error) {
 	for _, k := range table.Key {
 		s.keyPos = append(s.keyPos, slices.Index(table.Columns, k))
 	}
-	s.createSQL, s.upsertSQL = table.sql()
+	s.createSQL = table.createSQL()
+	s.upsertSQL = table.upsertFrom(pgx.Identifier{stagingTable}.Sanitize(), false)
 	s.upsertOnly = table.Where != "" // the direct COPY cannot apply Where
 	return s, nil
 }
@@ -312,26 +326,34 @@ func identList(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-// sql builds the staging DDL and the upsert statement.
-func (t Table[T]) sql() (create, upsert string) {
-	create = fmt.Sprintf("CREATE TEMP TABLE %s (LIKE %s INCLUDING DEFAULTS) ON COMMIT DROP",
+// createSQL is the staging table's DDL.
+func (t Table[T]) createSQL() string {
+	return fmt.Sprintf("CREATE TEMP TABLE %s (LIKE %s INCLUDING DEFAULTS) ON COMMIT DROP",
 		pgx.Identifier{stagingTable}.Sanitize(), ident(t.Name))
+}
+
+// upsertFrom builds the upsert of the rows of source, a relation with the
+// table's Columns (the staging table, or a VALUES list). aliased says
+// that source already names itself s, which Where refers to.
+func (t Table[T]) upsertFrom(source string, aliased bool) string {
 	var b strings.Builder
 	cols := identList(t.Columns)
 	key := identList(t.Key)
-	fmt.Fprintf(&b, "INSERT INTO %s AS t (%s)\nSELECT %s FROM %s\n",
-		ident(t.Name), cols, cols, pgx.Identifier{stagingTable}.Sanitize())
+	fmt.Fprintf(&b, "INSERT INTO %s AS t (%s)\nSELECT %s FROM %s\n", ident(t.Name), cols, cols, source)
 	if t.Where != "" {
-		fmt.Fprintf(&b, "AS s WHERE (%s)\n", t.Where)
+		if !aliased {
+			b.WriteString("AS s ")
+		}
+		fmt.Fprintf(&b, "WHERE (%s)\n", t.Where)
 	}
 	if len(t.Update) == 0 && t.AnyConflict {
 		b.WriteString("ON CONFLICT DO NOTHING")
-		return create, b.String()
+		return b.String()
 	}
 	fmt.Fprintf(&b, "ON CONFLICT (%s) ", key)
 	if len(t.Update) == 0 {
 		b.WriteString("DO NOTHING")
-		return create, b.String()
+		return b.String()
 	}
 	b.WriteString("DO UPDATE SET\n")
 	var targets, exprs []string
@@ -349,7 +371,7 @@ func (t Table[T]) sql() (create, upsert string) {
 		out += fmt.Sprintf("\nWHERE (%s) IS DISTINCT FROM (%s)",
 			strings.Join(targets, ", "), strings.Join(exprs, ", "))
 	}
-	return create, out
+	return out
 }
 
 // UpsertSQL returns the statement that applies the staging table to the
@@ -580,12 +602,23 @@ func (s *Sink[T]) rowError(err error) (*pgconn.PgError, error, bool) {
 	return pe, pe, true
 }
 
-// attempt applies gs in one transaction (see direct). If the direct COPY
-// hits a unique violation (a key the lookup did not see was inserted
-// meanwhile by another writer, or a row breaks another unique index), the
-// transaction is rolled back and gs upserted in a new one.
+// attempt applies gs in one transaction: with one INSERT … VALUES when
+// they are few (see WithSmallBatch), else by COPY (see direct). If the
+// direct COPY hits a unique violation (a key the lookup did not see was
+// inserted meanwhile by another writer, or a row breaks another unique
+// index), the transaction is rolled back and gs upserted in a new one.
 // It returns how many rows the committed transaction inserted or updated.
 func (s *Sink[T]) attempt(ctx context.Context, db Beginner, gs []*group[T]) (n int64, err error) {
+	if s.small(gs) {
+		err := s.inTx(ctx, db, func(tx pgx.Tx) (err error) { n, err = s.insertValues(ctx, tx, gs); return err })
+		if !errors.Is(err, errUseCopy) {
+			s.m.attempts.WithLabelValues("insert").Inc()
+			return n, err
+		}
+		// Nothing was sent.
+		s.log.Debug("writing through COPY", "rows", len(gs), "reason", err)
+	}
+	s.m.attempts.WithLabelValues("copy").Inc()
 	if !s.upsertOnly {
 		err := s.inTx(ctx, db, func(tx pgx.Tx) (err error) { n, err = s.direct(ctx, tx, gs); return err })
 		var cc copyConflict

@@ -90,14 +90,14 @@ type num struct{ K, V int64 }
 
 // numSink creates table nums in pool's schema and returns a sink for it
 // that has already written the row {1, 1}.
-func numSink(t *testing.T, ctx context.Context, pool *pgxpool.Pool) *pgsink.Sink[num] {
+func numSink(t *testing.T, ctx context.Context, pool *pgxpool.Pool, opts ...pgsink.Option) *pgsink.Sink[num] {
 	t.Helper()
 	if _, err := pool.Exec(ctx, "CREATE TABLE nums (k int PRIMARY KEY, v int NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
 	s, err := pgsink.New(pool, pgsink.Table[num]{Name: "nums", Columns: []string{"k", "v"}, Key: []string{"k"},
 		Update: []pgsink.Set{{Column: "v", Expr: "EXCLUDED.v"}},
-		KeyOf:  func(r num) string { return fmt.Sprint(r.K) }, Values: func(r num) []any { return []any{r.K, r.V} }})
+		KeyOf:  func(r num) string { return fmt.Sprint(r.K) }, Values: func(r num) []any { return []any{r.K, r.V} }}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,10 +166,14 @@ func wantRejections(t *testing.T, err error, want map[int]string) {
 func TestSink(t *testing.T) {
 	t.Parallel()
 	srv := testkit.NewPostgresServer(t)
+	eachPath(t, func(t *testing.T, path writePath) { testSink(t, srv, path) })
+}
+
+func testSink(t *testing.T, srv *testkit.PostgresServer, path writePath) {
 
 	t.Run("upsert merges in batch and across batches", func(t *testing.T) {
 		t.Parallel()
-		ctx, pg, s := setup(t, srv)
+		ctx, pg, s := setup(t, srv, path.opt)
 		err := s.Write(ctx, []item{
 			{K: "a", V: 1, N: n32(5), Note: str("first")},
 			{K: "b", V: 2, N: n32(1)},
@@ -203,7 +207,7 @@ func TestSink(t *testing.T) {
 	t.Run("bad rows are rejected and the rest lands", func(t *testing.T) {
 		t.Parallel()
 		reg := prometheus.NewRegistry()
-		ctx, pg, s := setup(t, srv, pgsink.WithRegisterer(reg, "test"))
+		ctx, pg, s := setup(t, srv, path.opt, pgsink.WithRegisterer(reg, "test"))
 		var batch []item
 		for i := range 16 {
 			batch = append(batch, item{K: fmt.Sprintf("k%02d", i), V: float64(i), N: n32(int32(i))})
@@ -250,7 +254,7 @@ func TestSink(t *testing.T) {
 
 	t.Run("a batch of only bad rows rejects all and writes nothing", func(t *testing.T) {
 		t.Parallel()
-		ctx, pg, s := setup(t, srv)
+		ctx, pg, s := setup(t, srv, path.opt)
 		err := s.Write(ctx, []item{{K: "x", V: -1, N: n32(1)}, {K: "y", V: 999.999, N: n32(1)}, {K: "z", V: 1}})
 		wantRejections(t, err, map[int]string{0: "pg.23514.items_v_check", 1: "pg.22003", 2: "pg.23502"})
 		if got := readItems(t, ctx, pg.Pool); len(got) != 0 {
@@ -260,7 +264,7 @@ func TestSink(t *testing.T) {
 
 	t.Run("redelivery changes nothing", func(t *testing.T) {
 		t.Parallel()
-		ctx, pg, s := setup(t, srv)
+		ctx, pg, s := setup(t, srv, path.opt)
 		batch := []item{{K: "a", V: 1, N: n32(2), Note: str("n")}, {K: "b", V: 3, N: n32(4)}, {K: "a", V: 2, N: n32(1)}}
 		if err := s.Write(ctx, batch); err != nil {
 			t.Fatal(err)
@@ -286,8 +290,8 @@ func TestSink(t *testing.T) {
 
 	t.Run("schema errors are not row rejections", func(t *testing.T) {
 		t.Parallel()
-		ctx, pg, _ := setup(t, srv)
-		missing, err := pgsink.New(pg.Pool, itemsTable("no_such_table"))
+		ctx, pg, _ := setup(t, srv, path.opt)
+		missing, err := pgsink.New(pg.Pool, itemsTable("no_such_table"), path.opt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -301,7 +305,7 @@ func TestSink(t *testing.T) {
 		if _, err := pg.Pool.Exec(ctx, "ALTER TABLE items ADD COLUMN extra int NOT NULL"); err != nil {
 			t.Fatal(err)
 		}
-		sink, err := pgsink.New(pg.Pool, itemsTable("items"))
+		sink, err := pgsink.New(pg.Pool, itemsTable("items"), path.opt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,7 +317,7 @@ func TestSink(t *testing.T) {
 
 	t.Run("transient errors are ordinary errors", func(t *testing.T) {
 		t.Parallel()
-		ctx, pg, _ := setup(t, srv)
+		ctx, pg, _ := setup(t, srv, path.opt)
 		// Nothing listens on a port we just closed.
 		cfg, err := pgxpool.ParseConfig("postgres://nobody@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
 		if err != nil {
@@ -324,7 +328,7 @@ func TestSink(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer dead.Close()
-		s, err := pgsink.New(dead, itemsTable("items"))
+		s, err := pgsink.New(dead, itemsTable("items"), path.opt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -373,7 +377,7 @@ func TestSink(t *testing.T) {
 
 	t.Run("concurrent writers on overlapping keys do not deadlock", func(t *testing.T) {
 		t.Parallel()
-		ctx, pg, s := setup(t, srv)
+		ctx, pg, s := setup(t, srv, path.opt)
 		var wg sync.WaitGroup
 		errs := make(chan error, 64)
 		for w := range 4 {
@@ -409,7 +413,7 @@ func TestSink(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%d keys of which %d exist", tc.keys, tc.existing), func(t *testing.T) {
 			t.Parallel()
-			ctx, pg, s := setup(t, srv)
+			ctx, pg, s := setup(t, srv, path.opt)
 			r := rand.New(rand.NewPCG(uint64(tc.keys), uint64(tc.existing)))
 			perm := r.Perm(tc.keys)
 			var old []item
@@ -456,7 +460,7 @@ func TestSink(t *testing.T) {
 
 	t.Run("rejections index the caller's batch whatever the key order", func(t *testing.T) {
 		t.Parallel()
-		ctx, pg, s := setup(t, srv)
+		ctx, pg, s := setup(t, srv, path.opt)
 		var old []item
 		for i := range 4 {
 			old = append(old, item{K: fmt.Sprintf("k%02d", i), V: 1, N: n32(1)})
@@ -504,10 +508,11 @@ func TestSink(t *testing.T) {
 	t.Run("a key inserted concurrently falls back to the upsert", func(t *testing.T) {
 		t.Parallel()
 		reg := prometheus.NewRegistry()
-		ctx, pg, s := setup(t, srv, pgsink.WithRegisterer(reg, "test"))
+		ctx, pg, s := setup(t, srv, path.opt, pgsink.WithRegisterer(reg, "test"))
 		// Another transaction inserts b and holds it uncommitted: the
 		// sink's lookup does not see b, its COPY waits for the other
-		// transaction and then hits the unique index.
+		// transaction and then hits the unique index. (The INSERT … VALUES
+		// waits for the other transaction and then updates b.)
 		other, err := pg.Pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -556,7 +561,11 @@ func TestSink(t *testing.T) {
 		if len(got) != 3 || got["a"].V != 2 || got["c"].V != 4 {
 			t.Errorf("rows = %v", got)
 		}
-		for result, want := range map[string]float64{"conflict": 1, "ok": 1, "row_error": 0} {
+		wantTxs := map[string]float64{"conflict": 1, "ok": 1, "row_error": 0}
+		if path.name == insertPath {
+			wantTxs["conflict"] = 0 // no lookup, no direct COPY
+		}
+		for result, want := range wantTxs {
 			if v := testkit.Metric(t, reg, "sluice_pgsink_transactions_total", "result", result); v != want {
 				t.Errorf("transactions{%s} = %v, want %v", result, v, want)
 			}
@@ -565,7 +574,7 @@ func TestSink(t *testing.T) {
 
 	t.Run("a unique violation on another index is rejected", func(t *testing.T) {
 		t.Parallel()
-		ctx, pg, s := setup(t, srv)
+		ctx, pg, s := setup(t, srv, path.opt)
 		if _, err := pg.Pool.Exec(ctx, "ALTER TABLE items ADD CONSTRAINT items_note_key UNIQUE (note)"); err != nil {
 			t.Fatal(err)
 		}
@@ -589,7 +598,7 @@ func TestSink(t *testing.T) {
 		t.Parallel()
 		pg := srv.Postgres(t)
 		ctx := testkit.Context(t)
-		s := numSink(t, ctx, pg.Pool)
+		s := numSink(t, ctx, pg.Pool, path.opt)
 		for _, tc := range []struct {
 			name  string
 			batch []num
@@ -623,7 +632,7 @@ func TestSink(t *testing.T) {
 
 	t.Run("empty batch touches nothing", func(t *testing.T) {
 		t.Parallel()
-		s, err := pgsink.New(noDB{}, itemsTable("items"))
+		s, err := pgsink.New(noDB{}, itemsTable("items"), path.opt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -729,57 +738,59 @@ type closing struct {
 
 func TestSinkCompositeKey(t *testing.T) {
 	t.Parallel()
-	pg := testkit.NewPostgres(t)
-	ctx := testkit.Context(t)
-	if _, err := pg.Pool.Exec(ctx, `CREATE TABLE closes (symbol text, day date, close float8,
-		first_seen timestamptz, PRIMARY KEY (symbol, day))`); err != nil {
-		t.Fatal(err)
-	}
-	s, err := pgsink.New(pg.Pool, pgsink.Table[closing]{
-		Name:    pg.Schema + ".closes",
-		Columns: []string{"close", "day", "symbol", "first_seen"},
-		Key:     []string{"symbol", "day"},
-		Update: []pgsink.Set{
-			{Column: "close", Expr: "EXCLUDED.close"},
-			{Column: "first_seen", Expr: "LEAST(t.first_seen, EXCLUDED.first_seen)"},
-		},
-		KeyOf:  func(c closing) string { return c.Symbol + "|" + c.Day.Format(time.DateOnly) },
-		Values: func(c closing) []any { return []any{c.Close, c.Day, c.Symbol, c.FirstSeen} },
+	eachPath(t, func(t *testing.T, path writePath) {
+		pg := testkit.NewPostgres(t)
+		ctx := testkit.Context(t)
+		if _, err := pg.Pool.Exec(ctx, `CREATE TABLE closes (symbol text, day date, close float8,
+			first_seen timestamptz, PRIMARY KEY (symbol, day))`); err != nil {
+			t.Fatal(err)
+		}
+		s, err := pgsink.New(pg.Pool, pgsink.Table[closing]{
+			Name:    pg.Schema + ".closes",
+			Columns: []string{"close", "day", "symbol", "first_seen"},
+			Key:     []string{"symbol", "day"},
+			Update: []pgsink.Set{
+				{Column: "close", Expr: "EXCLUDED.close"},
+				{Column: "first_seen", Expr: "LEAST(t.first_seen, EXCLUDED.first_seen)"},
+			},
+			KeyOf:  func(c closing) string { return c.Symbol + "|" + c.Day.Format(time.DateOnly) },
+			Values: func(c closing) []any { return []any{c.Close, c.Day, c.Symbol, c.FirstSeen} },
+		}, path.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		day := func(d int) time.Time { return time.Date(2025, 3, d, 0, 0, 0, 0, time.UTC) }
+		seen := func(h int) time.Time { return time.Date(2025, 3, 10, h, 0, 0, 0, time.UTC) }
+		if err := s.Write(ctx, []closing{{"AAA", day(1), 10, seen(5)}, {"BBB", day(1), 20, seen(5)}}); err != nil {
+			t.Fatal(err)
+		}
+		// AAA/1 exists (close changes, first_seen keeps the earliest), BBB/1
+		// exists and gets an earlier first_seen; the other six are new (3/4 of
+		// the batch: they are COPYed).
+		if err := s.Write(ctx, []closing{
+			{"BBB", day(2), 21, seen(9)}, {"AAA", day(1), 11, seen(7)}, {"AAA", day(2), 12, seen(8)}, {"BBB", day(1), 20, seen(1)},
+			{"CCC", day(1), 30, seen(2)}, {"CCC", day(2), 31, seen(3)}, {"AAA", day(3), 13, seen(4)}, {"BBB", day(3), 22, seen(6)},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := pg.Pool.Query(ctx, "SELECT symbol, day, close, first_seen FROM closes ORDER BY symbol, day")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		var c closing
+		if _, err := pgx.ForEachRow(rows, []any{&c.Symbol, &c.Day, &c.Close, &c.FirstSeen}, func() error {
+			got = append(got, fmt.Sprintf("%s %s %v %02d", c.Symbol, c.Day.Format(time.DateOnly), c.Close, c.FirstSeen.UTC().Hour()))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"AAA 2025-03-01 11 05", "AAA 2025-03-02 12 08", "AAA 2025-03-03 13 04",
+			"BBB 2025-03-01 20 01", "BBB 2025-03-02 21 09", "BBB 2025-03-03 22 06", "CCC 2025-03-01 30 02", "CCC 2025-03-02 31 03"}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("closes =\n%v\nwant\n%v", got, want)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	day := func(d int) time.Time { return time.Date(2025, 3, d, 0, 0, 0, 0, time.UTC) }
-	seen := func(h int) time.Time { return time.Date(2025, 3, 10, h, 0, 0, 0, time.UTC) }
-	if err := s.Write(ctx, []closing{{"AAA", day(1), 10, seen(5)}, {"BBB", day(1), 20, seen(5)}}); err != nil {
-		t.Fatal(err)
-	}
-	// AAA/1 exists (close changes, first_seen keeps the earliest), BBB/1
-	// exists and gets an earlier first_seen; the other six are new (3/4 of
-	// the batch: they are COPYed).
-	if err := s.Write(ctx, []closing{
-		{"BBB", day(2), 21, seen(9)}, {"AAA", day(1), 11, seen(7)}, {"AAA", day(2), 12, seen(8)}, {"BBB", day(1), 20, seen(1)},
-		{"CCC", day(1), 30, seen(2)}, {"CCC", day(2), 31, seen(3)}, {"AAA", day(3), 13, seen(4)}, {"BBB", day(3), 22, seen(6)},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := pg.Pool.Query(ctx, "SELECT symbol, day, close, first_seen FROM closes ORDER BY symbol, day")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	var c closing
-	if _, err := pgx.ForEachRow(rows, []any{&c.Symbol, &c.Day, &c.Close, &c.FirstSeen}, func() error {
-		got = append(got, fmt.Sprintf("%s %s %v %02d", c.Symbol, c.Day.Format(time.DateOnly), c.Close, c.FirstSeen.UTC().Hour()))
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"AAA 2025-03-01 11 05", "AAA 2025-03-02 12 08", "AAA 2025-03-03 13 04",
-		"BBB 2025-03-01 20 01", "BBB 2025-03-02 21 09", "BBB 2025-03-03 22 06", "CCC 2025-03-01 30 02", "CCC 2025-03-02 31 03"}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("closes =\n%v\nwant\n%v", got, want)
-	}
 }
 
 // The lookup of existing keys sends arrays of []any: it must work whatever
@@ -791,38 +802,40 @@ func TestSinkQueryExecModes(t *testing.T) {
 		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			pg := srv.Postgres(t)
-			ctx := testkit.Context(t)
-			if _, err := pg.Pool.Exec(ctx, itemsDDL); err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := pgxpool.ParseConfig(pg.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.ConnConfig.DefaultQueryExecMode = mode
-			pool, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pool.Close()
-			s, err := pgsink.New(pool, itemsTable("items"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, batch := range [][]item{
-				{{K: "a", V: 1, N: n32(1)}, {K: "b", V: 2, N: n32(2)}}, // new
-				{{K: "b", V: 3, N: n32(1)}, {K: "c", V: 4, N: n32(4)}}, // existing and new
-				{{K: "a", V: 5, N: n32(1)}},                            // existing
-			} {
-				if err := s.Write(ctx, batch); err != nil {
+			eachPath(t, func(t *testing.T, path writePath) {
+				pg := srv.Postgres(t)
+				ctx := testkit.Context(t)
+				if _, err := pg.Pool.Exec(ctx, itemsDDL); err != nil {
 					t.Fatal(err)
 				}
-			}
-			got := readItems(t, ctx, pg.Pool)
-			if len(got) != 3 || got["a"].V != 5 || got["b"].V != 3 || got["b"].N != 2 || got["c"].V != 4 {
-				t.Errorf("rows = %v", got)
-			}
+				cfg, err := pgxpool.ParseConfig(pg.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.ConnConfig.DefaultQueryExecMode = mode
+				pool, err := pgxpool.NewWithConfig(ctx, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pool.Close()
+				s, err := pgsink.New(pool, itemsTable("items"), path.opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, batch := range [][]item{
+					{{K: "a", V: 1, N: n32(1)}, {K: "b", V: 2, N: n32(2)}}, // new
+					{{K: "b", V: 3, N: n32(1)}, {K: "c", V: 4, N: n32(4)}}, // existing and new
+					{{K: "a", V: 5, N: n32(1)}},                            // existing
+				} {
+					if err := s.Write(ctx, batch); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got := readItems(t, ctx, pg.Pool)
+				if len(got) != 3 || got["a"].V != 5 || got["b"].V != 3 || got["b"].N != 2 || got["c"].V != 4 {
+					t.Errorf("rows = %v", got)
+				}
+			})
 		})
 	}
 }
@@ -834,58 +847,60 @@ func TestSinkQueryExecModes(t *testing.T) {
 // de_DE.UTF-8 (a superuser, the locale installed); skipped otherwise.
 func TestSinkEncodeRejectionUnderAnotherLocale(t *testing.T) {
 	t.Parallel()
-	pg := testkit.NewPostgresServer(t).Postgres(t)
-	ctx := testkit.Context(t)
-	const lcMessages = "SET lc_messages = 'de_DE.UTF-8'"
-	if _, err := pg.Pool.Exec(ctx, lcMessages); err != nil {
-		t.Skipf("cannot set lc_messages to de_DE.UTF-8 on this server: %v", err)
-	}
-	cfg, err := pgxpool.ParseConfig(pg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, lcMessages)
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	s := numSink(t, ctx, pool)
-	for _, tc := range []struct {
-		name  string
-		batch []num
-		want  map[int]string
-	}{
-		{"a new key's value (direct COPY)", []num{{K: 2, V: 20}, {K: 3, V: 1 << 40}, {K: 4, V: 40}, {K: 5, V: 50}}, map[int]string{1: "pg.encode"}},
-		{"a key (staging COPY)", []num{{K: 6, V: 60}, {K: 1 << 40, V: 1}, {K: 7, V: 70}}, map[int]string{1: "pg.encode"}},
-		{"an existing key's value (staging COPY)", []num{{K: 1, V: -1 << 40}, {K: 8, V: 80}}, map[int]string{0: "pg.encode"}},
-	} {
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := s.Write(wctx, tc.batch)
-		cancel()
-		wantRejections(t, err, tc.want)
-		for _, it := range err.(*stages.Rejections).Items {
-			if strings.Contains(it.Err.Error(), "COPY from stdin failed") {
-				t.Fatalf("%s: the server answered in English (%v): lc_messages did not take", tc.name, it.Err)
-			}
-			if !pgsink.IsPermanent(it.Err) || pgsink.IsTransient(it.Err) {
-				t.Errorf("%s: IsPermanent %v, IsTransient %v (%v)", tc.name, pgsink.IsPermanent(it.Err), pgsink.IsTransient(it.Err), it.Err)
+	eachPath(t, func(t *testing.T, path writePath) {
+		pg := testkit.NewPostgresServer(t).Postgres(t)
+		ctx := testkit.Context(t)
+		const lcMessages = "SET lc_messages = 'de_DE.UTF-8'"
+		if _, err := pg.Pool.Exec(ctx, lcMessages); err != nil {
+			t.Skipf("cannot set lc_messages to de_DE.UTF-8 on this server: %v", err)
+		}
+		cfg, err := pgxpool.ParseConfig(pg.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, lcMessages)
+			return err
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		s := numSink(t, ctx, pool, path.opt)
+		for _, tc := range []struct {
+			name  string
+			batch []num
+			want  map[int]string
+		}{
+			{"a new key's value (direct COPY)", []num{{K: 2, V: 20}, {K: 3, V: 1 << 40}, {K: 4, V: 40}, {K: 5, V: 50}}, map[int]string{1: "pg.encode"}},
+			{"a key (staging COPY)", []num{{K: 6, V: 60}, {K: 1 << 40, V: 1}, {K: 7, V: 70}}, map[int]string{1: "pg.encode"}},
+			{"an existing key's value (staging COPY)", []num{{K: 1, V: -1 << 40}, {K: 8, V: 80}}, map[int]string{0: "pg.encode"}},
+		} {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := s.Write(wctx, tc.batch)
+			cancel()
+			wantRejections(t, err, tc.want)
+			for _, it := range err.(*stages.Rejections).Items {
+				if strings.Contains(it.Err.Error(), "COPY from stdin failed") {
+					t.Fatalf("%s: the server answered in English (%v): lc_messages did not take", tc.name, it.Err)
+				}
+				if !pgsink.IsPermanent(it.Err) || pgsink.IsTransient(it.Err) {
+					t.Errorf("%s: IsPermanent %v, IsTransient %v (%v)", tc.name, pgsink.IsPermanent(it.Err), pgsink.IsTransient(it.Err), it.Err)
+				}
 			}
 		}
-	}
-	got := map[int64]int64{}
-	rows, err := pool.Query(ctx, "SELECT k, v FROM nums")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var k, v int64
-	if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { got[k] = v; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if want := map[int64]int64{1: 1, 2: 20, 4: 40, 5: 50, 6: 60, 7: 70, 8: 80}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("rows = %v, want %v", got, want)
-	}
+		got := map[int64]int64{}
+		rows, err := pool.Query(ctx, "SELECT k, v FROM nums")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k, v int64
+		if _, err := pgx.ForEachRow(rows, []any{&k, &v}, func() error { got[k] = v; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[int64]int64{1: 1, 2: 20, 4: 40, 5: 50, 6: 60, 7: 70, 8: 80}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("rows = %v, want %v", got, want)
+		}
+	})
 }
