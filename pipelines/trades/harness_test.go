@@ -228,8 +228,14 @@ func (h *svcHarness) events(topic string) []Event[json.RawMessage] {
 // waitEvents waits until topic holds at least n events and returns them.
 func (h *svcHarness) waitEvents(topic string, n int) []Event[json.RawMessage] {
 	h.t.Helper()
+	return h.waitEventsFor(topic, n, 30*time.Second)
+}
+
+// waitEventsFor is waitEvents with a timeout of its own.
+func (h *svcHarness) waitEventsFor(topic string, n int, timeout time.Duration) []Event[json.RawMessage] {
+	h.t.Helper()
 	var evs []Event[json.RawMessage]
-	testkit.WaitFor(h.t, 30*time.Second, topic+" events", func() bool {
+	testkit.WaitFor(h.t, timeout, topic+" events", func() bool {
 		evs = h.events(topic)
 		return len(evs) >= n
 	})

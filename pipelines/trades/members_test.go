@@ -679,7 +679,12 @@ func digestKilled(t *testing.T, point string) {
 	cfg := h.cfg
 	cfg.Score.Now, cfg.Digest.Now, cfg.Digest.Settle = now, now, settle
 	d := h.start(cfg)
-	h.waitEvents(topics.DigestReady, 2)
+	// The new member gets the partitions once the child's session (6 s)
+	// expired, and its offsets and read_committed reads wait for the
+	// transaction the child left open until the broker aborts it (the
+	// runtime's 20 s transaction timeout): 30 s is short on a loaded
+	// machine.
+	h.waitEventsFor(topics.DigestReady, 2, 90*time.Second)
 	moreFirings(t, d)
 	moreFirings(t, d)
 	ready := h.events(topics.DigestReady)
