@@ -118,17 +118,13 @@ const (
 // catalog.
 const DefaultCatalogRefresh = time.Minute
 
-// MirrorBatchLinger is the mirror's default run.Config.BatchLinger: none
-// to speak of. A state turns into a row as soon as the worker has it and
-// its queue is empty: a linger waits twice per state that no other
-// follows (for the batch, then for the window), and Go's timers wake at
-// millisecond granularity when the process idles, so even a linger of
-// 100 µs cost about 2 ms between a state's produce ack and its row (1 µs:
-// 0.7 ms; the runtime's default 50 ms would make every refresh look that
-// much slower to readers of the view). Zero would mean that default, so
-// 1 µs stands for none. Coalescing does not depend on it: states arriving
-// while a window is written, and a backlog, still share a window.
-const MirrorBatchLinger = time.Microsecond
+// MirrorBatchLinger is the mirror's default run.Config.BatchLinger: a
+// state turns into a row about twice this long after it was read, when no
+// more follow (the batch's and the window's waits; the runtime's default
+// 50 ms would make every refresh look that much slower to readers of the
+// view). Coalescing does not depend on it: states arriving while a window
+// is written, and a backlog, still share a window.
+const MirrorBatchLinger = time.Millisecond
 
 // MirrorWindow returns the mirror's default coalescing window: under a
 // backlog (a restart reading modules.state from the start) the states of a
