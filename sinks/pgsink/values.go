@@ -51,10 +51,17 @@ func WithSmallBatch(rows int) Option {
 }
 
 // small reports whether gs are written with insertValues: they are few
-// enough, and the table is not known to need COPY (see columnInfo).
+// enough, they carry their values (a table with AppendCopy encodes its
+// rows for COPY only, unless a retry built them with Values), and the
+// table is not known to need COPY (see columnInfo).
 func (s *Sink[T]) small(gs []*group[T]) bool {
 	if len(gs) > s.smallRows || len(gs)*len(s.table.Columns) > maxParams {
 		return false
+	}
+	for _, g := range gs {
+		if g.vals == nil {
+			return false
+		}
 	}
 	s.colMu.Lock()
 	defer s.colMu.Unlock()
@@ -82,7 +89,9 @@ func (s *Sink[T]) insertValues(ctx context.Context, tx pgx.Tx, gs []*group[T]) (
 	m := tx.Conn().TypeMap()
 	ncol := len(cols.oids)
 	params := make([][]byte, 0, len(gs)*ncol)
-	var buf []byte
+	// Not nil: an encoder appends an empty value (an empty string) to buf
+	// and returns it, which must not read as NULL (a nil result).
+	buf := make([]byte, 0, 256)
 	var ends []int // end of each parameter's bytes in buf, -1: NULL
 	for _, g := range gs {
 		if len(g.vals) != ncol {
