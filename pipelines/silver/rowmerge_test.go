@@ -12,9 +12,16 @@ import (
 // records (seed, n records over keys keys), in corpus order.
 func corpusRows(t testing.TB, seed int64, n, keys int) []Row {
 	t.Helper()
+	return corpusRowsOf(t, GenerateCorpus(seed, n, 0, CorpusKeys(keys)))
+}
+
+// corpusRowsOf returns the rows the stage (its real clock) makes of valid
+// corpus records recs, in order.
+func corpusRowsOf(t testing.TB, recs []Record) []Row {
+	t.Helper()
 	v := NewValidator()
 	var rows []Row
-	for _, rec := range GenerateCorpus(seed, n, 0, CorpusKeys(keys)) {
+	for _, rec := range recs {
 		env, err := Decode([]byte(rec.Key), rec.Value)
 		if err != nil {
 			t.Fatal(err)
@@ -149,20 +156,11 @@ func BenchmarkWindowFold(b *testing.B) {
 // reused fetch buffer would, changes no row.
 func TestRowsOwnTheirStrings(t *testing.T) {
 	t.Parallel()
-	v := NewValidator()
 	var rt router
 	recs := GenerateCorpus(13, 400, 0, CorpusKeys(50))
-	var rows, want []Row
-	for _, rec := range recs {
-		env, err := Decode(nil, rec.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		row, err := v.Transform(env, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows = append(rows, row)
+	rows := corpusRowsOf(t, recs)
+	var want []Row
+	for _, row := range rows {
 		c, err := rt.Decode(rt.AppendEncoded(nil, row)) // a deep copy
 		if err != nil {
 			t.Fatal(err)

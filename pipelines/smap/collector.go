@@ -324,7 +324,8 @@ func (c *collector) resealed(ctx context.Context, m stages.Msg[Event[ProjectCrea
 		}
 	}
 	self := sealer(m.Source)
-	if pm.SealedBy != self && (pm.SealedBy == "" || pm.SealedBy != origin(m.Headers)) {
+	origin, _ := m.Header(stages.HeaderOrigin) // the record first dead-lettered, when re-driven
+	if pm.SealedBy != self && (pm.SealedBy == "" || pm.SealedBy != string(origin)) {
 		c.m.projects.WithLabelValues("resealed").Inc()
 		return nil, nil
 	}
@@ -372,17 +373,6 @@ func (c *collector) sealedItems(ctx context.Context, id string, keywords []strin
 		c.log.Error("crawl journal lacks items of the sealed total: those cannot be announced", "project_id", id, "journal", len(outs), "total", total)
 	}
 	return outs, nil
-}
-
-// origin returns the stages.HeaderOrigin header of a re-driven record: the
-// coordinates of the record first dead-lettered ("" when absent).
-func origin(headers []stages.Header) string {
-	for _, h := range headers {
-		if h.Key == stages.HeaderOrigin {
-			return string(h.Value)
-		}
-	}
-	return ""
 }
 
 // sealer names the project.created record at src in a project's meta

@@ -188,7 +188,7 @@ func (im *importer) onPush(ctx context.Context, states importStates, m stages.Ms
 		// A one-trade push whose trade fails is dead-lettered as it is: it
 		// already is the redrivable one-trade push.
 		if _, err := raws[0].Normalize(c.UserID, c.Broker, now); err != nil {
-			if !hasHeader(m.Headers, HeaderRejectedFrom) {
+			if _, ok := m.Header(HeaderRejectedFrom); !ok {
 				im.m.trades.WithLabelValues(c.Broker, "rejected").Inc()
 			}
 			return nil, err
@@ -552,13 +552,4 @@ func (im *importer) put(states importStates, st ImportState) error {
 		return fmt.Errorf("import state %s: %w", st.ImportID, err)
 	}
 	return nil
-}
-
-func hasHeader(hs []stages.Header, key string) bool {
-	for _, h := range hs {
-		if h.Key == key {
-			return true
-		}
-	}
-	return false
 }

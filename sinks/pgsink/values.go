@@ -143,15 +143,26 @@ func (s *Sink[T]) insertValues(ctx context.Context, tx pgx.Tx, gs []*group[T]) (
 		res = tx.Conn().PgConn().ExecParams(ctx, sql, params, types, binary, nil).Read()
 	}
 	if res.Err != nil {
-		s.forgetColumns()
+		if !rowError(res.Err) {
+			s.forgetColumns()
+		}
 		return 0, fmt.Errorf("insert values: %w", res.Err)
 	}
 	return res.CommandTag.RowsAffected(), nil
 }
 
-// forgetColumns drops the cached columns after a failed statement: the
-// table may have changed under them, and the next statement reads them
-// again.
+// rowError reports whether err is a row's own fault (an integrity
+// constraint, class 23, or a row affected twice, class 21), which says
+// nothing about the table's columns: bisection hits these, and keeps the
+// cached columns.
+func rowError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "23") || strings.HasPrefix(pe.Code, "21"))
+}
+
+// forgetColumns drops the cached columns after a failed statement that is
+// not a row's fault: the table may have changed under them, and the next
+// statement reads them again.
 func (s *Sink[T]) forgetColumns() {
 	s.colMu.Lock()
 	s.cols = nil

@@ -73,7 +73,9 @@ func TestWindowMergesEncodedOutputsWithAppendMerged(t *testing.T) {
 // kvKeyAppender is a kvMerger that appends its keys.
 type kvKeyAppender struct{ kvMerger }
 
-func (kvKeyAppender) MergeKey(kv) string { panic("MergeKey called: the window should use AppendMergeKey") }
+func (kvKeyAppender) MergeKey(kv) string {
+	panic("MergeKey called: the window should use AppendMergeKey")
+}
 
 func (kvKeyAppender) AppendMergeKey(dst []byte, o kv) []byte { return append(dst, o.K...) }
 
