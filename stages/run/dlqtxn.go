@@ -414,10 +414,16 @@ func (c *txnCommitter) transact(ctx context.Context, recs, events []*kgo.Record,
 		c.open = false
 		return nil
 	}
-	err = c.abort(ctx, fmt.Errorf("end transaction: %w", err))
+	// The commit may have reached the broker although its answer did not
+	// reach this member (ctx ended by a stop or a revoke, a lost response):
+	// the abort and the check of the offsets run even when ctx is done
+	// (each bounded), or the commit would be retried with the same records
+	// and a committed transaction would get a second copy of them.
+	dctx := context.WithoutCancel(ctx)
+	err = c.abort(dctx, fmt.Errorf("end transaction: %w", err))
 	// The abort reloaded the producer id, which completes the
 	// transaction either way: its offsets tell which.
-	if !c.open && c.committedAll(ctx, offsets) {
+	if !c.open && c.committedAll(dctx, offsets) {
 		c.log.Info("dead-letter transaction committed although its end reported an error", "err", err)
 		return nil
 	}
@@ -576,6 +582,8 @@ func retryConcurrent(ctx context.Context, fn func() error) error {
 
 // committedAll reports whether the group's committed offsets are offsets.
 func (c *txnCommitter) committedAll(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) bool {
+	ctx, cancel := context.WithTimeout(ctx, txnAbortTimeout)
+	defer cancel()
 	got, err := kadm.NewClient(c.cl).FetchOffsets(ctx, c.groupID)
 	if err != nil {
 		return false
