@@ -388,11 +388,14 @@ func (c *txnCommitter) commitPlain(ctx context.Context, offsets map[string]map[i
 }
 
 // transact produces the dead letters recs and a Publisher's records
-// events, and commits offsets, in one transaction. A
-// failure aborts it, except when ctx ended first (a broker not answering):
-// the transaction is then left open, for the next commit to abort
+// events, and commits offsets, in one transaction. A failure before the
+// end aborts it, except when ctx ended first (a broker not answering): the
+// transaction is then left open, for the next commit to abort
 // (finishAbort) or, if the process ends first, for the broker to abort
-// after the transaction timeout; nothing of it is visible either way.
+// after the transaction timeout; nothing of it is visible either way. A
+// failed end is always followed by an abort and a check of the group's
+// offsets (each bounded, even when ctx ended): the broker may have
+// committed it, and then it counts as committed.
 func (c *txnCommitter) transact(ctx context.Context, recs, events []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) error {
 	if err := c.cl.BeginTransaction(); err != nil {
 		// The producer id failed for good (see renew); the next commit
