@@ -48,9 +48,13 @@ const (
 // from is refused, and the transaction aborted), and the transaction is
 // committed; a commit without either is a plain offset commit of the group
 // client. Commits are serialized (cmu), and the group client never commits
-// by itself, so no older commit can land after a newer one. A commit that fails keeps its entries for the next one (its
-// dead letters and published records were aborted with the transaction,
-// and are produced again); the entries of a worker that was abandoned or
+// by itself, so no older commit can land after a newer one. A commit that
+// fails keeps its entries for the next one (its dead letters and published
+// records were aborted with the transaction, and are produced again); a
+// transaction whose end failed is aborted and then counts as committed if
+// the group's offsets say so, and while they cannot be read its entries
+// wait, neither committed nor produced again, for the next commit to read
+// them first (resolve); the entries of a worker that was abandoned or
 // whose partition was lost are dropped: the next owner processes those
 // records again, and their dead letters and published records were never
 // visible. Safe for concurrent use.
@@ -75,7 +79,18 @@ type txnCommitter struct {
 
 	turn chan struct{} // cap 1: held by the commit under way (one at a time)
 	open bool          // a transaction is open (guarded by turn)
+	// unsure is the batch of a transaction whose end failed and whose
+	// outcome is not known yet (the abort or the offset fetch after it
+	// failed too), with its offsets: the next commit learns the outcome
+	// before anything else (resolve). Guarded by turn.
+	unsure        map[*txnOwner]*txnEntry
+	unsureOffsets map[string]map[int32]kgo.EpochOffset
 }
+
+// errTxnUnsure marks a commit whose transaction's end failed and whose
+// outcome could not be learnt: its batch waits for resolve, neither
+// committed nor produced again.
+var errTxnUnsure = errors.New("outcome of the dead-letter transaction unknown until the next commit checks the group's offsets")
 
 // txnOwner identifies the worker of a submission. Its entries are dropped
 // instead of committed once it is gone: abandoned, its partition lost, or
@@ -249,7 +264,12 @@ func (c *txnCommitter) loop(ctx context.Context, interval time.Duration, fatal f
 			fatal(err)
 			return
 		}
-		if ctx.Err() == nil && !errors.Is(err, errReported) {
+		switch {
+		case ctx.Err() != nil || errors.Is(err, errReported):
+		case errors.Is(err, errTxnUnsure):
+			c.m.errors.WithLabelValues("commit").Inc()
+			c.log.Warn("commit transaction failed and its outcome is not known yet; the next commit reads the group's offsets first, and produces its dead letters and published records again only if it was aborted", "err", err)
+		default:
 			c.m.errors.WithLabelValues("commit").Inc()
 			c.log.Warn("commit transaction failed; its dead letters and published records were aborted and are produced again with their offsets at the next commit", "err", err)
 		}
@@ -289,6 +309,9 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 			return fmt.Errorf("dead-letter transaction left open: %w", err)
 		}
 	}
+	if err := c.resolve(ctx); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	batch := c.pending
 	c.pending = map[*txnOwner]*txnEntry{}
@@ -318,10 +341,63 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 	default:
 		err = c.transact(ctx, recs, events, offsets)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errTxnUnsure):
+		// Neither committed nor to produce again before the outcome is
+		// known: producing its dead letters again could add a second copy
+		// of each to a transaction the broker committed.
+		c.unsure, c.unsureOffsets = batch, offsets
+		c.count(batch, 1)
+		return err
+	case err != nil:
 		c.restore(batch)
 		return err
 	}
+	c.done(batch, offsets)
+	return nil
+}
+
+// resolve learns the outcome of the unsure transaction, if any: committed,
+// its batch counts as committed; aborted, its batch goes back in front of
+// the pending entries (restore). When the group's offsets cannot be read,
+// it returns the error and the batch stays unsure.
+func (c *txnCommitter) resolve(ctx context.Context) error {
+	if c.unsure == nil {
+		return nil
+	}
+	ok, err := c.committed(ctx, c.unsureOffsets)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errTxnUnsure, err)
+	}
+	batch, offsets := c.unsure, c.unsureOffsets
+	c.unsure, c.unsureOffsets = nil, nil
+	c.count(batch, -1) // restore counts it again; done frees it
+	if !ok {
+		c.restore(batch)
+		return nil
+	}
+	c.log.Info("dead-letter transaction committed although its end reported an error")
+	c.done(batch, offsets)
+	return nil
+}
+
+// count adds the bytes of batch's entries, times sign, to what submit
+// waits on: an unsure batch keeps counting while it waits (sign 1), and
+// gives them back when resolved (sign -1).
+func (c *txnCommitter) count(batch map[*txnOwner]*txnEntry, sign int64) {
+	n := int64(0)
+	for _, e := range batch {
+		n += e.bytes
+	}
+	c.mu.Lock()
+	c.bytes += sign * n
+	c.mu.Unlock()
+}
+
+// done records batch, committed with offsets: the group client's marks,
+// the committed and dead-letter metrics, and the wake-up of submitters
+// waiting for room.
+func (c *txnCommitter) done(batch map[*txnOwner]*txnEntry, offsets map[string]map[int32]kgo.EpochOffset) {
 	// The group client's marks follow the commits (Config.StopAtEnd reads
 	// them); it never commits them by itself (see Runner.Run).
 	c.group.MarkCommitOffsets(offsets)
@@ -335,7 +411,6 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 	close(c.freed)
 	c.freed = make(chan struct{})
 	c.mu.Unlock()
-	return nil
 }
 
 // restore puts the entries of a failed commit back in front of what was
@@ -424,9 +499,16 @@ func (c *txnCommitter) transact(ctx context.Context, recs, events []*kgo.Record,
 	// and a committed transaction would get a second copy of them.
 	dctx := context.WithoutCancel(ctx)
 	err = c.abort(dctx, fmt.Errorf("end transaction: %w", err))
+	if c.open { // the abort failed too: the outcome is unknown
+		return fmt.Errorf("%w: %w", errTxnUnsure, err)
+	}
 	// The abort reloaded the producer id, which completes the
 	// transaction either way: its offsets tell which.
-	if !c.open && c.committedAll(dctx, offsets) {
+	ok, ferr := c.committed(dctx, offsets)
+	switch {
+	case ferr != nil:
+		return fmt.Errorf("%w: %w; %w", errTxnUnsure, err, ferr)
+	case ok:
 		c.log.Info("dead-letter transaction committed although its end reported an error", "err", err)
 		return nil
 	}
@@ -583,21 +665,24 @@ func retryConcurrent(ctx context.Context, fn func() error) error {
 	}
 }
 
-// committedAll reports whether the group's committed offsets are offsets.
-func (c *txnCommitter) committedAll(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) bool {
+// committed reports whether the group's committed offsets are offsets,
+// within txnAbortTimeout; an error when they cannot be read.
+func (c *txnCommitter) committed(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, txnAbortTimeout)
 	defer cancel()
 	got, err := kadm.NewClient(c.cl).FetchOffsets(ctx, c.groupID)
+	if err == nil {
+		err = got.Error()
+	}
 	if err != nil {
-		return false
+		return false, fmt.Errorf("fetch the group's offsets: %w", err)
 	}
 	for topic, ps := range offsets {
 		for p, o := range ps {
-			r, ok := got.Lookup(topic, p)
-			if !ok || r.Err != nil || r.At != o.Offset {
-				return false
+			if r, ok := got.Lookup(topic, p); !ok || r.At != o.Offset {
+				return false, nil
 			}
 		}
 	}
-	return true
+	return true, nil
 }
