@@ -26,8 +26,8 @@ const demoChildArgsEnv = "SLUICE_TEST_DEMO_CHILD_ARGS"
 // PostgreSQL starts, while the database is migrated, in the middle of a
 // scenario — is now a clean stop: exit status 0, one line saying what was
 // interrupted, and no panic or goroutine dump. The signal goes to the
-// demo's whole process group, as a terminal's Ctrl-C does, so it also
-// reaches the local PostgreSQL the demo started.
+// demo's whole process group, as a terminal's Ctrl-C does (the local
+// PostgreSQL the demo starts has a group of its own: the demo stops it).
 func TestDemoInterruptedExitsZero(t *testing.T) {
 	if args := os.Getenv(demoChildArgsEnv); args != "" {
 		os.Args = append([]string{"sluice"}, strings.Split(args, "\n")...)
