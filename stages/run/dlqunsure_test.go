@@ -1,0 +1,178 @@
+package run_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/sluicehq/sluice/internal/testkit"
+	"github.com/sluicehq/sluice/sinks/memsink"
+)
+
+// A dead-letter transaction over two partitions whose end reported an
+// error although the broker committed it, and whose outcome could not be
+// read at once, stays one transaction when one of its partitions moves to
+// another member that commits that partition further before the outcome
+// is read: the member that kept the other partition counts the
+// transaction as committed by that partition's offset, instead of judging
+// it aborted because the moved partition's offset differs and producing
+// the kept partition's dead letter a second time.
+func TestDLQUnsureTransactionSurvivesPartitionMovedAndCommittedFurther(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 2)
+	cfg.CommitInterval = time.Hour // member A commits only at dead letters' kicks, revokes and its stop
+	topic := cfg.Topics[0]
+	manual := k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	recs := producePartitions(t, manual, topic, 0, "v", "poison-a", "v")
+	recs = append(recs, producePartitions(t, manual, topic, 1, "v", "poison-b", "v")...)
+
+	// Transactions that do not commit both partitions are refused (and
+	// retried by the committer with what was submitted meanwhile), so that
+	// the transaction whose end fails carries both dead letters.
+	var both atomic.Bool
+	k.Fake().ControlKey(int16(kmsg.TxnOffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		rq := req.(*kmsg.TxnOffsetCommitRequest)
+		n := 0
+		for _, rt := range rq.Topics {
+			n += len(rt.Partitions)
+		}
+		if both.Load() || n == 2 {
+			both.Store(true)
+			return nil, nil, false
+		}
+		return testkit.TxnOffsetCommitRefusal(rq, kerr.IllegalGeneration.Code), nil, true
+	})
+	var refuseFetch atomic.Bool
+	lost := loseCommittedEnd(t, k, both.Load, func() { refuseFetch.Store(true) })
+	var refused atomic.Int32
+	k.Fake().ControlKey(int16(kmsg.OffsetFetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		if !refuseFetch.Load() || !fetchesAllTopics(req.(*kmsg.OffsetFetchRequest)) {
+			return nil, nil, false // the group members' own fetches pass
+		}
+		refused.Add(1)
+		return offsetFetchRefusal(req.(*kmsg.OffsetFetchRequest)), nil, true
+	})
+	var furtherCommitted atomic.Bool // a plain commit past the transaction's offsets (member B's)
+	k.Fake().ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		for _, rt := range req.(*kmsg.OffsetCommitRequest).Topics {
+			for _, p := range rt.Partitions {
+				if p.Offset == 5 { // (v10+ names the topic by id only)
+					furtherCommitted.Store(true)
+				}
+			}
+		}
+		return nil, nil, false
+	})
+
+	_, stopA := start(t, k, cfg, poisonStage, memsink.New[msg]())
+	testkit.WaitFor(t, 30*time.Second, "the committed transaction's end answered with an error and its outcome left unknown",
+		func() bool { return lost.Load() != nil && refused.Load() > 0 })
+	if err := *lost.Load(); err != nil {
+		t.Fatalf("commit the transaction behind the member's back: %v", err)
+	}
+	cfgB := cfg
+	cfgB.CommitInterval = 100 * time.Millisecond
+	_, stopB := start(t, k, cfgB, poisonStage, memsink.New[msg]()) // takes one partition from A
+	// Whichever partition B got, it commits it further (a plain commit at 5).
+	recs = append(recs, producePartitions(t, manual, topic, 0, "v", "v")...)
+	recs = append(recs, producePartitions(t, manual, topic, 1, "v", "v")...)
+	testkit.WaitFor(t, 30*time.Second, "member B's commit past the transaction", furtherCommitted.Load)
+	refuseFetch.Store(false)
+	if err := stopA(); err != nil { // its final commit learns the outcome first
+		t.Fatalf("stop A: %v", err)
+	}
+	if err := stopB(); err != nil {
+		t.Fatalf("stop B: %v", err)
+	}
+	checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+}
+
+// producePartitions writes records with values to partition p of topic
+// (cl must partition manually) and returns them with their coordinates.
+func producePartitions(t *testing.T, cl *kgo.Client, topic string, p int32, values ...string) []*kgo.Record {
+	t.Helper()
+	recs := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		recs[i] = &kgo.Record{Topic: topic, Partition: p, Key: []byte(fmt.Sprintf("k-%d", p)), Value: []byte(v)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	return recs
+}
+
+// loseCommittedEnd makes k's cluster commit the first committing EndTxn
+// sent once when() holds, and answer its sender UNKNOWN_SERVER_ERROR (a
+// commit whose answer was lost): the cluster holds that request while a
+// second client sends the same EndTxn, which commits the transaction.
+// before runs just before the answer. The returned value holds the second
+// client's error once it has been sent.
+func loseCommittedEnd(t *testing.T, k *testkit.Kafka, when func() bool, before func()) *atomic.Pointer[error] {
+	t.Helper()
+	var injected, cloning atomic.Bool
+	var sent atomic.Pointer[error]
+	k.Fake().ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		rq := req.(*kmsg.EndTxnRequest)
+		if !rq.Commit || cloning.Load() || !when() || injected.Swap(true) {
+			return nil, nil, false
+		}
+		cloning.Store(true)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			err := sendEndTxn(t, k, rq)
+			sent.Store(&err)
+		}()
+		k.Fake().SleepControl(func() { <-done })
+		before()
+		resp := rq.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+	return &sent
+}
+
+// sendEndTxn sends a copy of rq, at rq's version, from a client of its own.
+func sendEndTxn(t *testing.T, k *testkit.Kafka, rq *kmsg.EndTxnRequest) error {
+	versions := kversion.Stable()
+	versions.SetMaxKeyVersion(int16(kmsg.EndTxn), rq.Version)
+	cl := k.Client(t, kgo.MaxVersions(versions))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cp := kmsg.NewPtrEndTxnRequest()
+	cp.TransactionalID, cp.ProducerID, cp.ProducerEpoch, cp.Commit = rq.TransactionalID, rq.ProducerID, rq.ProducerEpoch, true
+	resp, err := cp.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	return kerr.ErrorForCode(resp.ErrorCode)
+}
+
+// fetchesAllTopics reports whether req reads every committed offset of
+// its group (an admin's read, as the committer's check of the outcome),
+// not the offsets of assigned partitions (a group member's).
+func fetchesAllTopics(req *kmsg.OffsetFetchRequest) bool {
+	if len(req.Topics) > 0 {
+		return false
+	}
+	for _, g := range req.Groups {
+		if len(g.Topics) > 0 {
+			return false
+		}
+	}
+	return true
+}
