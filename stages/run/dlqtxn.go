@@ -339,7 +339,7 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 	case len(recs) == 0 && len(events) == 0:
 		err = c.commitPlain(ctx, offsets, periodic)
 	default:
-		err = c.transact(ctx, recs, events, offsets)
+		err = c.transact(ctx, batch, recs, events, offsets)
 	}
 	switch {
 	case errors.Is(err, errTxnUnsure):
@@ -365,7 +365,7 @@ func (c *txnCommitter) resolve(ctx context.Context) error {
 	if c.unsure == nil {
 		return nil
 	}
-	ok, err := c.committed(ctx, c.unsureOffsets)
+	ok, err := c.committed(ctx, c.unsure, c.unsureOffsets)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errTxnUnsure, err)
 	}
@@ -471,7 +471,8 @@ func (c *txnCommitter) commitPlain(ctx context.Context, offsets map[string]map[i
 // failed end is always followed by an abort and a check of the group's
 // offsets (each bounded, even when ctx ended): the broker may have
 // committed it, and then it counts as committed.
-func (c *txnCommitter) transact(ctx context.Context, recs, events []*kgo.Record, offsets map[string]map[int32]kgo.EpochOffset) error {
+func (c *txnCommitter) transact(ctx context.Context, batch map[*txnOwner]*txnEntry, recs, events []*kgo.Record,
+	offsets map[string]map[int32]kgo.EpochOffset) error {
 	if err := c.cl.BeginTransaction(); err != nil {
 		// The producer id failed for good (see renew); the next commit
 		// goes through a new client.
@@ -504,7 +505,7 @@ func (c *txnCommitter) transact(ctx context.Context, recs, events []*kgo.Record,
 	}
 	// The abort reloaded the producer id, which completes the
 	// transaction either way: its offsets tell which.
-	ok, ferr := c.committed(dctx, offsets)
+	ok, ferr := c.committed(dctx, batch, offsets)
 	switch {
 	case ferr != nil:
 		return fmt.Errorf("%w: %w; %w", errTxnUnsure, err, ferr)
@@ -665,9 +666,24 @@ func retryConcurrent(ctx context.Context, fn func() error) error {
 	}
 }
 
-// committed reports whether the group's committed offsets are offsets,
-// within txnAbortTimeout; an error when they cannot be read.
-func (c *txnCommitter) committed(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) (bool, error) {
+// committed reports whether the transaction that committed offsets for
+// batch was committed: whether the group's committed offsets are offsets
+// on every partition batch still owns, within txnAbortTimeout; an error
+// when they cannot be read. A partition whose owner is gone is left out:
+// its next owner may have committed it further meanwhile, and it would
+// make a committed transaction look aborted (and its dead letters of the
+// partitions still owned be produced a second time). With no partition
+// still owned, false: the batch's entries are all dropped then.
+func (c *txnCommitter) committed(ctx context.Context, batch map[*txnOwner]*txnEntry, offsets map[string]map[int32]kgo.EpochOffset) (bool, error) {
+	owned := map[tp]bool{}
+	for o := range batch {
+		if !o.gone.Load() {
+			owned[o.tp] = true
+		}
+	}
+	if len(owned) == 0 {
+		return false, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, txnAbortTimeout)
 	defer cancel()
 	got, err := kadm.NewClient(c.cl).FetchOffsets(ctx, c.groupID)
@@ -679,6 +695,9 @@ func (c *txnCommitter) committed(ctx context.Context, offsets map[string]map[int
 	}
 	for topic, ps := range offsets {
 		for p, o := range ps {
+			if !owned[tp{topic, p}] {
+				continue
+			}
 			if r, ok := got.Lookup(topic, p); !ok || r.At != o.Offset {
 				return false, nil
 			}
