@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/sinks/memsink"
+	"github.com/sluicehq/sluice/stages/run"
 )
 
 // A dead-letter transaction over two partitions whose end reported an
@@ -175,4 +177,73 @@ func fetchesAllTopics(req *kmsg.OffsetFetchRequest) bool {
 		}
 	}
 	return true
+}
+
+// A dead-letter transaction whose end failed while the broker was still
+// completing its commit (the coordinator answers the producer's
+// re-initialization CONCURRENT_TRANSACTIONS until the commit's markers are
+// written, and the group's offsets still show the previous commit) is not
+// judged aborted from the offsets read meanwhile: kgo's abort after an
+// end of unknown outcome reports success even when its re-initialization
+// of the producer, which is what completes the transaction, failed. The
+// outcome is read only once the producer has been initialized again, and
+// the transaction's dead letter is not produced a second time.
+//
+// kfake commits at once, so the broker's completion is played by the
+// test: the committing EndTxn is answered UNKNOWN_SERVER_ERROR unapplied,
+// the producer's InitProducerID is answered CONCURRENT_TRANSACTIONS until
+// the test has committed the transaction with a copy of that EndTxn.
+func TestDLQEndFailedWhileCommitCompletesKeepsOneDeadLetter(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 1)
+	cfg.CommitInterval = time.Hour // only the dead letter's kick and the stop commit
+	recs := produce(t, k.Client(t), cfg.Topics[0], 3, 1, func(i int) string {
+		if i == 1 {
+			return "poison-1"
+		}
+		return "v"
+	})
+	var end atomic.Pointer[kmsg.EndTxnRequest] // the committing EndTxn answered with an error, unapplied
+	var completing atomic.Bool
+	k.Fake().ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		rq := req.(*kmsg.EndTxnRequest)
+		if !rq.Commit || end.Load() != nil {
+			return nil, nil, false
+		}
+		end.Store(rq)
+		completing.Store(true)
+		resp := rq.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+	var inits atomic.Int32
+	k.Fake().ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		rq := req.(*kmsg.InitProducerIDRequest)
+		if !completing.Load() || rq.TransactionalID == nil || *rq.TransactionalID != end.Load().TransactionalID {
+			return nil, nil, false
+		}
+		inits.Add(1)
+		resp := rq.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.ConcurrentTransactions.Code
+		return resp, nil, true
+	})
+	reg := prometheus.NewRegistry()
+	_, stop := start(t, k, cfg, poisonStage, memsink.New[msg](), run.WithRegisterer(reg))
+	testkit.WaitFor(t, 30*time.Second, "the failed commit while the broker completes it", func() bool {
+		return inits.Load() > 0 && testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "commit") >= 1
+	})
+	if err := sendEndTxn(t, k, end.Load()); err != nil { // the broker completes the commit
+		t.Fatalf("commit the transaction: %v", err)
+	}
+	completing.Store(false)
+	if err := stop(); err != nil { // the final commit
+		t.Fatalf("stop: %v", err)
+	}
+	checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+	if got := testkit.Committed(t, k.Admin(t), cfg.Group, cfg.Topics[0])[0]; got != 3 {
+		t.Errorf("committed offset %d, want 3", got)
+	}
 }
