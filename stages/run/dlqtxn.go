@@ -365,6 +365,9 @@ func (c *txnCommitter) resolve(ctx context.Context) error {
 	if c.unsure == nil {
 		return nil
 	}
+	if err := c.fence(ctx); err != nil {
+		return fmt.Errorf("%w: %w", errTxnUnsure, err)
+	}
 	ok, err := c.committed(ctx, c.unsure, c.unsureOffsets)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errTxnUnsure, err)
@@ -503,8 +506,13 @@ func (c *txnCommitter) transact(ctx context.Context, batch map[*txnOwner]*txnEnt
 	if c.open { // the abort failed too: the outcome is unknown
 		return fmt.Errorf("%w: %w", errTxnUnsure, err)
 	}
-	// The abort reloaded the producer id, which completes the
-	// transaction either way: its offsets tell which.
+	// kgo's abort after an end of unknown outcome reports success even
+	// when the re-initialization of the producer, which completes the
+	// transaction, failed: the offsets tell the outcome only after one
+	// succeeded (fence).
+	if ferr := c.fence(dctx); ferr != nil {
+		return fmt.Errorf("%w: %w; %w", errTxnUnsure, err, ferr)
+	}
 	ok, ferr := c.committed(dctx, batch, offsets)
 	switch {
 	case ferr != nil:
@@ -664,6 +672,30 @@ func retryConcurrent(ctx context.Context, fn func() error) error {
 			return err
 		}
 	}
+}
+
+// fence makes sure that the producer was initialized again since a
+// transaction's end failed, within txnAbortTimeout: the coordinator
+// answers the initialization only once that transaction is complete
+// (committed or aborted, its offsets applied or dropped; until then
+// CONCURRENT_TRANSACTIONS), so that the group's offsets tell its outcome.
+// A producer id failed for good is replaced (renew): the new client's
+// initialization completes the transaction as well.
+func (c *txnCommitter) fence(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, txnAbortTimeout)
+	defer cancel()
+	_, _, err := c.cl.ProducerID(ctx)
+	var ke *kerr.Error
+	if err != nil && errors.As(err, &ke) && !ke.Retriable && !errors.Is(err, kerr.ConcurrentTransactions) {
+		if rerr := c.renew(err); rerr != nil {
+			return fmt.Errorf("initialize the dead-letter producer: %w", rerr)
+		}
+		_, _, err = c.cl.ProducerID(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("initialize the dead-letter producer: %w", err)
+	}
+	return nil
 }
 
 // committed reports whether the transaction that committed offsets for
