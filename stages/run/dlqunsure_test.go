@@ -19,15 +19,28 @@ import (
 )
 
 // A dead-letter transaction over two partitions whose end reported an
-// error although the broker committed it, and whose outcome could not be
-// read at once, stays one transaction when one of its partitions moves to
-// another member that commits that partition further before the outcome
-// is read: the member that kept the other partition counts the
-// transaction as committed by that partition's offset, instead of judging
-// it aborted because the moved partition's offset differs and producing
-// the kept partition's dead letter a second time.
+// error, and whose outcome could not be read at once, stays one
+// transaction when one of its partitions moves to another member that
+// commits that partition further before the outcome is read: the member
+// that kept the other partition judges the outcome by that partition's
+// offset. Before, a committed transaction was judged aborted because the
+// moved partition's offset differed, and the kept partition's dead letter
+// was produced a second time. Aborted, the kept partition's dead letter
+// is produced again, and the moved one's by its new owner.
 func TestDLQUnsureTransactionSurvivesPartitionMovedAndCommittedFurther(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		committed bool // the broker committed the transaction whose end failed
+	}{{"committed", true}, {"aborted", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			unsureWhilePartitionMoves(t, tc.committed)
+		})
+	}
+}
+
+func unsureWhilePartitionMoves(t *testing.T, committed bool) {
 	k := testkit.NewKafka(t, testkit.ForceFake())
 	cfg := baseConfig(t, k, 2)
 	cfg.CommitInterval = time.Hour // member A commits only at dead letters' kicks, revokes and its stop
@@ -36,16 +49,20 @@ func TestDLQUnsureTransactionSurvivesPartitionMovedAndCommittedFurther(t *testin
 	recs := producePartitions(t, manual, topic, 0, "v", "poison-a", "v")
 	recs = append(recs, producePartitions(t, manual, topic, 1, "v", "poison-b", "v")...)
 
-	// Transactions that do not commit both partitions are refused (and
-	// retried by the committer with what was submitted meanwhile), so that
-	// the transaction whose end fails carries both dead letters.
-	var both atomic.Bool
+	// Until one transaction commits both partitions, the others are
+	// refused (and retried by the committer with what was submitted
+	// meanwhile), so that the transaction whose end fails carries both
+	// dead letters. A commit at offset 5 afterwards is member B's.
+	var both, furtherCommitted atomic.Bool
 	k.Fake().ControlKey(int16(kmsg.TxnOffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		k.Fake().KeepControl()
 		rq := req.(*kmsg.TxnOffsetCommitRequest)
 		n := 0
 		for _, rt := range rq.Topics {
-			n += len(rt.Partitions)
+			for _, p := range rt.Partitions {
+				n++
+				furtherCommitted.Store(furtherCommitted.Load() || p.Offset == 5)
+			}
 		}
 		if both.Load() || n == 2 {
 			both.Store(true)
@@ -53,8 +70,17 @@ func TestDLQUnsureTransactionSurvivesPartitionMovedAndCommittedFurther(t *testin
 		}
 		return testkit.TxnOffsetCommitRefusal(rq, kerr.IllegalGeneration.Code), nil, true
 	})
+	k.Fake().ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		for _, rt := range req.(*kmsg.OffsetCommitRequest).Topics {
+			for _, p := range rt.Partitions {
+				furtherCommitted.Store(furtherCommitted.Load() || p.Offset == 5) // (v10+ names the topic by id only)
+			}
+		}
+		return nil, nil, false
+	})
 	var refuseFetch atomic.Bool
-	lost := loseCommittedEnd(t, k, both.Load, func() { refuseFetch.Store(true) })
+	failed := failCommitEnd(t, k, committed, both.Load, func() { refuseFetch.Store(true) })
 	var refused atomic.Int32
 	k.Fake().ControlKey(int16(kmsg.OffsetFetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		k.Fake().KeepControl()
@@ -64,29 +90,17 @@ func TestDLQUnsureTransactionSurvivesPartitionMovedAndCommittedFurther(t *testin
 		refused.Add(1)
 		return offsetFetchRefusal(req.(*kmsg.OffsetFetchRequest)), nil, true
 	})
-	var furtherCommitted atomic.Bool // a plain commit past the transaction's offsets (member B's)
-	k.Fake().ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.Fake().KeepControl()
-		for _, rt := range req.(*kmsg.OffsetCommitRequest).Topics {
-			for _, p := range rt.Partitions {
-				if p.Offset == 5 { // (v10+ names the topic by id only)
-					furtherCommitted.Store(true)
-				}
-			}
-		}
-		return nil, nil, false
-	})
 
 	_, stopA := start(t, k, cfg, poisonStage, memsink.New[msg]())
-	testkit.WaitFor(t, 30*time.Second, "the committed transaction's end answered with an error and its outcome left unknown",
-		func() bool { return lost.Load() != nil && refused.Load() > 0 })
-	if err := *lost.Load(); err != nil {
+	testkit.WaitFor(t, 30*time.Second, "the transaction's end answered with an error and its outcome left unknown",
+		func() bool { return failed.Load() != nil && refused.Load() > 0 })
+	if err := *failed.Load(); err != nil {
 		t.Fatalf("commit the transaction behind the member's back: %v", err)
 	}
 	cfgB := cfg
 	cfgB.CommitInterval = 100 * time.Millisecond
 	_, stopB := start(t, k, cfgB, poisonStage, memsink.New[msg]()) // takes one partition from A
-	// Whichever partition B got, it commits it further (a plain commit at 5).
+	// Whichever partition B got, it commits it further (at 5).
 	recs = append(recs, producePartitions(t, manual, topic, 0, "v", "v")...)
 	recs = append(recs, producePartitions(t, manual, topic, 1, "v", "v")...)
 	testkit.WaitFor(t, 30*time.Second, "member B's commit past the transaction", furtherCommitted.Load)
@@ -98,6 +112,11 @@ func TestDLQUnsureTransactionSurvivesPartitionMovedAndCommittedFurther(t *testin
 		t.Fatalf("stop B: %v", err)
 	}
 	checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+	for p, off := range testkit.Committed(t, k.Admin(t), cfg.Group, topic) {
+		if off != 5 {
+			t.Errorf("partition %d committed at %d, want 5", p, off)
+		}
+	}
 }
 
 // producePartitions writes records with values to partition p of topic
@@ -116,13 +135,14 @@ func producePartitions(t *testing.T, cl *kgo.Client, topic string, p int32, valu
 	return recs
 }
 
-// loseCommittedEnd makes k's cluster commit the first committing EndTxn
-// sent once when() holds, and answer its sender UNKNOWN_SERVER_ERROR (a
-// commit whose answer was lost): the cluster holds that request while a
-// second client sends the same EndTxn, which commits the transaction.
-// before runs just before the answer. The returned value holds the second
-// client's error once it has been sent.
-func loseCommittedEnd(t *testing.T, k *testkit.Kafka, when func() bool, before func()) *atomic.Pointer[error] {
+// failCommitEnd makes k's cluster answer the first committing EndTxn sent
+// once when() holds UNKNOWN_SERVER_ERROR (an end of unknown outcome). With
+// commit, the transaction is committed first, by the same EndTxn from a
+// second client while the cluster holds that request (a commit whose
+// answer was lost). before runs just before the answer. The returned
+// value holds the second client's error (nil without commit) once the
+// answer is due.
+func failCommitEnd(t *testing.T, k *testkit.Kafka, commit bool, when func() bool, before func()) *atomic.Pointer[error] {
 	t.Helper()
 	var injected, cloning atomic.Bool
 	var sent atomic.Pointer[error]
@@ -132,15 +152,18 @@ func loseCommittedEnd(t *testing.T, k *testkit.Kafka, when func() bool, before f
 		if !rq.Commit || cloning.Load() || !when() || injected.Swap(true) {
 			return nil, nil, false
 		}
-		cloning.Store(true)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			err := sendEndTxn(t, k, rq)
-			sent.Store(&err)
-		}()
-		k.Fake().SleepControl(func() { <-done })
+		var err error
+		if commit {
+			cloning.Store(true)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				err = sendEndTxn(t, k, rq)
+			}()
+			k.Fake().SleepControl(func() { <-done })
+		}
 		before()
+		sent.Store(&err)
 		resp := rq.ResponseKind().(*kmsg.EndTxnResponse)
 		resp.ErrorCode = kerr.UnknownServerError.Code
 		return resp, nil, true
