@@ -210,14 +210,31 @@ func fetchesAllTopics(req *kmsg.OffsetFetchRequest) bool {
 // end of unknown outcome reports success even when its re-initialization
 // of the producer, which is what completes the transaction, failed. The
 // outcome is read only once the producer has been initialized again, and
-// the transaction's dead letter is not produced a second time.
+// the transaction's dead letter is not produced a second time. When the
+// re-initialization is refused as fenced (the broker aborted the
+// transaction and bumped the epoch), a new producer is initialized
+// instead, and the dead letter is produced again, once.
 //
 // kfake commits at once, so the broker's completion is played by the
 // test: the committing EndTxn is answered UNKNOWN_SERVER_ERROR unapplied,
-// the producer's InitProducerID is answered CONCURRENT_TRANSACTIONS until
-// the test has committed the transaction with a copy of that EndTxn.
+// the producer's re-initialization is answered CONCURRENT_TRANSACTIONS
+// until the test has committed the transaction with a copy of that
+// EndTxn (or PRODUCER_FENCED, and kfake aborts the transaction when a new
+// producer of the transactional id is initialized).
 func TestDLQEndFailedWhileCommitCompletesKeepsOneDeadLetter(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		fence bool
+	}{{"broker still committing", false}, {"producer fenced", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			endFailedThenReinit(t, tc.fence)
+		})
+	}
+}
+
+func endFailedThenReinit(t *testing.T, fence bool) {
 	k := testkit.NewKafka(t, testkit.ForceFake())
 	cfg := baseConfig(t, k, 1)
 	cfg.CommitInterval = time.Hour // only the dead letter's kick and the stop commit
@@ -245,23 +262,29 @@ func TestDLQEndFailedWhileCommitCompletesKeepsOneDeadLetter(t *testing.T) {
 	k.Fake().ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		k.Fake().KeepControl()
 		rq := req.(*kmsg.InitProducerIDRequest)
-		if !completing.Load() || rq.TransactionalID == nil || *rq.TransactionalID != end.Load().TransactionalID {
+		if !completing.Load() || rq.TransactionalID == nil || *rq.TransactionalID != end.Load().TransactionalID ||
+			fence && rq.ProducerID != end.Load().ProducerID { // a new producer's initialization passes
 			return nil, nil, false
 		}
 		inits.Add(1)
 		resp := rq.ResponseKind().(*kmsg.InitProducerIDResponse)
 		resp.ErrorCode = kerr.ConcurrentTransactions.Code
+		if fence {
+			resp.ErrorCode = kerr.ProducerFenced.Code
+		}
 		return resp, nil, true
 	})
 	reg := prometheus.NewRegistry()
 	_, stop := start(t, k, cfg, poisonStage, memsink.New[msg](), run.WithRegisterer(reg))
-	testkit.WaitFor(t, 30*time.Second, "the failed commit while the broker completes it", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the failed commit", func() bool {
 		return inits.Load() > 0 && testkit.Metric(t, reg, "sluice_runtime_errors_total", "kind", "commit") >= 1
 	})
-	if err := sendEndTxn(t, k, end.Load()); err != nil { // the broker completes the commit
-		t.Fatalf("commit the transaction: %v", err)
+	if !fence {
+		if err := sendEndTxn(t, k, end.Load()); err != nil { // the broker completes the commit
+			t.Fatalf("commit the transaction: %v", err)
+		}
+		completing.Store(false)
 	}
-	completing.Store(false)
 	if err := stop(); err != nil { // the final commit
 		t.Fatalf("stop: %v", err)
 	}
