@@ -51,8 +51,9 @@ const (
 // by itself, so no older commit can land after a newer one. A commit that
 // fails keeps its entries for the next one (its dead letters and published
 // records were aborted with the transaction, and are produced again); a
-// transaction whose end failed is aborted and then counts as committed if
-// the group's offsets say so, and while they cannot be read its entries
+// transaction whose end failed is aborted and, once the producer was
+// initialized again, counts as committed if the group's offsets of the
+// partitions still owned say so; while they cannot be read its entries
 // wait, neither committed nor produced again, for the next commit to read
 // them first (resolve); the entries of a worker that was abandoned or
 // whose partition was lost are dropped: the next owner processes those
@@ -471,9 +472,10 @@ func (c *txnCommitter) commitPlain(ctx context.Context, offsets map[string]map[i
 // transaction is then left open, for the next commit to abort
 // (finishAbort) or, if the process ends first, for the broker to abort
 // after the transaction timeout; nothing of it is visible either way. A
-// failed end is always followed by an abort and a check of the group's
-// offsets (each bounded, even when ctx ended): the broker may have
-// committed it, and then it counts as committed.
+// failed end is always followed by an abort, a new initialization of the
+// producer (fence) and a check of the group's offsets on the partitions
+// batch still owns (each bounded, even when ctx ended): the broker may
+// have committed it, and then it counts as committed.
 func (c *txnCommitter) transact(ctx context.Context, batch map[*txnOwner]*txnEntry, recs, events []*kgo.Record,
 	offsets map[string]map[int32]kgo.EpochOffset) error {
 	if err := c.cl.BeginTransaction(); err != nil {
