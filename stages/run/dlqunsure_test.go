@@ -293,3 +293,104 @@ func endFailedThenReinit(t *testing.T, fence bool) {
 		t.Errorf("committed offset %d, want 3", got)
 	}
 }
+
+// A revoke that gives up waiting for a commit whose EndTxn the broker
+// holds (the partition moves on without the revoke's commit) leaves one
+// dead letter per poison record whether the broker then commits that
+// transaction and answers (answered), or commits it and the answer is
+// lost (lost): the member learns the outcome from the partition it kept,
+// and the new owner of the moved partition starts after the transaction's
+// offsets, once the transaction is complete (RequireStableFetchOffsets).
+func TestDLQRevokeDuringHeldCommitEndKeepsOneDeadLetter(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		lost bool
+	}{{"answered", false}, {"lost", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			revokeDuringHeldEnd(t, tc.lost)
+		})
+	}
+}
+
+func revokeDuringHeldEnd(t *testing.T, lost bool) {
+	k := testkit.NewKafka(t, testkit.ForceFake())
+	cfg := baseConfig(t, k, 2)
+	cfg.CommitInterval = time.Hour
+	cfg.RevokeTimeout = 300 * time.Millisecond // the revoke's commit gives up waiting for the held one
+	topic := cfg.Topics[0]
+	manual := k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	recs := producePartitions(t, manual, topic, 0, "v", "poison-a", "v")
+	recs = append(recs, producePartitions(t, manual, topic, 1, "v", "poison-b", "v")...)
+	var both atomic.Bool
+	k.Fake().ControlKey(int16(kmsg.TxnOffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		rq := req.(*kmsg.TxnOffsetCommitRequest)
+		n := 0
+		for _, rt := range rq.Topics {
+			n += len(rt.Partitions)
+		}
+		if both.Load() || n == 2 {
+			both.Store(true)
+			return nil, nil, false
+		}
+		return testkit.TxnOffsetCommitRefusal(rq, kerr.IllegalGeneration.Code), nil, true
+	})
+	var held, cloning atomic.Bool
+	inEnd, release := make(chan struct{}), make(chan struct{})
+	var cloneErr error
+	k.Fake().ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		rq := req.(*kmsg.EndTxnRequest)
+		if !rq.Commit || cloning.Load() || !both.Load() || held.Swap(true) {
+			return nil, nil, false
+		}
+		close(inEnd)
+		k.Fake().SleepControl(func() { <-release }) // only this connection waits
+		if !lost {
+			return nil, nil, false
+		}
+		cloning.Store(true)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			cloneErr = sendEndTxn(t, k, rq)
+		}()
+		k.Fake().SleepControl(func() { <-done })
+		resp := rq.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+	regA := prometheus.NewRegistry()
+	_, stopA := start(t, k, cfg, poisonStage, memsink.New[msg](), run.WithRegisterer(regA))
+	select {
+	case <-inEnd:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no committing EndTxn of both partitions within 30s")
+	}
+	regB := prometheus.NewRegistry()
+	_, stopB := start(t, k, cfg, poisonStage, memsink.New[msg](), run.WithRegisterer(regB)) // takes one partition from A
+	testkit.WaitFor(t, 30*time.Second, "a partition moved to B (A's revoke gave up on its commit)", func() bool {
+		return testkit.Metric(t, regB, "sluice_assigned_partitions") >= 1
+	})
+	if got := testkit.Metric(t, regA, "sluice_assigned_partitions"); got != 1 {
+		t.Fatalf("A holds %v partitions, want 1", got)
+	}
+	close(release)
+	if err := stopA(); err != nil {
+		t.Fatalf("stop A: %v", err)
+	}
+	if err := stopB(); err != nil {
+		t.Fatalf("stop B: %v", err)
+	}
+	if cloneErr != nil {
+		t.Fatalf("commit the transaction behind the member's back: %v", cloneErr)
+	}
+	checkOnePerPoison(t, k, cfg.DLQTopic, recs)
+	for p, off := range testkit.Committed(t, k.Admin(t), cfg.Group, topic) {
+		if off != 3 {
+			t.Errorf("partition %d committed at %d, want 3", p, off)
+		}
+	}
+}
