@@ -707,16 +707,15 @@ func (c *txnCommitter) fence(ctx context.Context) error {
 // its next owner may have committed it further meanwhile, and it would
 // make a committed transaction look aborted (and its dead letters of the
 // partitions still owned be produced a second time). With no partition
-// still owned, false: the batch's entries are all dropped then.
+// still owned, every partition counts: the batch's entries are dropped
+// either way, and the outcome only decides whether its dead letters are
+// counted in the metrics.
 func (c *txnCommitter) committed(ctx context.Context, batch map[*txnOwner]*txnEntry, offsets map[string]map[int32]kgo.EpochOffset) (bool, error) {
 	owned := map[tp]bool{}
 	for o := range batch {
 		if !o.gone.Load() {
 			owned[o.tp] = true
 		}
-	}
-	if len(owned) == 0 {
-		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, txnAbortTimeout)
 	defer cancel()
@@ -729,7 +728,7 @@ func (c *txnCommitter) committed(ctx context.Context, batch map[*txnOwner]*txnEn
 	}
 	for topic, ps := range offsets {
 		for p, o := range ps {
-			if !owned[tp{topic, p}] {
+			if len(owned) > 0 && !owned[tp{topic, p}] {
 				continue
 			}
 			if r, ok := got.Lookup(topic, p); !ok || r.At != o.Offset {
