@@ -29,47 +29,17 @@ import (
 // is produced again, and the moved one's by its new owner.
 func TestDLQUnsureTransactionSurvivesPartitionMovedAndCommittedFurther(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name      string
-		committed bool // the broker committed the transaction whose end failed
-	}{{"committed", true}, {"aborted", false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			unsureWhilePartitionMoves(t, tc.committed)
-		})
-	}
+	bothWays(t, "aborted", "committed", unsureWhilePartitionMoves) // committed: the broker committed the transaction whose end failed
 }
 
 func unsureWhilePartitionMoves(t *testing.T, committed bool) {
 	k := testkit.NewKafka(t, testkit.ForceFake())
-	cfg := baseConfig(t, k, 2)
-	cfg.CommitInterval = time.Hour // member A commits only at dead letters' kicks, revokes and its stop
-	topic := cfg.Topics[0]
-	manual := k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	recs := producePartitions(t, manual, topic, 0, "v", "poison-a", "v")
-	recs = append(recs, producePartitions(t, manual, topic, 1, "v", "poison-b", "v")...)
-
-	// Until one transaction commits both partitions, the others are
-	// refused (and retried by the committer with what was submitted
-	// meanwhile), so that the transaction whose end fails carries both
-	// dead letters. A commit at offset 5 afterwards is member B's.
-	var both, furtherCommitted atomic.Bool
-	k.Fake().ControlKey(int16(kmsg.TxnOffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.Fake().KeepControl()
-		rq := req.(*kmsg.TxnOffsetCommitRequest)
-		n := 0
-		for _, rt := range rq.Topics {
-			for _, p := range rt.Partitions {
-				n++
-				furtherCommitted.Store(furtherCommitted.Load() || p.Offset == 5)
-			}
-		}
-		if both.Load() || n == 2 {
-			both.Store(true)
-			return nil, nil, false
-		}
-		return testkit.TxnOffsetCommitRefusal(rq, kerr.IllegalGeneration.Code), nil, true
+	// A commit at offset 5 is member B's.
+	var furtherCommitted atomic.Bool
+	cfg, manual, recs, both := twoPoisonPartitions(t, k, func(off int64) {
+		furtherCommitted.Store(furtherCommitted.Load() || off == 5)
 	})
+	topic := cfg.Topics[0]
 	k.Fake().ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		k.Fake().KeepControl()
 		for _, rt := range req.(*kmsg.OffsetCommitRequest).Topics {
@@ -119,6 +89,42 @@ func unsureWhilePartitionMoves(t *testing.T, committed bool) {
 	}
 }
 
+// twoPoisonPartitions returns the configuration of a member (committing
+// only at dead letters' kicks, revokes and its stop) of a two-partition
+// topic, with records "v", "poison-a", "v" in partition 0 and "v",
+// "poison-b", "v" in partition 1, the client that produced them
+// (partitioning manually) and a flag set once a transaction commits both
+// partitions: until then k's cluster refuses every transactional offset
+// commit (the committer retries with what was submitted meanwhile), so
+// that the first transaction that ends carries both dead letters. onOffset
+// sees every offset a transactional offset commit carries.
+func twoPoisonPartitions(t *testing.T, k *testkit.Kafka, onOffset func(int64)) (run.Config, *kgo.Client, []*kgo.Record, *atomic.Bool) {
+	t.Helper()
+	cfg := baseConfig(t, k, 2)
+	cfg.CommitInterval = time.Hour
+	manual := k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	recs := producePartitions(t, manual, cfg.Topics[0], 0, "v", "poison-a", "v")
+	recs = append(recs, producePartitions(t, manual, cfg.Topics[0], 1, "v", "poison-b", "v")...)
+	both := new(atomic.Bool)
+	k.Fake().ControlKey(int16(kmsg.TxnOffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.Fake().KeepControl()
+		rq := req.(*kmsg.TxnOffsetCommitRequest)
+		n := 0
+		for _, rt := range rq.Topics {
+			for _, p := range rt.Partitions {
+				n++
+				onOffset(p.Offset)
+			}
+		}
+		if both.Load() || n == 2 {
+			both.Store(true)
+			return nil, nil, false
+		}
+		return testkit.TxnOffsetCommitRefusal(rq, kerr.IllegalGeneration.Code), nil, true
+	})
+	return cfg, manual, recs, both
+}
+
 // producePartitions writes records with values to partition p of topic
 // (cl must partition manually) and returns them with their coordinates.
 func producePartitions(t *testing.T, cl *kgo.Client, topic string, p int32, values ...string) []*kgo.Record {
@@ -155,12 +161,7 @@ func failCommitEnd(t *testing.T, k *testkit.Kafka, commit bool, when func() bool
 		var err error
 		if commit {
 			cloning.Store(true)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				err = sendEndTxn(t, k, rq)
-			}()
-			k.Fake().SleepControl(func() { <-done })
+			err = sendEndTxnAside(t, k, rq)
 		}
 		before()
 		sent.Store(&err)
@@ -169,6 +170,21 @@ func failCommitEnd(t *testing.T, k *testkit.Kafka, commit bool, when func() bool
 		return resp, nil, true
 	})
 	return &sent
+}
+
+// sendEndTxnAside sends a copy of rq (sendEndTxn) from the control
+// function of k's cluster that holds rq, sleeping meanwhile (the cluster
+// serves other connections), and returns its error. The control function
+// must let the copy pass.
+func sendEndTxnAside(t *testing.T, k *testkit.Kafka, rq *kmsg.EndTxnRequest) error {
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err = sendEndTxn(t, k, rq)
+	}()
+	k.Fake().SleepControl(func() { <-done })
+	return err
 }
 
 // sendEndTxn sends a copy of rq, at rq's version, from a client of its own.
@@ -223,15 +239,7 @@ func fetchesAllTopics(req *kmsg.OffsetFetchRequest) bool {
 // producer of the transactional id is initialized).
 func TestDLQEndFailedWhileCommitCompletesKeepsOneDeadLetter(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name  string
-		fence bool
-	}{{"broker still committing", false}, {"producer fenced", true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			endFailedThenReinit(t, tc.fence)
-		})
-	}
+	bothWays(t, "broker still committing", "producer fenced", endFailedThenReinit)
 }
 
 func endFailedThenReinit(t *testing.T, fence bool) {
@@ -303,40 +311,29 @@ func endFailedThenReinit(t *testing.T, fence bool) {
 // offsets, once the transaction is complete (RequireStableFetchOffsets).
 func TestDLQRevokeDuringHeldCommitEndKeepsOneDeadLetter(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		lost bool
-	}{{"answered", false}, {"lost", true}} {
-		t.Run(tc.name, func(t *testing.T) {
+	bothWays(t, "answered", "lost", revokeDuringHeldEnd)
+}
+
+// bothWays runs f as two parallel subtests: named no with false, and yes
+// with true.
+func bothWays(t *testing.T, no, yes string, f func(t *testing.T, b bool)) {
+	for _, b := range []bool{false, true} {
+		name := no
+		if b {
+			name = yes
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			revokeDuringHeldEnd(t, tc.lost)
+			f(t, b)
 		})
 	}
 }
 
 func revokeDuringHeldEnd(t *testing.T, lost bool) {
 	k := testkit.NewKafka(t, testkit.ForceFake())
-	cfg := baseConfig(t, k, 2)
-	cfg.CommitInterval = time.Hour
+	cfg, _, recs, both := twoPoisonPartitions(t, k, func(int64) {})
 	cfg.RevokeTimeout = 300 * time.Millisecond // the revoke's commit gives up waiting for the held one
 	topic := cfg.Topics[0]
-	manual := k.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	recs := producePartitions(t, manual, topic, 0, "v", "poison-a", "v")
-	recs = append(recs, producePartitions(t, manual, topic, 1, "v", "poison-b", "v")...)
-	var both atomic.Bool
-	k.Fake().ControlKey(int16(kmsg.TxnOffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		k.Fake().KeepControl()
-		rq := req.(*kmsg.TxnOffsetCommitRequest)
-		n := 0
-		for _, rt := range rq.Topics {
-			n += len(rt.Partitions)
-		}
-		if both.Load() || n == 2 {
-			both.Store(true)
-			return nil, nil, false
-		}
-		return testkit.TxnOffsetCommitRefusal(rq, kerr.IllegalGeneration.Code), nil, true
-	})
 	var held, cloning atomic.Bool
 	inEnd, release := make(chan struct{}), make(chan struct{})
 	var cloneErr error
@@ -352,12 +349,7 @@ func revokeDuringHeldEnd(t *testing.T, lost bool) {
 			return nil, nil, false
 		}
 		cloning.Store(true)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			cloneErr = sendEndTxn(t, k, rq)
-		}()
-		k.Fake().SleepControl(func() { <-done })
+		cloneErr = sendEndTxnAside(t, k, rq)
 		resp := rq.ResponseKind().(*kmsg.EndTxnResponse)
 		resp.ErrorCode = kerr.UnknownServerError.Code
 		return resp, nil, true
