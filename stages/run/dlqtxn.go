@@ -241,8 +241,12 @@ func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOff
 }
 
 // loop commits every interval and when kicked, until ctx is done. Each
-// commit may take up to txnCommitTimeout (a broker outage), so that a
-// revoke's commit waits at most that long for its turn.
+// commit may take up to txnCommitTimeout (a broker outage), and one whose
+// transaction's end failed up to three txnAbortTimeout more (the abort,
+// the producer's re-initialization, the read of the offsets): a revoke's
+// commit waits that long for its turn at most, and gives up after
+// Config.RevokeTimeout (its partitions' entries are then dropped, see
+// txnOwner).
 func (c *txnCommitter) loop(ctx context.Context, interval time.Duration, fatal func(error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
