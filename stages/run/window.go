@@ -2,8 +2,10 @@ package run
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"sync"
@@ -134,28 +136,32 @@ type Encoder[T any] interface {
 // held as values the bytes of the record each came from, plus a per-key
 // and per-record overhead.
 type window[Out any] struct {
-	outs      []Out            // merged outputs in order of first appearance: the write (enc == nil)
-	spans     []span           // where output i is encoded in arena (enc != nil)
-	arena     [][]byte         // encoded outputs, in chunks of arenaChunk bytes or one larger output
-	dead      int64            // arena bytes of encodings replaced by a merge
-	scratch   []byte           // encoding buffer of add
-	byKey     map[string]int32 // index into outs or spans
-	first     []int32          // first[i]: head of output i's offset list in links
-	lastOf    []int32          // lastOf[i]: tail of that list
-	links     []offsetLink
-	opened    time.Time
-	base      int64         // offset of the window's first record (offsetLink.off counts from it)
-	records   int           // records processed into the window
-	merged    int           // outputs merged into an earlier one (sluice_window_merged_total once written)
-	last      *kgo.Record   // last record processed (for the commit mark)
-	merger    Merger[Out]   // the runner's sink
-	enc       Encoder[Out]  // the sink, when it implements Encoder
-	held      *atomic.Int64 // keys held by all the runner's windows (WindowConfig.MaxTotalKeys)
-	mem       *heldBytes    // the runner's share of the memory budget
-	size      int64         // bytes the window holds, as counted in the budget
-	closing   int64         // bytes counted as being written in Budget.closing (closeWindow)
-	unwritten []int32       // per arena chunk, its outputs not yet written (closeWindow)
-	partMu    sync.Mutex    // guards unwritten, the arena's freed chunks, size and closing while parts are written (written)
+	outs       []Out    // merged outputs in order of first appearance: the write (enc == nil)
+	spans      []span   // where output i's entry (key and encoding) is in arena (enc != nil)
+	arena      [][]byte // entries, in chunks of arenaChunk bytes or one larger entry
+	arenaBytes int64    // capacity of the arena's chunks
+	dead       int64    // arena bytes in no entry's key or encoding: holes and room left
+	holes      [holeClasses][]hole
+	scratch    []byte           // encoding buffer of add
+	byKey      map[string]int32 // index into outs (enc == nil)
+	idx        keyIndex         // index into spans, keys in the arena (enc != nil)
+	keyHash    uint32           // hash of the key in keyBuf, when lookup found none (enc != nil)
+	first      []int32          // first[i]: head of output i's offset list in links
+	lastOf     []int32          // lastOf[i]: tail of that list
+	links      []offsetLink
+	opened     time.Time
+	base       int64         // offset of the window's first record (offsetLink.off counts from it)
+	records    int           // records processed into the window
+	merged     int           // outputs merged into an earlier one (sluice_window_merged_total once written)
+	last       *kgo.Record   // last record processed (for the commit mark)
+	merger     Merger[Out]   // the runner's sink
+	enc        Encoder[Out]  // the sink, when it implements Encoder
+	held       *atomic.Int64 // keys held by all the runner's windows (WindowConfig.MaxTotalKeys)
+	mem        *heldBytes    // the runner's share of the memory budget
+	size       int64         // bytes the window holds, as counted in the budget
+	closing    int64         // bytes counted as being written in Budget.closing (closeWindow)
+	unwritten  []int32       // per arena chunk, its outputs not yet written (closeWindow)
+	partMu     sync.Mutex    // guards unwritten, the arena's freed chunks, size and closing while parts are written (written)
 
 	// encMerge is the sink when it is an Encoder implementing EncodedMerger.
 	encMerge EncodedMerger[Out]
@@ -163,6 +169,11 @@ type window[Out any] struct {
 	// key lookup built last.
 	keyApp KeyAppender[Out]
 	keyBuf []byte
+	// encKey is the sink when it is an Encoder implementing EncodedKeyer:
+	// the arena's entries then hold no key; cmpBuf holds the key read
+	// from an encoding last.
+	encKey EncodedKeyer
+	cmpBuf []byte
 
 	// open is size while the window is open and not being written, else
 	// 0: what the runner's other workers compare their window with
@@ -178,8 +189,9 @@ type window[Out any] struct {
 	released     bool  // release gave the keys back: the window no longer counts in *held
 }
 
-// span locates one encoded output in the window's arena.
-type span struct{ chunk, off, n int32 }
+// span locates one output's entry in the window's arena: room bytes at
+// off, the key's length, the key and n bytes of encoding (windowkeys.go).
+type span struct{ chunk, off, n, room int32 }
 
 // offsetLink is one record offset behind an output, as the distance from
 // the window's first offset (window.base); next is the index of the
@@ -189,8 +201,10 @@ type offsetLink struct {
 	next int32
 }
 
-// Budget overheads of a window: per key (its map entry, slice entries and
-// the key's string header) and per record offset behind an output.
+// Budget overheads of a window that holds outputs as values: per key (its
+// map entry, slice entries and the key's string header) and per record
+// offset behind an output. A window of encoded outputs counts its arena
+// and the capacity of its index and slices instead (metaBytes).
 const (
 	windowKeyOverhead  = 96
 	windowLinkOverhead = 8 // unsafe.Sizeof(offsetLink{})
@@ -202,6 +216,8 @@ func newWindow[Out any](m Merger[Out], held *atomic.Int64, mem *heldBytes) *wind
 	win.enc, _ = m.(Encoder[Out])
 	if win.enc != nil {
 		win.encMerge, _ = m.(EncodedMerger[Out])
+		win.encKey, _ = m.(EncodedKeyer)
+		win.idx.seed = maphash.MakeSeed()
 	}
 	win.keyApp, _ = m.(KeyAppender[Out])
 	return win
@@ -210,7 +226,7 @@ func newWindow[Out any](m Merger[Out], held *atomic.Int64, mem *heldBytes) *wind
 func (win *window[Out]) empty() bool { return win.records == 0 }
 
 // keys returns the number of distinct keys (outputs) in the window.
-func (win *window[Out]) keys() int { return len(win.byKey) }
+func (win *window[Out]) keys() int { return len(win.first) }
 
 // offsets returns the offsets of the records behind output i, ascending.
 func (win *window[Out]) offsets(i int) []int64 {
@@ -234,7 +250,10 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 	for i, o := range p.outs {
 		rec := batch[p.owners[i]]
 		off := uint32(rec.Offset - win.base) // fits: see handleWindowed
-		g, ok, k := win.lookup(o)
+		g, ok, k, err := win.lookup(o)
+		if err != nil {
+			return win.held.Load(), err
+		}
 		if ok {
 			if err := win.merge(g, o); err != nil {
 				return win.held.Load(), err
@@ -243,30 +262,35 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 				win.links = append(win.links, offsetLink{off: off, next: -1})
 				win.links[tail].next = int32(len(win.links) - 1)
 				win.lastOf[g] = int32(len(win.links) - 1)
-				win.size += windowLinkOverhead
+				if win.enc == nil {
+					win.size += windowLinkOverhead
+				}
 			}
 			win.merged++
 			continue
 		}
 		added++
-		if win.keyApp != nil {
-			k = string(win.keyBuf) // a new key: its only copy
-		}
-		win.byKey[k] = int32(len(win.first))
 		if win.enc != nil {
+			win.idx.insert(win.keyHash, int32(len(win.first)))
 			win.store(-1, o)
 		} else {
+			if win.keyApp != nil {
+				k = string(win.keyBuf) // a new key: its only copy
+			}
+			win.byKey[k] = int32(len(win.first))
 			win.outs = append(win.outs, o)
-			win.size += recordBytes(rec)
+			win.size += recordBytes(rec) + windowKeyOverhead + int64(len(k)) + windowLinkOverhead
 		}
 		win.links = append(win.links, offsetLink{off: off, next: -1})
 		win.first = append(win.first, int32(len(win.links)-1))
 		win.lastOf = append(win.lastOf, int32(len(win.links)-1))
-		win.size += windowKeyOverhead + int64(len(k)) + windowLinkOverhead
 	}
 	win.records += len(batch)
 	win.last = batch[len(batch)-1]
-	win.compact()
+	if win.enc != nil {
+		win.compact()
+		win.size = win.arenaBytes + win.metaBytes()
+	}
 	win.open.Store(win.size)
 	win.mu.Lock()
 	defer win.mu.Unlock()
@@ -282,16 +306,30 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 // lookup returns the index of o's output when its key is in the window.
 // When the sink is a KeyAppender the key is built in win.keyBuf (and k is
 // ""): the lookup does not allocate, and add copies the key only when it
-// is new; else k is MergeKey(o).
-func (win *window[Out]) lookup(o Out) (g int32, ok bool, k string) {
+// is new; else k is MergeKey(o). An encoded window looks the key up in
+// its index, with the key in win.keyBuf and, when it is new, its hash in
+// win.keyHash (for add's insert); its error is one of the sink's
+// EncodedKeyer.
+func (win *window[Out]) lookup(o Out) (g int32, ok bool, k string, err error) {
 	if win.keyApp != nil {
 		win.keyBuf = win.keyApp.AppendMergeKey(win.keyBuf[:0], o)
-		g, ok = win.byKey[string(win.keyBuf)]
-		return g, ok, ""
+	} else {
+		k = win.merger.MergeKey(o)
+		if win.enc != nil {
+			win.keyBuf = append(win.keyBuf[:0], k...)
+		}
 	}
-	k = win.merger.MergeKey(o)
+	if win.enc != nil {
+		win.keyHash = win.idx.hashKey(win.keyBuf)
+		g, ok, err = win.find(win.keyBuf, win.keyHash)
+		return g, ok, "", err
+	}
+	if win.keyApp != nil {
+		g, ok = win.byKey[string(win.keyBuf)]
+		return g, ok, "", nil
+	}
 	g, ok = win.byKey[k]
-	return g, ok, k
+	return g, ok, k, nil
 }
 
 // merge merges o into output g.
@@ -301,8 +339,7 @@ func (win *window[Out]) merge(g int32, o Out) error {
 		return nil
 	}
 	if win.encMerge != nil {
-		s := win.spans[g]
-		b, err := win.encMerge.AppendMerged(win.scratch[:0], win.arena[s.chunk][s.off:s.off+s.n], o)
+		b, err := win.encMerge.AppendMerged(win.scratch[:0], win.encoded(int(g)), o)
 		if err != nil {
 			return fmt.Errorf("window: merge into an output encoded by %T: %w", win.enc, err)
 		}
@@ -319,8 +356,7 @@ func (win *window[Out]) merge(g int32, o Out) error {
 }
 
 func (win *window[Out]) decode(i int) (Out, error) {
-	s := win.spans[i]
-	out, err := win.enc.Decode(win.arena[s.chunk][s.off : s.off+s.n])
+	out, err := win.enc.Decode(win.encoded(i))
 	if err != nil {
 		var zero Out
 		return zero, fmt.Errorf("window: decode the output of %T's Encoder: %w", win.enc, err)
@@ -334,60 +370,75 @@ func (win *window[Out]) store(g int32, o Out) {
 	win.place(g)
 }
 
-// place stores the encoding in win.scratch as output g (-1: a new output)
-// in the arena: in place when it fits the old encoding, else at the
-// arena's end.
+// place stores the encoding in win.scratch as output g (-1: a new
+// output, whose key is in win.keyBuf) in the arena: in place when it fits
+// the entry's room, else in a new entry (see alloc), the old one a hole.
 func (win *window[Out]) place(g int32) {
 	n := len(win.scratch)
 	if g >= 0 {
-		if s := &win.spans[g]; int(s.n) >= n {
-			copy(win.arena[s.chunk][s.off:], win.scratch)
+		s := &win.spans[g]
+		e := win.arena[s.chunk][s.off : s.off+s.room]
+		_, at := entryKey(e)
+		if at+n <= int(s.room) {
+			copy(e[at:], win.scratch)
 			win.dead += int64(s.n) - int64(n)
 			s.n = int32(n)
 			return
 		}
-		win.dead += int64(win.spans[g].n)
+		ns := win.alloc(at + n)
+		ne := win.arena[ns.chunk][ns.off : ns.off+ns.room]
+		copy(ne, e[:at])
+		copy(ne[at:], win.scratch)
+		win.dead += int64(at) + int64(s.n) // the old entry's bytes; its room beyond them was counted already
+		win.free(*s)
+		ns.n = int32(n)
+		*s = ns
+		return
 	}
-	s := win.appendArena(win.scratch)
-	if g >= 0 {
-		win.spans[g] = s
-	} else {
-		win.spans = append(win.spans, s)
+	key := win.keyBuf
+	if win.encKey != nil {
+		key = nil // read from the encoding
 	}
+	at := uvarintLen(len(key)) + len(key)
+	ns := win.alloc(at + n)
+	e := win.arena[ns.chunk][ns.off : ns.off+ns.room]
+	w := binary.PutUvarint(e, uint64(len(key)))
+	copy(e[w:], key)
+	copy(e[at:], win.scratch)
+	ns.n = int32(n)
+	win.spans = append(win.spans, ns)
 }
 
-// appendArena copies b to the end of the arena, in a new chunk when the
-// last one is full, and counts new chunks in win.size.
-func (win *window[Out]) appendArena(b []byte) span {
-	last := len(win.arena) - 1
-	if last < 0 || cap(win.arena[last])-len(win.arena[last]) < len(b) {
-		c := max(arenaChunk, len(b))
-		win.arena = append(win.arena, make([]byte, 0, c))
-		win.size += int64(c)
-		last++
+// uvarintLen returns the length of x's uvarint encoding.
+func uvarintLen(x int) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
 	}
-	off := len(win.arena[last])
-	win.arena[last] = append(win.arena[last], b...)
-	return span{chunk: int32(last), off: int32(off), n: int32(len(b))}
+	return n
 }
 
-// compact copies the live encodings into a new arena once replaced ones
-// take a quarter of it (bench-silver's sa rows, whose text changes length
+// compact copies the live entries into a new arena once dead bytes take
+// a quarter of it (bench-silver's sa rows, whose text changes length
 // from one scrape to the next, left a fifth of the arena dead on average
-// with a threshold of a half).
+// with a threshold of a half, before holes were reused).
 func (win *window[Out]) compact() {
-	total := int64(0)
-	for _, c := range win.arena {
-		total += int64(cap(c))
-	}
-	if win.dead < arenaChunk || 4*win.dead < total {
+	if win.dead < arenaChunk || compactShare*win.dead < win.arenaBytes {
 		return
 	}
 	old := win.arena
 	win.arena, win.dead = nil, 0
-	win.size -= total
+	win.size -= win.arenaBytes
+	win.arenaBytes = 0
+	win.clearHoles()
 	for i, s := range win.spans {
-		win.spans[i] = win.appendArena(old[s.chunk][s.off : s.off+s.n])
+		e := old[s.chunk][s.off : s.off+s.room]
+		_, at := entryKey(e)
+		used := at + int(s.n)
+		ns := win.alloc(used)
+		copy(win.arena[ns.chunk][ns.off:], e[:used])
+		ns.n = s.n
+		win.spans[i] = ns
 	}
 }
 
@@ -419,6 +470,7 @@ func (win *window[Out]) written(from, to int) (freed int64) {
 		}
 	}
 	win.size -= freed
+	win.arenaBytes -= freed
 	win.closing -= freed
 	win.mu.Lock()
 	defer win.mu.Unlock()
@@ -453,12 +505,27 @@ func (win *window[Out]) reset() {
 	win.mu.Unlock()
 	clear(win.outs)
 	win.outs = win.outs[:0]
-	win.spans, win.arena, win.dead, win.size = win.spans[:0], nil, 0, 0
+	win.spans, win.arena, win.arenaBytes, win.dead, win.size = shrink(win.spans), nil, 0, 0, 0
+	win.clearHoles()
 	clear(win.byKey)
-	win.first, win.lastOf, win.links = win.first[:0], win.lastOf[:0], win.links[:0]
+	win.idx.reset()
+	win.first, win.lastOf, win.links = shrink(win.first), shrink(win.lastOf), shrink(win.links)
 	win.records, win.merged, win.last = 0, 0, nil
 	win.open.Store(0)
 }
+
+// shrink empties s for the next window, dropping a large array: what a
+// worker keeps between windows is outside the budget.
+func shrink[T any](s []T) []T {
+	if cap(s) > keepBetweenWindows {
+		return nil
+	}
+	return s[:0]
+}
+
+// keepBetweenWindows bounds the entries of the slices a window keeps for
+// the next one.
+const keepBetweenWindows = 4096
 
 // release gives the window's keys and bytes back to the runner's bounds for
 // good (WindowConfig.MaxTotalKeys, the gauge sluice_window_keys, the memory
