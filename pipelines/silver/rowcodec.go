@@ -151,8 +151,36 @@ func (e *rowEncoder) strs(ss []string) {
 	}
 }
 
+// float appends f as a uvarint x: a decimal m×10^-k (k ≤ 3, exactly f:
+// prices and scores, 1–4 bytes) is x = zigzag(m)<<3 | k<<1 | 1; any other
+// value (-0, NaN, ±Inf, more digits) is x = 0 followed by its 8 bytes.
 func (e *rowEncoder) float(f float64) {
+	if math.Abs(f) < 1<<40 {
+		for k := range 4 {
+			p := pow10(uint64(k))
+			m := math.Round(f * p)
+			if math.Float64bits(m/p) == math.Float64bits(f) && (f != 0 || !math.Signbit(f)) {
+				z := uint64(int64(m)<<1) ^ uint64(int64(m)>>63)
+				e.head = binary.AppendUvarint(e.head, z<<3|uint64(k)<<1|1)
+				return
+			}
+		}
+	}
+	e.head = append(e.head, 0)
 	e.head = binary.LittleEndian.AppendUint64(e.head, math.Float64bits(f))
+}
+
+// pow10 returns 10^k, the scales of rowEncoder.float's decimals (k ≤ 3).
+func pow10(k uint64) float64 {
+	switch k {
+	case 0:
+		return 1
+	case 1:
+		return 10
+	case 2:
+		return 100
+	}
+	return 1000
 }
 
 func (e *rowEncoder) optFloat(f *float64) {
@@ -392,7 +420,13 @@ func (d *rowDecoder) varint() int64 {
 }
 
 func (d *rowDecoder) float() float64 {
-	if len(d.b)-d.pos < 8 {
+	x := d.uvarint()
+	if x&1 == 1 {
+		z := x >> 3
+		m := int64(z>>1) ^ -int64(z&1)
+		return float64(m) / pow10(x>>1&3)
+	}
+	if x != 0 || len(d.b)-d.pos < 8 {
 		d.fail()
 		return 0
 	}

@@ -1,6 +1,7 @@
 package run
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -146,11 +147,12 @@ type window[Out any] struct {
 	byKey      map[string]int32 // index into outs (enc == nil)
 	idx        keyIndex         // index into spans, keys in the arena (enc != nil)
 	keyHash    uint32           // hash of the key in keyBuf, when lookup found none (enc != nil)
-	first      []int32          // first[i]: head of output i's offset list in links
-	lastOf     []int32          // lastOf[i]: tail of that list
-	links      []offsetLink
+	recOut     []int32          // recOut[j]: the output of the window's j-th record, -1: none (see eachRecord)
+	recMore    []recLink        // the other outputs of records with outputs of several keys
+	gaps       []recGap         // records whose offset is not the previous one's + 1, the first among them
+	nextOff    int64            // offset after the last record's
 	opened     time.Time
-	base       int64         // offset of the window's first record (offsetLink.off counts from it)
+	base       int64         // offset of the window's first record
 	records    int           // records processed into the window
 	merged     int           // outputs merged into an earlier one (sluice_window_merged_total once written)
 	last       *kgo.Record   // last record processed (for the commit mark)
@@ -193,22 +195,27 @@ type window[Out any] struct {
 // off, the key's length, the key and n bytes of encoding (windowkeys.go).
 type span struct{ chunk, off, n, room int32 }
 
-// offsetLink is one record offset behind an output, as the distance from
-// the window's first offset (window.base); next is the index of the
-// following link of the same output, or -1.
-type offsetLink struct {
-	off  uint32
-	next int32
+// recLink says that record rec (its index in the window) is behind
+// output g too.
+type recLink struct{ rec, g int32 }
+
+// recGap says that record rec (its index in the window) and those after
+// it, up to the next gap, are at offsets off, off+1, …: the offsets of a
+// window's records are consecutive but where transaction markers or
+// compaction left holes.
+type recGap struct {
+	rec int32
+	off int64
 }
 
 // Budget overheads of a window that holds outputs as values: per key (its
 // map entry, slice entries and the key's string header) and per record
-// offset behind an output. A window of encoded outputs counts its arena
-// and the capacity of its index and slices instead (metaBytes).
+// (its recOut entry). A window of encoded outputs counts its arena and
+// the capacity of its index and slices instead (metaBytes).
 const (
-	windowKeyOverhead  = 96
-	windowLinkOverhead = 8 // unsafe.Sizeof(offsetLink{})
-	arenaChunk         = 256 << 10
+	windowKeyOverhead    = 96
+	windowRecordOverhead = 4 // unsafe.Sizeof(int32(0))
+	arenaChunk           = 256 << 10
 )
 
 func newWindow[Out any](m Merger[Out], held *atomic.Int64, mem *heldBytes) *window[Out] {
@@ -226,15 +233,63 @@ func newWindow[Out any](m Merger[Out], held *atomic.Int64, mem *heldBytes) *wind
 func (win *window[Out]) empty() bool { return win.records == 0 }
 
 // keys returns the number of distinct keys (outputs) in the window.
-func (win *window[Out]) keys() int { return len(win.first) }
+func (win *window[Out]) keys() int { return len(win.spans) + len(win.outs) }
 
-// offsets returns the offsets of the records behind output i, ascending.
-func (win *window[Out]) offsets(i int) []int64 {
-	var out []int64
-	for l := win.first[i]; l >= 0; l = win.links[l].next {
-		out = append(out, win.base+int64(win.links[l].off))
+// eachRecord calls fn with the offset of every record behind an output
+// and that output's index, in offset order; a record behind outputs of
+// several keys comes once per output (and may come twice for one).
+func (win *window[Out]) eachRecord(fn func(off int64, g int32)) {
+	gi, off := 0, int64(0)
+	for j, g := range win.recOut {
+		if gi < len(win.gaps) && win.gaps[gi].rec == int32(j) {
+			off = win.gaps[gi].off
+			gi++
+		}
+		if g >= 0 {
+			fn(off, g)
+		}
+		for _, m := range win.moreOf(int32(j)) {
+			fn(off, m.g)
+		}
+		off++
 	}
-	return out
+}
+
+// moreOf returns the recMore links of record j (recMore is in record
+// order: add goes through its outputs in the order of their records).
+func (win *window[Out]) moreOf(j int32) []recLink {
+	lo, _ := slices.BinarySearchFunc(win.recMore, j, func(l recLink, j int32) int { return cmp.Compare(l.rec, j) })
+	hi := lo
+	for hi < len(win.recMore) && win.recMore[hi].rec == j {
+		hi++
+	}
+	return win.recMore[lo:hi]
+}
+
+// addRecords appends the records of batch to recOut (no output yet) and
+// gaps, and returns the index of the first.
+func (win *window[Out]) addRecords(batch []*kgo.Record) int32 {
+	first := int32(len(win.recOut))
+	for i, rec := range batch {
+		if len(win.recOut) == 0 || rec.Offset != win.nextOff {
+			win.gaps = append(win.gaps, recGap{rec: first + int32(i), off: rec.Offset})
+		}
+		win.recOut = append(win.recOut, -1)
+		win.nextOff = rec.Offset + 1
+	}
+	return first
+}
+
+// behind records that record j is behind output g.
+func (win *window[Out]) behind(j, g int32) {
+	switch o := win.recOut[j]; {
+	case o < 0:
+		win.recOut[j] = g
+	case o != g:
+		if n := len(win.recMore); n == 0 || win.recMore[n-1] != (recLink{j, g}) {
+			win.recMore = append(win.recMore, recLink{j, g})
+		}
+	}
 }
 
 // add folds the outputs of batch into the window (counting in win.merged
@@ -247,9 +302,13 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 	}
 	added := int64(0) // new keys
 	size0 := win.size
+	rec0 := win.addRecords(batch)
+	if win.enc == nil {
+		win.size += windowRecordOverhead * int64(len(batch))
+	}
 	for i, o := range p.outs {
 		rec := batch[p.owners[i]]
-		off := uint32(rec.Offset - win.base) // fits: see handleWindowed
+		j := rec0 + int32(p.owners[i])
 		g, ok, k, err := win.lookup(o)
 		if err != nil {
 			return win.held.Load(), err
@@ -258,32 +317,24 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 			if err := win.merge(g, o); err != nil {
 				return win.held.Load(), err
 			}
-			if tail := win.lastOf[g]; win.links[tail].off != off {
-				win.links = append(win.links, offsetLink{off: off, next: -1})
-				win.links[tail].next = int32(len(win.links) - 1)
-				win.lastOf[g] = int32(len(win.links) - 1)
-				if win.enc == nil {
-					win.size += windowLinkOverhead
-				}
-			}
+			win.behind(j, g)
 			win.merged++
 			continue
 		}
 		added++
+		g = int32(win.keys())
 		if win.enc != nil {
-			win.idx.insert(win.keyHash, int32(len(win.first)))
+			win.idx.insert(win.keyHash, g)
 			win.store(-1, o)
 		} else {
 			if win.keyApp != nil {
 				k = string(win.keyBuf) // a new key: its only copy
 			}
-			win.byKey[k] = int32(len(win.first))
+			win.byKey[k] = g
 			win.outs = append(win.outs, o)
-			win.size += recordBytes(rec) + windowKeyOverhead + int64(len(k)) + windowLinkOverhead
+			win.size += recordBytes(rec) + windowKeyOverhead + int64(len(k))
 		}
-		win.links = append(win.links, offsetLink{off: off, next: -1})
-		win.first = append(win.first, int32(len(win.links)-1))
-		win.lastOf = append(win.lastOf, int32(len(win.links)-1))
+		win.behind(j, g)
 	}
 	win.records += len(batch)
 	win.last = batch[len(batch)-1]
@@ -509,7 +560,7 @@ func (win *window[Out]) reset() {
 	win.clearHoles()
 	clear(win.byKey)
 	win.idx.reset()
-	win.first, win.lastOf, win.links = shrink(win.first), shrink(win.lastOf), shrink(win.links)
+	win.recOut, win.recMore, win.gaps = shrink(win.recOut), shrink(win.recMore), shrink(win.gaps)
 	win.records, win.merged, win.last = 0, 0, nil
 	win.open.Store(0)
 }
@@ -547,11 +598,9 @@ func (win *window[Out]) release() {
 // budget is full (see [Budget]).
 func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 	r := w.r
-	// Offsets behind outputs are kept as 32-bit distances from the
-	// window's first offset: a batch beyond that range (a window of 4
-	// billion offsets, or a gap as large in a compacted log) goes into a
-	// new window.
-	if !w.win.empty() && batch[len(batch)-1].Offset-w.win.base > math.MaxUint32 {
+	// A window's records are indexed with 32 bits (recOut): a window of
+	// 2 billion records goes on in a new one.
+	if len(w.win.recOut) > math.MaxInt32-len(batch) {
 		if err := w.closeWindow(); err != nil {
 			return err
 		}
@@ -831,21 +880,34 @@ func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt, ba
 	type reason struct {
 		rule string
 		err  error
+		item int
 	}
-	why := map[int64]reason{}
-	var offsets []int64
-	for _, it := range rej.Items {
+	// The first rejection of each window output, and its place among
+	// the items: a record behind several rejected outputs takes the
+	// reason of the first item among them, as the items come.
+	byOut := map[int32]reason{}
+	for i, it := range rej.Items {
 		if it.Index < 0 || it.Index >= n {
 			return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, n)
 		}
-		for _, off := range win.offsets(base + it.Index) {
-			if _, ok := why[off]; !ok {
-				why[off] = reason{it.Rule, it.Err}
-				offsets = append(offsets, off)
-			}
+		if _, ok := byOut[int32(base+it.Index)]; !ok {
+			byOut[int32(base+it.Index)] = reason{it.Rule, it.Err, i}
 		}
 	}
-	slices.Sort(offsets)
+	why := map[int64]reason{}
+	var offsets []int64 // ascending: eachRecord goes in offset order
+	win.eachRecord(func(off int64, g int32) {
+		y, ok := byOut[g]
+		if !ok {
+			return
+		}
+		if prev, seen := why[off]; !seen || y.item < prev.item {
+			if !seen {
+				offsets = append(offsets, off)
+			}
+			why[off] = y
+		}
+	})
 	recs, gone, err := r.readBack(w.ctx, w.tp, offsets)
 	if err != nil {
 		return fmt.Errorf("read back rejected records: %w", err)

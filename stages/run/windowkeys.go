@@ -22,8 +22,10 @@ import (
 // leave the arena a fifth dead between compactions.
 
 // keyIndex maps keys to output indexes with open addressing (linear
-// probing) over a power-of-two table. A slot holds the key's 32-bit hash
-// and the output index + 1 (0: empty); keys are compared in the arena.
+// probing). A slot holds the key's 32-bit hash and the output index + 1
+// (0: empty); keys are compared in the arena. A hash's first slot is its
+// fraction of the table (h × len / 2^32), so the table can grow by half
+// rather than double (a mean load of 5/8 instead of 9/16).
 type keyIndex struct {
 	seed  maphash.Seed
 	slots []uint64
@@ -45,8 +47,7 @@ func (win *window[Out]) find(key []byte, h uint32) (int32, bool, error) {
 	if len(x.slots) == 0 {
 		return 0, false, nil
 	}
-	mask := uint32(len(x.slots) - 1)
-	for i := h & mask; ; i = (i + 1) & mask {
+	for i := x.home(h); ; i = x.next(i) {
 		s := x.slots[i]
 		if s == 0 {
 			return 0, false, nil
@@ -65,8 +66,21 @@ func (win *window[Out]) find(key []byte, h uint32) (int32, bool, error) {
 	}
 }
 
+// home returns the first slot of hash h.
+func (x *keyIndex) home(h uint32) int {
+	return int(uint64(h) * uint64(len(x.slots)) >> 32)
+}
+
+// next returns the slot after i.
+func (x *keyIndex) next(i int) int {
+	if i++; i == len(x.slots) {
+		return 0
+	}
+	return i
+}
+
 // insert adds output g, whose key (of hash h) is not in the index. The
-// table doubles once it is three quarters full.
+// table grows by half once it is three quarters full.
 func (x *keyIndex) insert(h uint32, g int32) {
 	if 4*(x.n+1) > 3*len(x.slots) {
 		x.grow()
@@ -76,17 +90,16 @@ func (x *keyIndex) insert(h uint32, g int32) {
 }
 
 func (x *keyIndex) put(s uint64) {
-	mask := uint32(len(x.slots) - 1)
-	i := uint32(s>>32) & mask
+	i := x.home(uint32(s >> 32))
 	for x.slots[i] != 0 {
-		i = (i + 1) & mask
+		i = x.next(i)
 	}
 	x.slots[i] = s
 }
 
 func (x *keyIndex) grow() {
 	old := x.slots
-	x.slots = make([]uint64, max(minIndexSlots, 2*len(old)))
+	x.slots = make([]uint64, max(minIndexSlots, len(old)+len(old)/2))
 	for _, s := range old {
 		if s != 0 {
 			x.put(s)
@@ -203,9 +216,11 @@ func (win *window[Out]) clearHoles() {
 }
 
 // metaBytes returns the heap of an encoded window besides its arena: the
-// index, the spans, the offset lists and the hole lists, by capacity.
+// index, the spans, the records' outputs and offsets and the hole lists,
+// by capacity.
 func (win *window[Out]) metaBytes() int64 {
-	n := win.idx.bytes() + 16*int64(cap(win.spans)) + 4*int64(cap(win.first)+cap(win.lastOf)) + windowLinkOverhead*int64(cap(win.links))
+	n := win.idx.bytes() + 16*int64(cap(win.spans)) + windowRecordOverhead*int64(cap(win.recOut)) +
+		8*int64(cap(win.recMore)) + 16*int64(cap(win.gaps))
 	for _, hs := range win.holes {
 		n += 12 * int64(cap(hs))
 	}
