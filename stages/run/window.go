@@ -130,12 +130,14 @@ type Encoder[T any] interface {
 }
 
 // window is the state of an open coalescing window of one partition. It
-// keeps few objects per key (the merged output or its encoding, one map
-// entry and links in a shared offset list) because a large window is live
-// heap that every GC cycle marks. What it holds counts in the runner's
-// memory budget (see [Budget]): the encodings' buffers, or for outputs
-// held as values the bytes of the record each came from, plus a per-key
-// and per-record overhead.
+// keeps few objects per key (the merged output and a map entry, or an
+// entry in pointer-free buffers and an index slot) and one int32 per
+// record (the output it went to) because a large window is live heap that
+// every GC cycle marks. What it holds counts in the runner's memory
+// budget (see [Budget]): for encoded outputs the buffers and the capacity
+// of its index and slices (metaBytes), for outputs held as values the
+// bytes of the record each came from plus a per-key and per-record
+// overhead.
 type window[Out any] struct {
 	outs       []Out    // merged outputs in order of first appearance: the write (enc == nil)
 	spans      []span   // where output i's entry (key and encoding) is in arena (enc != nil)
@@ -152,7 +154,6 @@ type window[Out any] struct {
 	gaps       []recGap         // records whose offset is not the previous one's + 1, the first among them
 	nextOff    int64            // offset after the last record's
 	opened     time.Time
-	base       int64         // offset of the window's first record
 	records    int           // records processed into the window
 	merged     int           // outputs merged into an earlier one (sluice_window_merged_total once written)
 	last       *kgo.Record   // last record processed (for the commit mark)
@@ -298,7 +299,7 @@ func (win *window[Out]) behind(j, g int32) {
 // Encoder cannot decode) is fatal.
 func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, err error) {
 	if win.records == 0 {
-		win.opened, win.base = time.Now(), batch[0].Offset
+		win.opened = time.Now()
 	}
 	added := int64(0) // new keys
 	size0 := win.size
