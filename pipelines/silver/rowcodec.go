@@ -24,8 +24,9 @@ var _ run.Encoder[Row] = (*router)(nil)
 // uvarint, +1 when nullable (0 = NULL); a string array is its element count
 // +1 (0 = NULL, 1 = '{}') followed by each element's length; a nullable
 // number or boolean is a presence byte and, when present, the value; a
-// time is its AppendBinary form (instant and zone offset: a DATE column's
-// day is taken in the time's zone), prefixed by its length. Decode copies
+// time is what its AppendBinary form holds (instant and zone offset: a
+// DATE column's day is taken in the time's zone) in varints (see
+// rowEncoder.time). Decode copies
 // the string bytes once into one string that the row's strings share.
 const (
 	rowEmpty byte = iota
@@ -150,8 +151,36 @@ func (e *rowEncoder) strs(ss []string) {
 	}
 }
 
+// float appends f as a uvarint x: a decimal m×10^-k (k ≤ 3, exactly f:
+// prices and scores, 1–4 bytes) is x = zigzag(m)<<3 | k<<1 | 1; any other
+// value (-0, NaN, ±Inf, more digits) is x = 0 followed by its 8 bytes.
 func (e *rowEncoder) float(f float64) {
+	if math.Abs(f) < 1<<40 {
+		for k := range 4 {
+			p := pow10(uint64(k))
+			m := math.Round(f * p)
+			if math.Float64bits(m/p) == math.Float64bits(f) && (f != 0 || !math.Signbit(f)) {
+				z := uint64(int64(m)<<1) ^ uint64(int64(m)>>63)
+				e.head = binary.AppendUvarint(e.head, z<<3|uint64(k)<<1|1)
+				return
+			}
+		}
+	}
+	e.head = append(e.head, 0)
 	e.head = binary.LittleEndian.AppendUint64(e.head, math.Float64bits(f))
+}
+
+// pow10 returns 10^k, the scales of rowEncoder.float's decimals (k ≤ 3).
+func pow10(k uint64) float64 {
+	switch k {
+	case 0:
+		return 1
+	case 1:
+		return 10
+	case 2:
+		return 100
+	}
+	return 1000
 }
 
 func (e *rowEncoder) optFloat(f *float64) {
@@ -163,17 +192,26 @@ func (e *rowEncoder) optFloat(f *float64) {
 	e.float(*f)
 }
 
+// time appends t as what its AppendBinary form holds, in 6–12 bytes
+// instead of that form's 16: the Unix seconds (varint), the nanoseconds
+// shifted left by one with the low bit set for the UTC location (uvarint)
+// and, unless UTC, the zone offset in minutes (varint). A zone offset that
+// is not a whole minute keeps the instant in UTC (the columns are
+// timestamptz or a date at midnight UTC).
 func (e *rowEncoder) time(t time.Time) {
-	n := len(e.head)
-	e.head = append(e.head, 0)
-	var err error
-	if e.head, err = t.AppendBinary(e.head); err != nil {
-		// Only a zone offset that is not a whole minute fails; the instant
-		// is kept in UTC then (the columns are timestamptz or a date at
-		// midnight UTC).
-		e.head, _ = t.UTC().AppendBinary(e.head[:n+1])
+	_, off := t.Zone()
+	utc := t.Location() == time.UTC
+	if off%60 != 0 || off/60 < math.MinInt16 || off/60 > math.MaxInt16 {
+		t, utc = t.UTC(), true
 	}
-	e.head[n] = byte(len(e.head) - n - 1)
+	e.head = binary.AppendVarint(e.head, t.Unix())
+	ns := uint64(t.Nanosecond()) << 1
+	if utc {
+		e.head = binary.AppendUvarint(e.head, ns|1)
+		return
+	}
+	e.head = binary.AppendUvarint(e.head, ns)
+	e.head = binary.AppendVarint(e.head, int64(off/60))
 }
 
 // errCorruptRow reports an encoding Decode cannot read.
@@ -382,7 +420,13 @@ func (d *rowDecoder) varint() int64 {
 }
 
 func (d *rowDecoder) float() float64 {
-	if len(d.b)-d.pos < 8 {
+	x := d.uvarint()
+	if x&1 == 1 {
+		z := x >> 3
+		m := int64(z>>1) ^ -int64(z&1)
+		return float64(m) / pow10(x>>1&3)
+	}
+	if x != 0 || len(d.b)-d.pos < 8 {
 		d.fail()
 		return 0
 	}
@@ -398,18 +442,29 @@ func (d *rowDecoder) optFloat(dst *float64) *float64 {
 	return dst
 }
 
+// time reads a time rowEncoder.time wrote, in the zone UnmarshalBinary
+// gives the AppendBinary form: UTC, Local when its offset at that instant
+// is the stored one, else a fixed zone of the offset.
 func (d *rowDecoder) time() time.Time {
-	n := int(d.byte())
-	if len(d.b)-d.pos < n {
+	sec := d.varint()
+	ns := d.uvarint()
+	if d.err != nil || ns>>1 >= 1e9 {
 		d.fail()
 		return time.Time{}
 	}
-	var t time.Time
-	if err := t.UnmarshalBinary(d.b[d.pos : d.pos+n]); err != nil {
-		d.fail()
+	t := time.Unix(sec, int64(ns>>1))
+	if ns&1 == 1 {
+		return t.UTC()
 	}
-	d.pos += n
-	return t
+	off := d.varint()
+	if d.err != nil || off < math.MinInt16 || off > math.MaxInt16 {
+		d.fail()
+		return time.Time{}
+	}
+	if _, lo := t.In(time.Local).Zone(); int64(lo) == off*60 {
+		return t.In(time.Local)
+	}
+	return t.In(time.FixedZone("", int(off)*60))
 }
 
 // str and optStr read a string's length (optStr: -1 for NULL).

@@ -338,6 +338,6 @@ func (w *worker[In, Out]) markDone(last *kgo.Record, records int) error {
 		return errAbandoned
 	}
 	w.releaseRecords(w.held.bytes)
-	w.held = heldDLQ{}
+	w.held = heldDLQ{scratch: w.held.scratch, encBuf: w.held.encBuf}
 	return nil
 }

@@ -111,6 +111,18 @@ func (encodedBlobSink) Decode(p []byte) (blob, error) {
 	return blob{Key: key, Count: int(c), Last: string(p[n:])}, nil
 }
 
+// keyedBlobSink is an encodedBlobSink whose encodings give their key back
+// (run.EncodedKeyer): windows then hold no copy of it.
+type keyedBlobSink struct{ encodedBlobSink }
+
+func (keyedBlobSink) AppendEncodedKey(dst, p []byte) ([]byte, error) {
+	kl, n := binary.Uvarint(p)
+	if n <= 0 || uint64(len(p)-n) < kl {
+		return dst, errors.New("corrupt blob")
+	}
+	return append(dst, p[n:n+int(kl)]...), nil
+}
+
 func hash(s string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(s))
@@ -183,7 +195,7 @@ func liveHeap(interval time.Duration) (stop func() uint64) {
 // record is written with the merge semantics of an unbounded window (per
 // key: the count of its records, the newest value) and committed. Both
 // ways a window holds outputs are checked: as values and encoded
-// (run.Encoder). The live heap is read with runtime/metrics after forced
+// (run.Encoder, with and without run.EncodedKeyer). The live heap is read with runtime/metrics after forced
 // collections, so the test does not run in parallel with others.
 func TestBudgetBoundsHeapUnderBacklog(t *testing.T) {
 	const (
@@ -197,6 +209,7 @@ func TestBudgetBoundsHeapUnderBacklog(t *testing.T) {
 	}{
 		{"values", func(s *blobSink) stages.Sink[blob] { return s }},
 		{"encoded", func(s *blobSink) stages.Sink[blob] { return encodedBlobSink{s} }},
+		{"encoded, key in the encoding", func(s *blobSink) stages.Sink[blob] { return keyedBlobSink{encodedBlobSink{s}} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := testkit.NewKafka(t, testkit.FakeOK())

@@ -3,41 +3,81 @@ package run
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
+
+	"github.com/klauspost/compress/s2"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // heldOverhead is what a held dead letter counts in the memory budget
-// besides its packed bytes: the slice header and its labels.
-const heldOverhead = 64
+// besides its share of the compressed block: its labels.
+const heldOverhead = 32
 
-// hold packs the dead letters dlq (of the DLQ topic) into h and returns
-// the bytes they count in the memory budget. A dead letter held packed is
-// one allocation of its key, value and headers instead of a record and a
-// dozen header values: about half the memory for silver's dead letters,
-// which a window holding thousands of them leaves to the windows.
+// heldBlockOverhead is what one block of held dead letters counts besides
+// its bytes: its slice header and allocation's rounding.
+const heldBlockOverhead = 64
+
+// hold packs the dead letters dlq (of the DLQ topic) into one block of h,
+// compressed with S2, and returns the bytes they count in the memory
+// budget. Held packed, a dead letter is a share of one allocation instead
+// of a record and a dozen header values; compressed, the dead letters of
+// a batch (records of one source with the same dlq.* headers) take a
+// fraction of their bytes: silver's windows hold tens of thousands of
+// them under a backlog, taken from the windows' share of the budget.
 func (h *heldDLQ) hold(dlq []*kgo.Record, labels [][2]string) int64 {
-	n := int64(0)
-	for _, rec := range dlq {
-		b := packDeadLetter(rec)
-		h.dlq = append(h.dlq, b)
-		n += int64(len(b)) + heldOverhead
+	if len(dlq) == 0 {
+		return 0
 	}
+	raw := h.scratch[:0]
+	for _, rec := range dlq {
+		raw = appendPacked(raw, rec)
+	}
+	h.scratch = raw
+	enc := s2.Encode(h.encBuf[:cap(h.encBuf)], raw)
+	block := slices.Clone(enc)
+	h.encBuf = enc[:0]
+	if len(raw) > maxHeldScratch {
+		h.scratch, h.encBuf = nil, nil // a large batch's buffers are not kept
+	}
+	h.dlq = append(h.dlq, block)
 	h.labels = append(h.labels, labels...)
+	n := int64(len(block)) + heldBlockOverhead + heldOverhead*int64(len(dlq))
 	h.bytes += n
 	return n
 }
 
+// maxHeldScratch bounds the buffers a worker keeps for hold between batches.
+const maxHeldScratch = 1 << 20
+
+// appendPacked appends rec's packDeadLetter encoding to b, preceded by
+// its length (uvarint).
+func appendPacked(b []byte, rec *kgo.Record) []byte {
+	pk := packDeadLetter(rec)
+	return append(binary.AppendUvarint(b, uint64(len(pk))), pk...)
+}
+
 // records returns the held dead letters as records of topic.
 func (h *heldDLQ) records(topic string) ([]*kgo.Record, error) {
-	recs := make([]*kgo.Record, len(h.dlq))
-	for i, b := range h.dlq {
-		rec, err := unpackDeadLetter(b)
+	recs := make([]*kgo.Record, 0, len(h.labels))
+	for _, block := range h.dlq {
+		raw, err := s2.Decode(nil, block)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("held dead letters: %w", err)
 		}
-		rec.Topic = topic
-		recs[i] = rec
+		for len(raw) > 0 {
+			n, k := binary.Uvarint(raw)
+			if k <= 0 || n > uint64(len(raw)-k) {
+				return nil, fmt.Errorf("held dead letters: corrupt block")
+			}
+			rec, err := unpackDeadLetter(raw[k : k+int(n) : k+int(n)])
+			if err != nil {
+				return nil, err
+			}
+			rec.Topic = topic
+			recs = append(recs, rec)
+			raw = raw[k+int(n):]
+		}
 	}
 	return recs, nil
 }

@@ -25,3 +25,17 @@ type KeyAppender[T any] interface {
 	// slice. Safe for concurrent use.
 	AppendMergeKey(dst []byte, o T) []byte
 }
+
+// EncodedKeyer is implemented by an [Encoder] whose encodings hold their
+// output's merge key: a window then stores no copy of the key beside the
+// encoding (the silver benchmark's keys took a tenth of its window's
+// bytes), and reads it from the encoding to compare keys whose hashes
+// match.
+type EncodedKeyer interface {
+	// AppendEncodedKey appends to dst the MergeKey of the output encoded
+	// in enc (by AppendEncoded or EncodedMerger.AppendMerged) and returns
+	// the extended slice. It must not modify enc nor refer to it once it
+	// returns. An error (enc is not a valid encoding) is a fatal error of
+	// the runner. Safe for concurrent use.
+	AppendEncodedKey(dst, enc []byte) ([]byte, error)
+}

@@ -1,9 +1,12 @@
 package run
 
 import (
+	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"sync"
@@ -127,35 +130,41 @@ type Encoder[T any] interface {
 }
 
 // window is the state of an open coalescing window of one partition. It
-// keeps few objects per key (the merged output or its encoding, one map
-// entry and links in a shared offset list) because a large window is live
-// heap that every GC cycle marks. What it holds counts in the runner's
-// memory budget (see [Budget]): the encodings' buffers, or for outputs
-// held as values the bytes of the record each came from, plus a per-key
-// and per-record overhead.
+// keeps few objects per key (the merged output and a map entry, or an
+// entry in pointer-free buffers and an index slot) and one int32 per
+// record (the output it went to) because a large window is live heap that
+// every GC cycle marks. What it holds counts in the runner's memory
+// budget (see [Budget]): for encoded outputs the buffers and the capacity
+// of its index and slices (metaBytes), for outputs held as values the
+// bytes of the record each came from plus a per-key and per-record
+// overhead.
 type window[Out any] struct {
-	outs      []Out            // merged outputs in order of first appearance: the write (enc == nil)
-	spans     []span           // where output i is encoded in arena (enc != nil)
-	arena     [][]byte         // encoded outputs, in chunks of arenaChunk bytes or one larger output
-	dead      int64            // arena bytes of encodings replaced by a merge
-	scratch   []byte           // encoding buffer of add
-	byKey     map[string]int32 // index into outs or spans
-	first     []int32          // first[i]: head of output i's offset list in links
-	lastOf    []int32          // lastOf[i]: tail of that list
-	links     []offsetLink
-	opened    time.Time
-	base      int64         // offset of the window's first record (offsetLink.off counts from it)
-	records   int           // records processed into the window
-	merged    int           // outputs merged into an earlier one (sluice_window_merged_total once written)
-	last      *kgo.Record   // last record processed (for the commit mark)
-	merger    Merger[Out]   // the runner's sink
-	enc       Encoder[Out]  // the sink, when it implements Encoder
-	held      *atomic.Int64 // keys held by all the runner's windows (WindowConfig.MaxTotalKeys)
-	mem       *heldBytes    // the runner's share of the memory budget
-	size      int64         // bytes the window holds, as counted in the budget
-	closing   int64         // bytes counted as being written in Budget.closing (closeWindow)
-	unwritten []int32       // per arena chunk, its outputs not yet written (closeWindow)
-	partMu    sync.Mutex    // guards unwritten, the arena's freed chunks, size and closing while parts are written (written)
+	outs       []Out    // merged outputs in order of first appearance: the write (enc == nil)
+	spans      []span   // where output i's entry (key and encoding) is in arena (enc != nil)
+	arena      [][]byte // entries, in chunks of arenaChunk bytes or one larger entry
+	arenaBytes int64    // capacity of the arena's chunks
+	dead       int64    // arena bytes in no entry's key or encoding: holes and room left
+	holes      [holeClasses][]hole
+	scratch    []byte           // encoding buffer of add
+	byKey      map[string]int32 // index into outs (enc == nil)
+	idx        keyIndex         // index into spans, keys in the arena (enc != nil)
+	keyHash    uint32           // hash of the key in keyBuf, when lookup found none (enc != nil)
+	recOut     []int32          // recOut[j]: the output of the window's j-th record, -1: none (see eachRecord)
+	recMore    []recLink        // the other outputs of records with outputs of several keys
+	gaps       []recGap         // records whose offset is not the previous one's + 1, the first among them
+	nextOff    int64            // offset after the last record's
+	opened     time.Time
+	records    int           // records processed into the window
+	merged     int           // outputs merged into an earlier one (sluice_window_merged_total once written)
+	last       *kgo.Record   // last record processed (for the commit mark)
+	merger     Merger[Out]   // the runner's sink
+	enc        Encoder[Out]  // the sink, when it implements Encoder
+	held       *atomic.Int64 // keys held by all the runner's windows (WindowConfig.MaxTotalKeys)
+	mem        *heldBytes    // the runner's share of the memory budget
+	size       int64         // bytes the window holds, as counted in the budget
+	closing    int64         // bytes counted as being written in Budget.closing (closeWindow)
+	unwritten  []int32       // per arena chunk, its outputs not yet written (closeWindow)
+	partMu     sync.Mutex    // guards unwritten, the arena's freed chunks, size and closing while parts are written (written)
 
 	// encMerge is the sink when it is an Encoder implementing EncodedMerger.
 	encMerge EncodedMerger[Out]
@@ -163,6 +172,11 @@ type window[Out any] struct {
 	// key lookup built last.
 	keyApp KeyAppender[Out]
 	keyBuf []byte
+	// encKey is the sink when it is an Encoder implementing EncodedKeyer:
+	// the arena's entries then hold no key; cmpBuf holds the key read
+	// from an encoding last.
+	encKey EncodedKeyer
+	cmpBuf []byte
 
 	// open is size while the window is open and not being written, else
 	// 0: what the runner's other workers compare their window with
@@ -178,23 +192,31 @@ type window[Out any] struct {
 	released     bool  // release gave the keys back: the window no longer counts in *held
 }
 
-// span locates one encoded output in the window's arena.
-type span struct{ chunk, off, n int32 }
+// span locates one output's entry in the window's arena: room bytes at
+// off, the key's length, the key and n bytes of encoding (windowkeys.go).
+type span struct{ chunk, off, n, room int32 }
 
-// offsetLink is one record offset behind an output, as the distance from
-// the window's first offset (window.base); next is the index of the
-// following link of the same output, or -1.
-type offsetLink struct {
-	off  uint32
-	next int32
+// recLink says that record rec (its index in the window) is behind
+// output g too.
+type recLink struct{ rec, g int32 }
+
+// recGap says that record rec (its index in the window) and those after
+// it, up to the next gap, are at offsets off, off+1, …: the offsets of a
+// window's records are consecutive but where transaction markers or
+// compaction left holes.
+type recGap struct {
+	rec int32
+	off int64
 }
 
-// Budget overheads of a window: per key (its map entry, slice entries and
-// the key's string header) and per record offset behind an output.
+// Budget overheads of a window that holds outputs as values: per key (its
+// map entry, slice entries and the key's string header) and per record
+// (its recOut entry). A window of encoded outputs counts its arena and
+// the capacity of its index and slices instead (metaBytes).
 const (
-	windowKeyOverhead  = 96
-	windowLinkOverhead = 8 // unsafe.Sizeof(offsetLink{})
-	arenaChunk         = 256 << 10
+	windowKeyOverhead    = 96
+	windowRecordOverhead = 4 // unsafe.Sizeof(int32(0))
+	arenaChunk           = 256 << 10
 )
 
 func newWindow[Out any](m Merger[Out], held *atomic.Int64, mem *heldBytes) *window[Out] {
@@ -202,6 +224,8 @@ func newWindow[Out any](m Merger[Out], held *atomic.Int64, mem *heldBytes) *wind
 	win.enc, _ = m.(Encoder[Out])
 	if win.enc != nil {
 		win.encMerge, _ = m.(EncodedMerger[Out])
+		win.encKey, _ = m.(EncodedKeyer)
+		win.idx.seed = maphash.MakeSeed()
 	}
 	win.keyApp, _ = m.(KeyAppender[Out])
 	return win
@@ -210,15 +234,63 @@ func newWindow[Out any](m Merger[Out], held *atomic.Int64, mem *heldBytes) *wind
 func (win *window[Out]) empty() bool { return win.records == 0 }
 
 // keys returns the number of distinct keys (outputs) in the window.
-func (win *window[Out]) keys() int { return len(win.byKey) }
+func (win *window[Out]) keys() int { return len(win.spans) + len(win.outs) }
 
-// offsets returns the offsets of the records behind output i, ascending.
-func (win *window[Out]) offsets(i int) []int64 {
-	var out []int64
-	for l := win.first[i]; l >= 0; l = win.links[l].next {
-		out = append(out, win.base+int64(win.links[l].off))
+// eachRecord calls fn with the offset of every record behind an output
+// and that output's index, in offset order; a record behind outputs of
+// several keys comes once per output (and may come twice for one).
+func (win *window[Out]) eachRecord(fn func(off int64, g int32)) {
+	gi, off := 0, int64(0)
+	for j, g := range win.recOut {
+		if gi < len(win.gaps) && win.gaps[gi].rec == int32(j) {
+			off = win.gaps[gi].off
+			gi++
+		}
+		if g >= 0 {
+			fn(off, g)
+		}
+		for _, m := range win.moreOf(int32(j)) {
+			fn(off, m.g)
+		}
+		off++
 	}
-	return out
+}
+
+// moreOf returns the recMore links of record j (recMore is in record
+// order: add goes through its outputs in the order of their records).
+func (win *window[Out]) moreOf(j int32) []recLink {
+	lo, _ := slices.BinarySearchFunc(win.recMore, j, func(l recLink, j int32) int { return cmp.Compare(l.rec, j) })
+	hi := lo
+	for hi < len(win.recMore) && win.recMore[hi].rec == j {
+		hi++
+	}
+	return win.recMore[lo:hi]
+}
+
+// addRecords appends the records of batch to recOut (no output yet) and
+// gaps, and returns the index of the first.
+func (win *window[Out]) addRecords(batch []*kgo.Record) int32 {
+	first := int32(len(win.recOut))
+	for i, rec := range batch {
+		if len(win.recOut) == 0 || rec.Offset != win.nextOff {
+			win.gaps = append(win.gaps, recGap{rec: first + int32(i), off: rec.Offset})
+		}
+		win.recOut = append(win.recOut, -1)
+		win.nextOff = rec.Offset + 1
+	}
+	return first
+}
+
+// behind records that record j is behind output g.
+func (win *window[Out]) behind(j, g int32) {
+	switch o := win.recOut[j]; {
+	case o < 0:
+		win.recOut[j] = g
+	case o != g:
+		if n := len(win.recMore); n == 0 || win.recMore[n-1] != (recLink{j, g}) {
+			win.recMore = append(win.recMore, recLink{j, g})
+		}
+	}
 }
 
 // add folds the outputs of batch into the window (counting in win.merged
@@ -227,46 +299,50 @@ func (win *window[Out]) offsets(i int) []int64 {
 // Encoder cannot decode) is fatal.
 func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, err error) {
 	if win.records == 0 {
-		win.opened, win.base = time.Now(), batch[0].Offset
+		win.opened = time.Now()
 	}
 	added := int64(0) // new keys
 	size0 := win.size
+	rec0 := win.addRecords(batch)
+	if win.enc == nil {
+		win.size += windowRecordOverhead * int64(len(batch))
+	}
 	for i, o := range p.outs {
 		rec := batch[p.owners[i]]
-		off := uint32(rec.Offset - win.base) // fits: see handleWindowed
-		g, ok, k := win.lookup(o)
+		j := rec0 + int32(p.owners[i])
+		g, ok, k, err := win.lookup(o)
+		if err != nil {
+			return win.held.Load(), err
+		}
 		if ok {
 			if err := win.merge(g, o); err != nil {
 				return win.held.Load(), err
 			}
-			if tail := win.lastOf[g]; win.links[tail].off != off {
-				win.links = append(win.links, offsetLink{off: off, next: -1})
-				win.links[tail].next = int32(len(win.links) - 1)
-				win.lastOf[g] = int32(len(win.links) - 1)
-				win.size += windowLinkOverhead
-			}
+			win.behind(j, g)
 			win.merged++
 			continue
 		}
 		added++
-		if win.keyApp != nil {
-			k = string(win.keyBuf) // a new key: its only copy
-		}
-		win.byKey[k] = int32(len(win.first))
+		g = int32(win.keys())
 		if win.enc != nil {
+			win.idx.insert(win.keyHash, g)
 			win.store(-1, o)
 		} else {
+			if win.keyApp != nil {
+				k = string(win.keyBuf) // a new key: its only copy
+			}
+			win.byKey[k] = g
 			win.outs = append(win.outs, o)
-			win.size += recordBytes(rec)
+			win.size += recordBytes(rec) + windowKeyOverhead + int64(len(k))
 		}
-		win.links = append(win.links, offsetLink{off: off, next: -1})
-		win.first = append(win.first, int32(len(win.links)-1))
-		win.lastOf = append(win.lastOf, int32(len(win.links)-1))
-		win.size += windowKeyOverhead + int64(len(k)) + windowLinkOverhead
+		win.behind(j, g)
 	}
 	win.records += len(batch)
 	win.last = batch[len(batch)-1]
-	win.compact()
+	if win.enc != nil {
+		win.compact()
+		win.size = win.arenaBytes + win.metaBytes()
+	}
 	win.open.Store(win.size)
 	win.mu.Lock()
 	defer win.mu.Unlock()
@@ -282,16 +358,30 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 // lookup returns the index of o's output when its key is in the window.
 // When the sink is a KeyAppender the key is built in win.keyBuf (and k is
 // ""): the lookup does not allocate, and add copies the key only when it
-// is new; else k is MergeKey(o).
-func (win *window[Out]) lookup(o Out) (g int32, ok bool, k string) {
+// is new; else k is MergeKey(o). An encoded window looks the key up in
+// its index, with the key in win.keyBuf and, when it is new, its hash in
+// win.keyHash (for add's insert); its error is one of the sink's
+// EncodedKeyer.
+func (win *window[Out]) lookup(o Out) (g int32, ok bool, k string, err error) {
 	if win.keyApp != nil {
 		win.keyBuf = win.keyApp.AppendMergeKey(win.keyBuf[:0], o)
-		g, ok = win.byKey[string(win.keyBuf)]
-		return g, ok, ""
+	} else {
+		k = win.merger.MergeKey(o)
+		if win.enc != nil {
+			win.keyBuf = append(win.keyBuf[:0], k...)
+		}
 	}
-	k = win.merger.MergeKey(o)
+	if win.enc != nil {
+		win.keyHash = win.idx.hashKey(win.keyBuf)
+		g, ok, err = win.find(win.keyBuf, win.keyHash)
+		return g, ok, "", err
+	}
+	if win.keyApp != nil {
+		g, ok = win.byKey[string(win.keyBuf)]
+		return g, ok, "", nil
+	}
 	g, ok = win.byKey[k]
-	return g, ok, k
+	return g, ok, k, nil
 }
 
 // merge merges o into output g.
@@ -301,8 +391,7 @@ func (win *window[Out]) merge(g int32, o Out) error {
 		return nil
 	}
 	if win.encMerge != nil {
-		s := win.spans[g]
-		b, err := win.encMerge.AppendMerged(win.scratch[:0], win.arena[s.chunk][s.off:s.off+s.n], o)
+		b, err := win.encMerge.AppendMerged(win.scratch[:0], win.encoded(int(g)), o)
 		if err != nil {
 			return fmt.Errorf("window: merge into an output encoded by %T: %w", win.enc, err)
 		}
@@ -319,8 +408,7 @@ func (win *window[Out]) merge(g int32, o Out) error {
 }
 
 func (win *window[Out]) decode(i int) (Out, error) {
-	s := win.spans[i]
-	out, err := win.enc.Decode(win.arena[s.chunk][s.off : s.off+s.n])
+	out, err := win.enc.Decode(win.encoded(i))
 	if err != nil {
 		var zero Out
 		return zero, fmt.Errorf("window: decode the output of %T's Encoder: %w", win.enc, err)
@@ -334,60 +422,75 @@ func (win *window[Out]) store(g int32, o Out) {
 	win.place(g)
 }
 
-// place stores the encoding in win.scratch as output g (-1: a new output)
-// in the arena: in place when it fits the old encoding, else at the
-// arena's end.
+// place stores the encoding in win.scratch as output g (-1: a new
+// output, whose key is in win.keyBuf) in the arena: in place when it fits
+// the entry's room, else in a new entry (see alloc), the old one a hole.
 func (win *window[Out]) place(g int32) {
 	n := len(win.scratch)
 	if g >= 0 {
-		if s := &win.spans[g]; int(s.n) >= n {
-			copy(win.arena[s.chunk][s.off:], win.scratch)
+		s := &win.spans[g]
+		e := win.arena[s.chunk][s.off : s.off+s.room]
+		_, at := entryKey(e)
+		if at+n <= int(s.room) {
+			copy(e[at:], win.scratch)
 			win.dead += int64(s.n) - int64(n)
 			s.n = int32(n)
 			return
 		}
-		win.dead += int64(win.spans[g].n)
+		ns := win.alloc(at + n)
+		ne := win.arena[ns.chunk][ns.off : ns.off+ns.room]
+		copy(ne, e[:at])
+		copy(ne[at:], win.scratch)
+		win.dead += int64(at) + int64(s.n) // the old entry's bytes; its room beyond them was counted already
+		win.free(*s)
+		ns.n = int32(n)
+		*s = ns
+		return
 	}
-	s := win.appendArena(win.scratch)
-	if g >= 0 {
-		win.spans[g] = s
-	} else {
-		win.spans = append(win.spans, s)
+	key := win.keyBuf
+	if win.encKey != nil {
+		key = nil // read from the encoding
 	}
+	at := uvarintLen(len(key)) + len(key)
+	ns := win.alloc(at + n)
+	e := win.arena[ns.chunk][ns.off : ns.off+ns.room]
+	w := binary.PutUvarint(e, uint64(len(key)))
+	copy(e[w:], key)
+	copy(e[at:], win.scratch)
+	ns.n = int32(n)
+	win.spans = append(win.spans, ns)
 }
 
-// appendArena copies b to the end of the arena, in a new chunk when the
-// last one is full, and counts new chunks in win.size.
-func (win *window[Out]) appendArena(b []byte) span {
-	last := len(win.arena) - 1
-	if last < 0 || cap(win.arena[last])-len(win.arena[last]) < len(b) {
-		c := max(arenaChunk, len(b))
-		win.arena = append(win.arena, make([]byte, 0, c))
-		win.size += int64(c)
-		last++
+// uvarintLen returns the length of x's uvarint encoding.
+func uvarintLen(x int) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
 	}
-	off := len(win.arena[last])
-	win.arena[last] = append(win.arena[last], b...)
-	return span{chunk: int32(last), off: int32(off), n: int32(len(b))}
+	return n
 }
 
-// compact copies the live encodings into a new arena once replaced ones
-// take a quarter of it (bench-silver's sa rows, whose text changes length
+// compact copies the live entries into a new arena once dead bytes take
+// a quarter of it (bench-silver's sa rows, whose text changes length
 // from one scrape to the next, left a fifth of the arena dead on average
-// with a threshold of a half).
+// with a threshold of a half, before holes were reused).
 func (win *window[Out]) compact() {
-	total := int64(0)
-	for _, c := range win.arena {
-		total += int64(cap(c))
-	}
-	if win.dead < arenaChunk || 4*win.dead < total {
+	if win.dead < arenaChunk || compactShare*win.dead < win.arenaBytes {
 		return
 	}
 	old := win.arena
 	win.arena, win.dead = nil, 0
-	win.size -= total
+	win.size -= win.arenaBytes
+	win.arenaBytes = 0
+	win.clearHoles()
 	for i, s := range win.spans {
-		win.spans[i] = win.appendArena(old[s.chunk][s.off : s.off+s.n])
+		e := old[s.chunk][s.off : s.off+s.room]
+		_, at := entryKey(e)
+		used := at + int(s.n)
+		ns := win.alloc(used)
+		copy(win.arena[ns.chunk][ns.off:], e[:used])
+		ns.n = s.n
+		win.spans[i] = ns
 	}
 }
 
@@ -419,6 +522,7 @@ func (win *window[Out]) written(from, to int) (freed int64) {
 		}
 	}
 	win.size -= freed
+	win.arenaBytes -= freed
 	win.closing -= freed
 	win.mu.Lock()
 	defer win.mu.Unlock()
@@ -453,12 +557,27 @@ func (win *window[Out]) reset() {
 	win.mu.Unlock()
 	clear(win.outs)
 	win.outs = win.outs[:0]
-	win.spans, win.arena, win.dead, win.size = win.spans[:0], nil, 0, 0
+	win.spans, win.arena, win.arenaBytes, win.dead, win.size = shrink(win.spans), nil, 0, 0, 0
+	win.clearHoles()
 	clear(win.byKey)
-	win.first, win.lastOf, win.links = win.first[:0], win.lastOf[:0], win.links[:0]
+	win.idx.reset()
+	win.recOut, win.recMore, win.gaps = shrink(win.recOut), shrink(win.recMore), shrink(win.gaps)
 	win.records, win.merged, win.last = 0, 0, nil
 	win.open.Store(0)
 }
+
+// shrink empties s for the next window, dropping a large array: what a
+// worker keeps between windows is outside the budget.
+func shrink[T any](s []T) []T {
+	if cap(s) > keepBetweenWindows {
+		return nil
+	}
+	return s[:0]
+}
+
+// keepBetweenWindows bounds the entries of the slices a window keeps for
+// the next one.
+const keepBetweenWindows = 4096
 
 // release gives the window's keys and bytes back to the runner's bounds for
 // good (WindowConfig.MaxTotalKeys, the gauge sluice_window_keys, the memory
@@ -480,11 +599,9 @@ func (win *window[Out]) release() {
 // budget is full (see [Budget]).
 func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 	r := w.r
-	// Offsets behind outputs are kept as 32-bit distances from the
-	// window's first offset: a batch beyond that range (a window of 4
-	// billion offsets, or a gap as large in a compacted log) goes into a
-	// new window.
-	if !w.win.empty() && batch[len(batch)-1].Offset-w.win.base > math.MaxUint32 {
+	// A window's records are indexed with 32 bits (recOut): a window of
+	// 2 billion records goes on in a new one.
+	if len(w.win.recOut) > math.MaxInt32-len(batch) {
 		if err := w.closeWindow(); err != nil {
 			return err
 		}
@@ -764,21 +881,34 @@ func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt, ba
 	type reason struct {
 		rule string
 		err  error
+		item int
 	}
-	why := map[int64]reason{}
-	var offsets []int64
-	for _, it := range rej.Items {
+	// The first rejection of each window output, and its place among
+	// the items: a record behind several rejected outputs takes the
+	// reason of the first item among them, as the items come.
+	byOut := map[int32]reason{}
+	for i, it := range rej.Items {
 		if it.Index < 0 || it.Index >= n {
 			return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, n)
 		}
-		for _, off := range win.offsets(base + it.Index) {
-			if _, ok := why[off]; !ok {
-				why[off] = reason{it.Rule, it.Err}
-				offsets = append(offsets, off)
-			}
+		if _, ok := byOut[int32(base+it.Index)]; !ok {
+			byOut[int32(base+it.Index)] = reason{it.Rule, it.Err, i}
 		}
 	}
-	slices.Sort(offsets)
+	why := map[int64]reason{}
+	var offsets []int64 // ascending: eachRecord goes in offset order
+	win.eachRecord(func(off int64, g int32) {
+		y, ok := byOut[g]
+		if !ok {
+			return
+		}
+		if prev, seen := why[off]; !seen || y.item < prev.item {
+			if !seen {
+				offsets = append(offsets, off)
+			}
+			why[off] = y
+		}
+	})
 	recs, gone, err := r.readBack(w.ctx, w.tp, offsets)
 	if err != nil {
 		return fmt.Errorf("read back rejected records: %w", err)

@@ -83,10 +83,12 @@ type worker[In, Out any] struct {
 // its sink's published records (see [Publisher]) until the offset after
 // them is handed to the committer (see worker.markDone).
 type heldDLQ struct {
-	dlq    [][]byte      // packDeadLetter encodings
+	dlq    [][]byte      // blocks of packDeadLetter encodings, compressed (hold)
 	labels [][2]string   // reason and rule of dlq[i]
 	events []*kgo.Record // a Publisher sink's records
 	bytes  int64         // of dlq and events, counted in the memory budget's records
+
+	scratch, encBuf []byte // hold's buffers, kept between batches
 }
 
 // What a worker waits for (worker.blocked).
