@@ -334,7 +334,11 @@ func (w *worker[In, Out]) markDone(last *kgo.Record, records int) error {
 	if err != nil {
 		return stages.Fatal(err)
 	}
-	if !r.txn.submit(w.ctx, w.owner, off, records, dlq, w.held.labels, w.held.events, w.held.bytes) {
+	// The committer holds the dead letters unpacked, as records: they
+	// count at their records' bytes in its bound (txnMaxBytes), not at
+	// the compressed size they held in the worker.
+	n := recordsBytes(dlq) + recordsBytes(w.held.events)
+	if !r.txn.submit(w.ctx, w.owner, off, records, dlq, w.held.labels, w.held.events, n) {
 		return errAbandoned
 	}
 	w.releaseRecords(w.held.bytes)

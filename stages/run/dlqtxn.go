@@ -201,7 +201,7 @@ func (c *txnCommitter) renew(cause error) error {
 // committer holds txnMaxBytes of them, until a commit frees them or ctx is
 // done (false). Dead letters start a commit at once; published records
 // wait for the interval's.
-// n is what dlq and events count in the memory budget.
+// n is the bytes of dlq and events as records (recordsBytes).
 func (c *txnCommitter) submit(ctx context.Context, o *txnOwner, off kgo.EpochOffset, records int, dlq []*kgo.Record,
 	labels [][2]string, events []*kgo.Record, n int64) bool {
 	c.mu.Lock()
