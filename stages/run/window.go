@@ -136,8 +136,8 @@ type Encoder[T any] interface {
 // every GC cycle marks. What it holds counts in the runner's memory
 // budget (see [Budget]): for encoded outputs the buffers and the capacity
 // of its index and slices (metaBytes), for outputs held as values the
-// bytes of the record each came from plus a per-key and per-record
-// overhead.
+// bytes of the record each came from plus a per-key overhead and the
+// capacity of its per-record slices (recBytes).
 type window[Out any] struct {
 	outs       []Out    // merged outputs in order of first appearance: the write (enc == nil)
 	spans      []span   // where output i's entry (key and encoding) is in arena (enc != nil)
@@ -211,8 +211,9 @@ type recGap struct {
 
 // Budget overheads of a window that holds outputs as values: per key (its
 // map entry, slice entries and the key's string header) and per record
-// (its recOut entry). A window of encoded outputs counts its arena and
-// the capacity of its index and slices instead (metaBytes).
+// (its recOut entry; the gaps and links of records count by their
+// slices' capacity, recBytes). A window of encoded outputs counts its
+// arena and the capacity of its index and slices instead (metaBytes).
 const (
 	windowKeyOverhead    = 96
 	windowRecordOverhead = 4 // unsafe.Sizeof(int32(0))
@@ -303,10 +304,11 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 	}
 	added := int64(0) // new keys
 	size0 := win.size
-	rec0 := win.addRecords(batch)
-	if win.enc == nil {
-		win.size += windowRecordOverhead * int64(len(batch))
+	recBytes0 := win.recBytes()
+	if win.records == 0 {
+		recBytes0 = 0 // a new window counts the slices its reset kept
 	}
+	rec0 := win.addRecords(batch)
 	for i, o := range p.outs {
 		rec := batch[p.owners[i]]
 		j := rec0 + int32(p.owners[i])
@@ -342,6 +344,8 @@ func (win *window[Out]) add(batch []*kgo.Record, p *pending[Out]) (held int64, e
 	if win.enc != nil {
 		win.compact()
 		win.size = win.arenaBytes + win.metaBytes()
+	} else {
+		win.size += win.recBytes() - recBytes0
 	}
 	win.open.Store(win.size)
 	win.mu.Lock()

@@ -219,12 +219,18 @@ func (win *window[Out]) clearHoles() {
 // index, the spans, the records' outputs and offsets and the hole lists,
 // by capacity.
 func (win *window[Out]) metaBytes() int64 {
-	n := win.idx.bytes() + 16*int64(cap(win.spans)) + windowRecordOverhead*int64(cap(win.recOut)) +
-		8*int64(cap(win.recMore)) + 16*int64(cap(win.gaps))
+	n := win.idx.bytes() + 16*int64(cap(win.spans)) + win.recBytes()
 	for _, hs := range win.holes {
 		n += 12 * int64(cap(hs))
 	}
 	return n
+}
+
+// recBytes returns the heap of what a window keeps per record (recOut,
+// recMore and gaps), by capacity: counted in the budget by windows of
+// encoded outputs (metaBytes) and of values alike.
+func (win *window[Out]) recBytes() int64 {
+	return windowRecordOverhead*int64(cap(win.recOut)) + 8*int64(cap(win.recMore)) + 16*int64(cap(win.gaps))
 }
 
 // compactShare: the arena is compacted once its dead bytes are
