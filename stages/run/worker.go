@@ -84,7 +84,7 @@ type worker[In, Out any] struct {
 // them is handed to the committer (see worker.markDone).
 type heldDLQ struct {
 	dlq    [][]byte      // blocks of packDeadLetter encodings, compressed (hold)
-	labels [][2]string   // reason and rule of dlq[i]
+	labels [][2]string   // reason and rule of each held dead letter, in order
 	events []*kgo.Record // a Publisher sink's records
 	bytes  int64         // of dlq and events, counted in the memory budget's records
 
