@@ -53,10 +53,10 @@ func (encTallySink) AppendEncodedKey(dst, enc []byte) ([]byte, error) {
 // Records behind outputs of several keys, at offsets with holes (the
 // commit markers and aborted records of a transactional producer), in an
 // encoded window written in parts of 1 MiB (and closed early for the
-// memory budget): the sink rejects one key's
-// merged output, and exactly the records behind it are dead-lettered,
-// once each, while every other output is written with all its records
-// and every offset is committed.
+// memory budget): the sink fails the first Writes transiently, then
+// rejects one key's merged output, and exactly the records behind it are
+// dead-lettered, once each, while every other output is written once
+// with all its records and every record's offset is committed.
 func TestEncodedWindowRejectsRecordsBehindSeveralKeys(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{run.DLQTransactional, run.DLQAtLeastOnce} {
@@ -112,7 +112,7 @@ func TestEncodedWindowRejectsRecordsBehindSeveralKeys(t *testing.T) {
 				}
 				return []tally{own, {Key: g, Count: 1, Last: m.Value}, {Key: g, Count: 1, Last: m.Value}}, nil
 			}
-			sink := &tallySink{state: map[string]tally{}, reject: "g-1"}
+			sink := &tallySink{state: map[string]tally{}, reject: "g-1", fails: 3} // parts retried after transient failures
 			adm := k.Admin(t)
 			_, stop := start(t, k, cfg, stage, stages.Sink[tally](encTallySink{sink}),
 				run.WithKafkaOpts(kgo.SeedBrokers(k.Brokers...), kgo.FetchMaxWait(200*time.Millisecond), kgo.FetchIsolationLevel(kgo.ReadCommitted())),
