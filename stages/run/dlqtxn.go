@@ -82,10 +82,9 @@ type txnCommitter struct {
 	open bool          // a transaction is open (guarded by turn)
 	// unsure is the batch of a transaction whose end failed and whose
 	// outcome is not known yet (the abort or the offset fetch after it
-	// failed too), with its offsets: the next commit learns the outcome
-	// before anything else (resolve). Guarded by turn.
-	unsure        map[*txnOwner]*txnEntry
-	unsureOffsets map[string]map[int32]kgo.EpochOffset
+	// failed too): the next commit learns the outcome before anything
+	// else (resolve). Guarded by turn.
+	unsure map[*txnOwner]*txnEntry
 }
 
 // errTxnUnsure marks a commit whose transaction's end failed and whose
@@ -322,22 +321,16 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 	c.pending = map[*txnOwner]*txnEntry{}
 	c.bytes = 0
 	c.mu.Unlock()
-	offsets := map[string]map[int32]kgo.EpochOffset{}
 	var recs, events []*kgo.Record
 	for o, e := range batch {
 		if o.gone.Load() {
 			delete(batch, o) // abandoned or lost: the next owner redoes it
 			continue
 		}
-		if offsets[o.tp.topic] == nil {
-			offsets[o.tp.topic] = map[int32]kgo.EpochOffset{}
-		}
-		if cur, ok := offsets[o.tp.topic][o.tp.partition]; !ok || cur.Offset < e.off.Offset {
-			offsets[o.tp.topic][o.tp.partition] = e.off
-		}
 		recs = append(recs, e.dlq...)
 		events = append(events, e.events...)
 	}
+	offsets := offsetsOf(batch)
 	var err error
 	switch {
 	case len(offsets) == 0:
@@ -351,7 +344,7 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 		// Neither committed nor to produce again before the outcome is
 		// known: producing its dead letters again could add a second copy
 		// of each to a transaction the broker committed.
-		c.unsure, c.unsureOffsets = batch, offsets
+		c.unsure = batch
 		c.count(batch, 1)
 		return err
 	case err != nil:
@@ -360,6 +353,21 @@ func (c *txnCommitter) commit(ctx context.Context, periodic bool) error {
 	}
 	c.done(batch, offsets)
 	return nil
+}
+
+// offsetsOf returns the offsets batch commits: per partition, the
+// highest of its entries'.
+func offsetsOf(batch map[*txnOwner]*txnEntry) map[string]map[int32]kgo.EpochOffset {
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	for o, e := range batch {
+		if offsets[o.tp.topic] == nil {
+			offsets[o.tp.topic] = map[int32]kgo.EpochOffset{}
+		}
+		if cur, ok := offsets[o.tp.topic][o.tp.partition]; !ok || cur.Offset < e.off.Offset {
+			offsets[o.tp.topic][o.tp.partition] = e.off
+		}
+	}
+	return offsets
 }
 
 // resolve learns the outcome of the unsure transaction, if any: committed,
@@ -373,12 +381,12 @@ func (c *txnCommitter) resolve(ctx context.Context) error {
 	if err := c.fence(ctx); err != nil {
 		return fmt.Errorf("%w: %w", errTxnUnsure, err)
 	}
-	ok, err := c.committed(ctx, c.unsure, c.unsureOffsets)
+	batch, offsets := c.unsure, offsetsOf(c.unsure)
+	ok, err := c.committed(ctx, batch, offsets)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errTxnUnsure, err)
 	}
-	batch, offsets := c.unsure, c.unsureOffsets
-	c.unsure, c.unsureOffsets = nil, nil
+	c.unsure = nil
 	c.count(batch, -1) // restore counts it again; done frees it
 	if !ok {
 		c.restore(batch)
