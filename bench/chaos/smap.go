@@ -348,9 +348,6 @@ func (l *smapLoad) rawChecks(ctx context.Context, objects, project map[string]st
 	return out, nil
 }
 
-// metaCheck is the check of project p's meta object: its id, a total of
-// its items, sealed and completed (smap's completer retries the write of
-// the completion time until it succeeds).
 // journalCheck checks project p's crawl journal: each of the project's n
 // items of the load (project maps item ids to project ids) once, with its
 // raw object's key, and nothing else.
@@ -384,6 +381,9 @@ func journalCheck(p string, project map[string]string, n int) objectCheck {
 	}
 }
 
+// metaCheck is the check of project p's meta object: its id, a total of
+// its items, sealed and completed (smap's completer retries the write of
+// the completion time until it succeeds).
 func (l *smapLoad) metaCheck(p string) objectCheck {
 	return func(body []byte) error {
 		var m struct {

@@ -62,6 +62,12 @@ func announced(outs []collected) map[string]bool {
 	return got
 }
 
+// originOf is the stages.HeaderOrigin header redrive puts on a record
+// first dead-lettered from s.
+func originOf(s stages.Source) stages.Header {
+	return stages.Header{Key: stages.HeaderOrigin, Value: []byte(stages.Origin(s.Topic, s.Partition, s.Offset))}
+}
+
 // items returns the ids of the items s0 … s(n-1) of project on platform.
 func items(project, platform string, n int) []string {
 	ids := make([]string, n)
@@ -139,9 +145,6 @@ func TestCollectorAnnouncesSealedItemsAgainOnRedelivery(t *testing.T) {
 	dup.Offset++
 	if got := deliver(dup); len(got) != 0 {
 		t.Errorf("a duplicate project.created announced %d items, want none", len(got))
-	}
-	originOf := func(s stages.Source) stages.Header {
-		return stages.Header{Key: stages.HeaderOrigin, Value: []byte(stages.Origin(s.Topic, s.Partition, s.Offset))}
 	}
 	if got := deliver(stages.Source{Topic: "pc", Partition: 2, Offset: 90}, originOf(dup)); len(got) != 0 {
 		t.Errorf("the duplicate's dead letter re-driven announced %d items, want none", len(got))
@@ -292,7 +295,7 @@ func TestCollectorRedrivenSealingRecordAnnouncesItsItems(t *testing.T) {
 		t.Fatalf("after the dead letter: %+v (%v), want sealed at 3", st, err)
 	}
 	m.Headers = []stages.Header{{Key: stages.HeaderRedriveCount, Value: []byte("1")},
-		{Key: stages.HeaderOrigin, Value: []byte(stages.Origin(m.Source.Topic, m.Source.Partition, m.Source.Offset))}}
+		originOf(m.Source)}
 	m.Source.Offset, m.Attempt, m.MaxAttempts = 77, 1, 30
 	outs, err := col.stage(testkit.Context(t), m)
 	if err != nil {

@@ -127,7 +127,11 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 	case st.Sealed:
 		return c.resealed(ctx, m, pm, st)
 	}
-	if prev == nil {
+	// An earlier attempt of this record that failed only on transient
+	// crawl errors left its progress: only its failed targets are crawled
+	// again.
+	prog := prev
+	if prog == nil {
 		if err := updateMeta(ctx, c.objects, id, func(pm *projectMeta) { pm.Keywords = p.Keywords }); err != nil {
 			return nil, storeRetry("project meta "+id, err)
 		}
@@ -135,13 +139,6 @@ func (c *collector) stage(ctx context.Context, m stages.Msg[Event[ProjectCreated
 			return nil, stages.Retry(err)
 		}
 		c.log.Info("crawl started", "project_id", id, "targets", len(p.Targets))
-	}
-
-	// An earlier attempt of this record that failed only on transient
-	// crawl errors left its progress: only its failed targets are crawled
-	// again.
-	prog := prev
-	if prog == nil {
 		prog = &crawlProgress{done: map[int]bool{}}
 	}
 	// emit stores one item of target and adds it to *found. An item whose

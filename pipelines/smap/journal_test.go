@@ -106,7 +106,7 @@ func TestCollectorRedrivenDuplicateAnnouncesNothing(t *testing.T) {
 		t.Fatalf("duplicate's last attempt: %v, want a retry error (dead-lettered by the runtime)", err)
 	}
 	outs, err = col.stage(testkit.Context(t), msg(90, 1, 30, stages.Header{Key: stages.HeaderRedriveCount, Value: []byte("1")},
-		stages.Header{Key: stages.HeaderOrigin, Value: []byte(stages.Origin("pc", 0, 41))}))
+		originOf(stages.Source{Topic: "pc", Partition: 0, Offset: 41})))
 	if err != nil {
 		t.Fatal(err)
 	}
