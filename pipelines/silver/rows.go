@@ -30,7 +30,8 @@ type TARow struct {
 // Key returns the natural key (symbol, trade_date) as one string,
 // "SYMBOL|YYYY-MM-DD".
 func (r *TARow) Key() string {
-	return r.Symbol + "|" + r.TradeDate.Format(time.DateOnly)
+	var buf [32]byte // one allocation: the string's
+	return string(appendTAKey(buf[:0], r))
 }
 
 // SARow is one row of sa_silver, column for column (seed DDL). Nullable

@@ -44,10 +44,7 @@ func TATable() pgsink.Table[TARow] {
 			{Column: "content_hash", Expr: "EXCLUDED.content_hash"},
 		},
 		Touch: []string{"ingest_time"},
-		KeyOf: func(r TARow) string {
-			var buf [32]byte // r.Key() in one allocation
-			return string(appendTAKey(buf[:0], &r))
-		},
+		KeyOf: func(r TARow) string { return r.Key() },
 		Merge: MergeTA,
 		Values: func(r TARow) []any {
 			return []any{r.Symbol, r.TradeDate, r.Open, r.High, r.Low, r.Close, r.Volume, r.VWAP,
@@ -207,11 +204,13 @@ type router struct {
 // with "http://" or "https://" (rule sa.url), a valid symbol is 3–7 capital
 // letters (rule ta.symbol). An empty Row has the key "".
 func (r *router) MergeKey(row Row) string {
-	if row.SA != nil {
+	switch {
+	case row.SA != nil:
 		return row.SA.URLCanonical
+	case row.TA != nil:
+		return row.TA.Key()
 	}
-	var buf [32]byte
-	return string(r.AppendMergeKey(buf[:0], row))
+	return ""
 }
 
 // AppendMergeKey appends MergeKey(row) to dst (run.KeyAppender): a window

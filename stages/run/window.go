@@ -475,9 +475,10 @@ func uvarintLen(x int) int {
 }
 
 // compact copies the live entries into a new arena once dead bytes take
-// a quarter of it (bench-silver's sa rows, whose text changes length
-// from one scrape to the next, left a fifth of the arena dead on average
-// with a threshold of a half, before holes were reused).
+// 1/compactShare of it, and at least arenaChunk (bench-silver's sa rows,
+// whose text changes length from one scrape to the next, left a fifth of
+// the arena dead on average with a threshold of a half, before holes were
+// reused).
 func (win *window[Out]) compact() {
 	if win.dead < arenaChunk || compactShare*win.dead < win.arenaBytes {
 		return
