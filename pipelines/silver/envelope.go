@@ -26,7 +26,8 @@ type Envelope struct {
 	// decoded value's bytes, which must not be modified afterwards.
 	Payload json.RawMessage
 	// TaskID is the optional producer task id; "" when absent. A JSON number
-	// is kept in its textual form.
+	// is kept in its textual form. After Decode it may alias the decoded
+	// value's bytes, like Payload.
 	TaskID string
 	// FirstSeen is the optional envelope first_seen time; zero when absent.
 	FirstSeen time.Time
@@ -131,11 +132,11 @@ type payloadFields struct {
 func Decode(key, value []byte) (Envelope, error) {
 	_ = key
 	var env Envelope
-	var top [numEnvMembers][]byte
-	if err := scanEnvelope(value, &top, &env.fields); err != nil {
+	var top envelopeMembers
+	if err := top.scan(value, &env.fields); err != nil {
 		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: %w", err))
 	}
-	payload, ok := jsonidx.Present(top[envPayload])
+	payload, ok := top.raw(envPayload)
 	if !ok {
 		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", errors.New("envelope: payload missing"))
 	}
@@ -143,37 +144,44 @@ func Decode(key, value []byte) (Envelope, error) {
 		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: payload must be a JSON object, got %s", jsonidx.Describe(payload)))
 	}
 	env.Payload = payload
-	if raw, ok := jsonidx.Present(top[envTaskID]); ok {
+	if raw, ok := top.raw(envTaskID); ok {
 		switch jsonidx.KindOf(raw) {
 		case jsonidx.String:
+			if b, ok := top.spans[envTaskID].Text(top.obj); ok {
+				env.TaskID = unsafe.String(unsafe.SliceData(b), len(b)) // aliases value, as Payload does
+				break
+			}
 			s, err := jsonidx.DecodeString(raw)
 			if err != nil {
 				return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: task_id: %w", err))
 			}
 			env.TaskID = s
 		case jsonidx.Number:
-			env.TaskID = string(raw)
+			env.TaskID = unsafe.String(unsafe.SliceData(raw), len(raw))
 		default:
 			return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: task_id must be a string or a number, got %s", jsonidx.Describe(raw)))
 		}
 	}
-	if raw, ok := jsonidx.Present(top[envFirstSeen]); ok {
-		t, err := jsonidx.ParseTime(raw)
+	if raw, ok := top.raw(envFirstSeen); ok {
+		t, err := parseTime(top.spans[envFirstSeen], top.obj, raw)
 		if err != nil {
 			return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: first_seen: %w", err))
 		}
 		env.FirstSeen = t
 	}
-	tt, ok := jsonidx.Present(top[envTaskType])
+	tt, ok := top.raw(envTaskType)
 	if !ok {
 		return Envelope{}, stages.DeadLetter(stages.ReasonUnknownTaskType, "", errors.New("envelope: task_type missing"))
 	}
 	if jsonidx.KindOf(tt) != jsonidx.String {
 		return Envelope{}, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("envelope: task_type must be a string, got %s", jsonidx.Describe(tt)))
 	}
-	b, err := jsonidx.StringBytes(tt)
-	if err != nil {
-		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: task_type: %w", err))
+	b, ok := top.spans[envTaskType].Text(top.obj)
+	if !ok {
+		var err error
+		if b, err = jsonidx.StringBytes(tt); err != nil {
+			return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: task_type: %w", err))
+		}
 	}
 	switch string(b) {
 	case TaskTA:
@@ -186,23 +194,40 @@ func Decode(key, value []byte) (Envelope, error) {
 	return env, nil
 }
 
-// scanEnvelope validates that value is exactly one JSON object and sets
-// top to the raw values of the envelope members Decode reads (nil when
-// absent) and fields to the fields of the object held by the last payload
-// member, when it is one.
-func scanEnvelope(value []byte, top *[numEnvMembers][]byte, fields *payloadFields) error {
-	var spans [numEnvMembers]jsonidx.Span
+// envelopeMembers locates the envelope members Decode reads in obj, the
+// envelope object from its '{'.
+type envelopeMembers struct {
+	obj   []byte
+	spans [numEnvMembers]jsonidx.Span
+}
+
+// scan validates that value is exactly one JSON object, locates the
+// envelope members Decode reads, and sets fields to the fields of the
+// object held by the last payload member, when it is one.
+func (e *envelopeMembers) scan(value []byte, fields *payloadFields) error {
 	nested := jsonidx.Nested{Member: envPayload, Names: payloadNames, Spans: fields.spans[:]}
-	i, err := jsonidx.Index(value, envelopeNames, spans[:], &nested)
+	i, err := jsonidx.Index(value, envelopeNames, e.spans[:], &nested)
 	fields.size = nested.Size
 	if err != nil {
 		return err
 	}
-	obj := value[i:]
-	for k, sp := range spans {
-		top[k], _ = sp.Value(obj)
-	}
+	e.obj = value[i:]
 	return nil
+}
+
+// raw returns the JSON text of member k when it is present and not null.
+func (e *envelopeMembers) raw(k int) ([]byte, bool) {
+	v, _ := e.spans[k].Value(e.obj)
+	return jsonidx.Present(v)
+}
+
+// parseTime is jsonidx.ParseTime of raw, the value sp locates in obj,
+// without reading a plain string's bytes twice.
+func parseTime(sp jsonidx.Span, obj, raw []byte) (time.Time, error) {
+	if b, ok := sp.Text(obj); ok {
+		return jsonidx.ParseTimeText(b)
+	}
+	return jsonidx.ParseTime(raw)
 }
 
 // compile-time check that Decode is a stages.Decoder.
@@ -264,6 +289,9 @@ func (p *payload) requiredString(f field) ([]byte, error) {
 // optionalString returns the decoded bytes of string field f (see
 // jsonidx.StringBytes: not to be retained as they are).
 func (p *payload) optionalString(f field) ([]byte, bool, error) {
+	if s, ok := p.fields.spans[f].Text(p.b); ok {
+		return s, true, nil // the common case: checked by the scan
+	}
 	raw, ok := p.raw(f)
 	if !ok {
 		return nil, false, nil
@@ -337,7 +365,7 @@ func (p *payload) optionalTime(f field) (time.Time, bool, error) {
 	if !ok {
 		return time.Time{}, false, nil
 	}
-	t, err := jsonidx.ParseTime(raw)
+	t, err := parseTime(p.fields.spans[f], p.b, raw)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("%s: %w", fieldNames[f], err)
 	}

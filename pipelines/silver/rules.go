@@ -426,14 +426,12 @@ func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
 
 	// language: normalised, never a failure.
 	out.language = LanguageUnknown
-	if raw, ok := p.raw(fLanguage); ok && jsonidx.KindOf(raw) == jsonidx.String {
-		if b, err := jsonidx.StringBytes(raw); err == nil {
-			switch string(b) {
-			case "vi":
-				out.language = "vi"
-			case "en":
-				out.language = "en"
-			}
+	if b, ok, err := p.optionalString(fLanguage); ok && err == nil {
+		switch string(b) {
+		case "vi":
+			out.language = "vi"
+		case "en":
+			out.language = "en"
 		}
 	}
 	r.Language = &out.language

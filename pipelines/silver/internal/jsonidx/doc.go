@@ -23,15 +23,19 @@
 // # Text
 //
 // Scanning checks the structure of strings (quotes, escapes, no raw
-// control characters) but neither that they are valid UTF-8 nor that their
-// \u escapes pair up, so that a member nobody reads is never refused for
-// its bytes. A string is checked when it is decoded ([DecodeString],
-// [StringBytes]): one that is not text, i.e. that holds invalid UTF-8
-// (UTF-8-encoded surrogates included) or a \uD800–\uDFFF escape that is
-// not part of a surrogate pair (a \uD800–\uDBFF escape directly followed
-// by a \uDC00–\uDFFF one), is an error wrapping [ErrInvalidText], where
-// encoding/json would put U+FFFD in place of what it cannot decode. A
-// member name that is not text matches no name of a [Names] set.
+// control characters) but refuses neither bytes that are not UTF-8 nor
+// \u escapes that do not pair up, so that a member nobody reads is never
+// refused for its bytes. It notes, while it reads them, which recorded
+// values are plain strings (no escapes, valid UTF-8: their value is the
+// bytes between the quotes, which [Span.Text] returns without reading
+// them again). Any other string is checked when it is decoded
+// ([DecodeString], [StringBytes]): one that is not text, i.e. that holds
+// invalid UTF-8 (UTF-8-encoded surrogates included) or a \uD800–\uDFFF
+// escape that is not part of a surrogate pair (a \uD800–\uDBFF escape
+// directly followed by a \uDC00–\uDFFF one), is an error wrapping
+// [ErrInvalidText], where encoding/json would put U+FFFD in place of what
+// it cannot decode. A member name that is not text matches no name of a
+// [Names] set.
 //
 // # Numbers
 //
@@ -53,7 +57,7 @@
 // # Cost and safety
 //
 // Index of valid JSON whose member names hold no escape, Names.Index,
-// KindOf, Present, StringBytes of a string without escapes, ParseFloat of
+// KindOf, Present, Span.Text, StringBytes of a string without escapes, ParseFloat of
 // a decimal of at most 15 digits without exponent, ParseInt of an integer
 // of at most 18 digits, ParseTime of an upper-case RFC 3339 time in UTC
 // ("Z") and ParseDate of a YYYY-MM-DD date do not allocate. The package

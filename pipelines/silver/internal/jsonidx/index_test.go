@@ -158,6 +158,7 @@ func checkIndexAgainstScanObject(t *testing.T, b []byte) {
 		if ok != wantOK || !bytes.Equal(got, want) {
 			t.Fatalf("%q: member %s = %q, ScanObject %q (present %v)", b, name, got, want, wantOK)
 		}
+		checkText(t, b, name, spans[k], obj, want)
 	}
 	pb, _ := jsonidx.Lookup(members, "payload")
 	if jsonidx.KindOf(pb) != jsonidx.Object {
@@ -172,6 +173,26 @@ func checkIndexAgainstScanObject(t *testing.T, b []byte) {
 		if ok != wantOK || !bytes.Equal(got, want) {
 			t.Fatalf("%q: payload member %s = %q, ScanObject %q (present %v)", b, name, got, want, wantOK)
 		}
+		checkText(t, b, "payload."+name, n.Spans[k], pb, want)
+	}
+}
+
+// checkText asserts that sp.Text gives the value of the member whose JSON
+// text is raw (nil: absent) exactly when it is a string without escapes
+// whose bytes are valid UTF-8, and then what StringBytes decodes.
+func checkText(t *testing.T, b []byte, name string, sp jsonidx.Span, obj, raw []byte) {
+	t.Helper()
+	got, ok := sp.Text(obj)
+	plain := jsonidx.KindOf(raw) == jsonidx.String && !bytes.Contains(raw, []byte(`\`)) && utf8.Valid(raw[1:len(raw)-1])
+	if ok != plain {
+		t.Fatalf("%q: member %s (%q): Text reports %v, want %v", b, name, raw, ok, plain)
+	}
+	if !ok {
+		return
+	}
+	want, err := jsonidx.StringBytes(raw)
+	if err != nil || !bytes.Equal(got, want) || &got[0:1][0] != &raw[1:2][0] {
+		t.Fatalf("%q: member %s: Text %q, StringBytes %q, %v (Text must be a sub-slice of the input)", b, name, got, want, err)
 	}
 }
 
@@ -203,7 +224,9 @@ func TestStringScanEveryOffset(t *testing.T) {
 	t.Parallel()
 	for n := 0; n < 20; n++ {
 		for at := 0; at <= n; at++ {
-			for _, special := range []string{`"`, `\"`, `\\`, `\u00e9`, `\x`, "\x01", "\x1f", "\n", "é", "\xff", " ", "~", "\x7f"} {
+			for _, special := range []string{`"`, `\"`, `\\`, `\u00e9`, `\x`, "\x01", "\x1f", "\n", "é", "\xff", " ", "~", "\x7f",
+				"ệ", "😀", "é\"", "ệa\\n", "\xc3", "\xc3\"", "\xe1\xbb", "\xe1\xbb\"", "\xf0\x9f\x98", "\xed\xa0\x80", "\xc0\xaf",
+				"\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\x80", "é\xff", "\xffé"} {
 				body := strings.Repeat("a", at) + special + strings.Repeat("b", n-at)
 				for _, doc := range []string{`{"k":"` + body + `"}`, `{"` + body + `":1}`, `{"payload":{"title":"` + body + `"}}`} {
 					checkScanAgainstStdlib(t, []byte(doc))

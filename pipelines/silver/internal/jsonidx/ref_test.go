@@ -38,14 +38,14 @@ func (s *scanner) object(i int, members *[]Member, nested string, nestedMembers 
 			return i, s.errAt(i, "looking for beginning of object key string")
 		}
 		kstart := i
-		end, escaped, err := s.str(i)
+		end, flags, err := s.str(i)
 		if err != nil {
 			return end, err
 		}
 		var key []byte
 		if members != nil {
 			key = s.b[kstart+1 : end-1]
-			if escaped || !utf8.Valid(key) {
+			if flags&strEscaped != 0 || !utf8.Valid(key) {
 				// As encoding/json decodes names: U+FFFD for what is not
 				// text (DecodeString refuses it).
 				var k string

@@ -22,8 +22,12 @@ var ErrNotObject = errors.New("not a JSON object")
 // A Span locates a member's value in the object that [Index] indexed: the
 // value's JSON text is the object's bytes [off, end), from its '{'. The
 // zero Span means absent (a value never starts at the object's first
-// byte).
-type Span struct{ off, end uint32 }
+// byte). plain records that the value is a string whose bytes between the
+// quotes are its decoded value (see [Span.Text]).
+type Span struct {
+	off, end uint32
+	plain    bool
+}
 
 // Value returns the JSON text of the value s locates in obj, the object
 // (from its '{') that s was recorded for, and whether it is present.
@@ -32,6 +36,20 @@ func (s Span) Value(obj []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return obj[s.off:s.end], true
+}
+
+// Text returns the decoded value of the JSON string s locates in obj (as
+// for Value) when Index found it plain: without escapes and valid UTF-8,
+// so that its value is the bytes between its quotes, a sub-slice of obj
+// (what [StringBytes] returns, found without reading them again). It
+// reports false for an absent member, a value that is not a string and a
+// string that holds an escape or bytes that are not UTF-8: [StringBytes]
+// decides those.
+func (s Span) Text(obj []byte) ([]byte, bool) {
+	if !s.plain {
+		return nil, false
+	}
+	return obj[s.off+1 : s.end-1], true
 }
 
 // Nested asks [Index] to index, in the same pass, the object value of one
@@ -181,14 +199,14 @@ func (s *scanner) indexed(i int, names *Names, spans []Span, nested *Nested) (in
 			return i, s.errAt(i, "looking for beginning of object key string")
 		}
 		kstart := i
-		end, escaped, err := s.str(i)
+		end, flags, err := s.str(i)
 		if err != nil {
 			return end, err
 		}
 		k := -1
 		switch {
 		case names == nil:
-		case escaped:
+		case flags&strEscaped != 0:
 			// Rare: the name must be decoded to be compared. Unescaped names
 			// are compared as they are: the known names are text, so a name
 			// that is not valid UTF-8 cannot match one either way.
@@ -210,20 +228,26 @@ func (s *scanner) indexed(i int, names *Names, spans []Span, nested *Nested) (in
 		}
 		i = s.ws(i + 1)
 		vstart := i
-		if nested != nil && k >= 0 && k == nested.Member && i < len(s.b) && s.b[i] == '{' {
+		plain := false
+		switch {
+		case nested != nil && k >= 0 && k == nested.Member && i < len(s.b) && s.b[i] == '{':
 			if nested.Size != 0 {
 				clear(nested.Spans) // a repeated member: the last one wins
 			}
 			i, err = s.indexed(i, nested.Names, nested.Spans, nil)
 			nested.Size = i - vstart
-		} else {
+		case i < len(s.b) && s.b[i] == '"':
+			var flags uint8
+			i, flags, err = s.str(i)
+			plain = flags == 0
+		default:
 			i, err = s.value(i)
 		}
 		if err != nil {
 			return i, err
 		}
 		if k >= 0 {
-			spans[k] = Span{uint32(vstart - base), uint32(i - base)}
+			spans[k] = Span{uint32(vstart - base), uint32(i - base), plain}
 		}
 		i = s.ws(i)
 		if i >= len(s.b) {
@@ -306,15 +330,25 @@ func (s *scanner) literal(i int, lit string) (int, error) {
 	return i + len(lit), nil
 }
 
+// What str found in a string besides its syntax.
+const (
+	strEscaped = 1 << iota // an escape
+	strNotUTF8             // bytes that are not UTF-8
+)
+
 // str scans the string starting at s.b[i] == '"' and returns the index
-// after its closing quote and whether it contains escapes. Runs of plain
-// bytes are skipped eight at a time.
-func (s *scanner) str(i int) (int, bool, error) {
+// after its closing quote and what it holds: strEscaped when it has an
+// escape, strNotUTF8 when the bytes between its quotes are not valid
+// UTF-8 (as utf8.Valid decides; such a string is not refused here). Runs
+// of ASCII bytes other than '"', '\\' and control characters are skipped
+// eight at a time; a byte ≥ 0x80 starts a multi-byte sequence that is
+// checked where it is, so that the string is read once.
+func (s *scanner) str(i int) (int, uint8, error) {
 	b := s.b
-	escaped := false
+	var flags uint8
 	for i++; i < len(b); i++ {
 		if i+8 <= len(b) {
-			m := specialBytes(binary.LittleEndian.Uint64(b[i:]))
+			m := stopBytes(binary.LittleEndian.Uint64(b[i:]))
 			if m == 0 {
 				i += 7 // and the loop's i++
 				continue
@@ -322,13 +356,32 @@ func (s *scanner) str(i int) (int, bool, error) {
 			i += bits.TrailingZeros64(m) >> 3
 		}
 		switch c := b[i]; {
+		case c >= 0x80:
+			// Text with multi-byte sequences: read it rune by rune, with
+			// the short runs of ASCII between them, up to a special byte
+			// or a longer run of ASCII (eight bytes at a time again).
+			for {
+				if n := runeLen(b, i); n > 0 {
+					i += n
+				} else {
+					flags |= strNotUTF8
+					i++
+				}
+				for i < len(b) && plainASCII(b[i]) {
+					i++
+				}
+				if i >= len(b) || b[i] < 0x80 {
+					break
+				}
+			}
+			i-- // for the loop's i++
 		case c == '"':
-			return i + 1, escaped, nil
+			return i + 1, flags, nil
 		case c == '\\':
-			escaped = true
+			flags |= strEscaped
 			i++
 			if i >= len(b) {
-				return i, escaped, s.errAt(i, "")
+				return i, flags, s.errAt(i, "")
 			}
 			switch b[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -336,17 +389,71 @@ func (s *scanner) str(i int) (int, bool, error) {
 				for k := 0; k < 4; k++ {
 					i++
 					if i >= len(b) || !isHex(b[i]) {
-						return i, escaped, s.errAt(i, "in \\u hexadecimal character escape")
+						return i, flags, s.errAt(i, "in \\u hexadecimal character escape")
 					}
 				}
 			default:
-				return i, escaped, s.errAt(i, "in string escape code")
+				return i, flags, s.errAt(i, "in string escape code")
 			}
 		case c < 0x20:
-			return i, escaped, s.errAt(i, "in string literal")
+			return i, flags, s.errAt(i, "in string literal")
 		}
 	}
-	return i, escaped, s.errAt(i, "")
+	return i, flags, s.errAt(i, "")
+}
+
+// runeLen returns the length of the UTF-8 sequence that starts at b[i], a
+// byte ≥ 0x80, or 0 when none does: one code point in its shortest form,
+// not a surrogate, at most U+10FFFF (RFC 3629, as unicode/utf8 decodes).
+func runeLen(b []byte, i int) int {
+	x := utf8Lead[b[i]]
+	n := int(x & 7)
+	if n == 0 || i+n > len(b) {
+		return 0
+	}
+	r := utf8Second[x>>3]
+	if c := b[i+1]; c < r.lo || r.hi < c {
+		return 0
+	}
+	if n > 2 && (b[i+2]&0xC0 != 0x80 || n > 3 && b[i+3]&0xC0 != 0x80) {
+		return 0
+	}
+	return n
+}
+
+// utf8Lead describes each byte as the first of a UTF-8 sequence: its
+// length in the low 3 bits (0: no sequence starts with it), the range of
+// the second byte (an index into utf8Second) in the others. A constant
+// table, for the bytes ≥ 0x80 (ASCII is handled before).
+var utf8Lead = func() (t [256]uint8) {
+	for c := 0xC2; c < 0xE0; c++ {
+		t[c] = 2
+	}
+	for c := 0xE0; c < 0xF0; c++ {
+		t[c] = 3
+	}
+	for c := 0xF0; c < 0xF5; c++ {
+		t[c] = 4
+	}
+	t[0xE0] |= 1 << 3 // not overlong
+	t[0xED] |= 2 << 3 // not a surrogate
+	t[0xF0] |= 3 << 3 // not overlong
+	t[0xF4] |= 4 << 3 // at most U+10FFFF
+	return t
+}()
+
+// utf8Second is the range of the second byte of a sequence, by the index
+// utf8Lead gives (a constant table).
+var utf8Second = [5]struct{ lo, hi byte }{{0x80, 0xBF}, {0xA0, 0xBF}, {0x80, 0x9F}, {0x90, 0xBF}, {0x80, 0x8F}}
+
+// plainASCII reports whether c is an ASCII byte that a string holds as is
+// (not '"', '\\' or a control character).
+func plainASCII(c byte) bool { return c < 0x80 && c >= 0x20 && c != '"' && c != '\\' }
+
+// stopBytes is specialBytes with the bytes ≥ 0x80 flagged too: the
+// lowest set bit of the mask lies in the first byte where str must stop.
+func stopBytes(x uint64) uint64 {
+	return specialBytes(x) | x&0x8080808080808080
 }
 
 // specialBytes returns, for the eight bytes of x (little-endian), a mask

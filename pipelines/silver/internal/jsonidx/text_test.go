@@ -6,33 +6,76 @@ import (
 	"errors"
 	"math/bits"
 	"testing"
+	"unicode/utf8"
 )
 
+// TestSpecialBytes: specialBytes flags the first byte that is '"', '\\'
+// or a control character, stopBytes the first that is one of those or
+// ≥ 0x80, in words of mostly ASCII bytes (stopBytes) or of any bytes.
 func TestSpecialBytes(t *testing.T) {
 	t.Parallel()
-	special := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 }
-	var b [8]byte
-	for k := 0; k < 200000; k++ {
-		x := uint64(k)*0x9E3779B97F4A7C15 ^ uint64(k)<<29
-		binary.LittleEndian.PutUint64(b[:], x)
-		if k%3 == 0 { // make special bytes likely
-			b[k%8] = []byte{'"', '\\', 0, 0x1f, 0x20, 0x21, 0x5b, 0x5d}[k/3%8]
-		}
-		x = binary.LittleEndian.Uint64(b[:])
-		want := -1
-		for i, c := range b {
-			if special(c) {
-				want = i
-				break
+	for _, tc := range []struct {
+		name   string
+		fn     func(uint64) uint64
+		is     func(c byte) bool
+		mask   uint64
+		likely []byte
+	}{
+		{"specialBytes", specialBytes, func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 },
+			^uint64(0), []byte{'"', '\\', 0, 0x1f, 0x20, 0x21, 0x5b, 0x5d}},
+		{"stopBytes", stopBytes, func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80 },
+			0x7f7f7f7f7f7f7f7f, []byte{'"', '\\', 0, 0x1f, 0x7f, 0x80, 0xc3, 0xff}},
+	} {
+		var b [8]byte
+		for k := 0; k < 200000; k++ {
+			x := uint64(k)*0x9E3779B97F4A7C15 ^ uint64(k)<<29
+			binary.LittleEndian.PutUint64(b[:], x&tc.mask)
+			if k%3 == 0 { // make special bytes likely
+				b[k%8] = tc.likely[k/3%8]
+			}
+			x = binary.LittleEndian.Uint64(b[:])
+			want := -1
+			for i, c := range b {
+				if tc.is(c) {
+					want = i
+					break
+				}
+			}
+			m := tc.fn(x)
+			got := -1
+			if m != 0 {
+				got = bits.TrailingZeros64(m) >> 3
+			}
+			if got != want {
+				t.Fatalf("%s(% x): first byte flagged %d, want %d", tc.name, b, got, want)
 			}
 		}
-		m := specialBytes(x)
-		got := -1
-		if m != 0 {
-			got = bits.TrailingZeros64(m) >> 3
-		}
-		if got != want {
-			t.Fatalf("specialBytes(% x): first special byte %d, want %d", b, got, want)
+	}
+}
+
+// TestRuneLen: runeLen accepts exactly the sequences unicode/utf8 decodes
+// (every lead byte ≥ 0x80 with continuation bytes at the range limits),
+// including sequences cut short by the end of the input.
+func TestRuneLen(t *testing.T) {
+	t.Parallel()
+	next := []byte{0x00, 0x41, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc2, 0xe0, 0xf0, 0xff}
+	for c0 := 0x80; c0 <= 0xff; c0++ {
+		for _, c1 := range next {
+			for _, c2 := range next {
+				for _, c3 := range next {
+					full := []byte{byte(c0), c1, c2, c3}
+					for n := 1; n <= len(full); n++ {
+						b := full[:n]
+						want := 0
+						if r, size := utf8.DecodeRune(b); r != utf8.RuneError || size > 1 {
+							want = size
+						}
+						if got := runeLen(b, 0); got != want {
+							t.Fatalf("runeLen(% x) = %d, want %d", b, got, want)
+						}
+					}
+				}
+			}
 		}
 	}
 }

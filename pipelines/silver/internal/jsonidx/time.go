@@ -24,6 +24,12 @@ func ParseTime(raw []byte) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
+	return ParseTimeText(b)
+}
+
+// ParseTimeText is ParseTime of a JSON string already decoded to text
+// (by [StringBytes] or [Span.Text]): b is the string's value.
+func ParseTimeText(b []byte) (time.Time, error) {
 	if t, ok := parseRFC3339(b); ok {
 		return t.Truncate(time.Microsecond), nil
 	}
