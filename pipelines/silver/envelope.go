@@ -409,7 +409,7 @@ func (p *payload) optionalStrings(f field, t *rowText, check func(i int, e []byt
 			}
 		}
 	}
-	out := make([]string, len(elems))
+	out := t.mem.strings(len(elems))
 	for i, e := range elems {
 		t.add(&out[i], e)
 	}
@@ -418,10 +418,11 @@ func (p *payload) optionalStrings(f field, t *rowText, check func(i int, e []byt
 
 // rowText gathers the strings of one row as views of the record being
 // transformed (valid until the transform returns) and, once the row is
-// valid (done), copies them into one allocation that they share: one
-// allocation per row instead of one per string, and none for a record
-// that fails a rule.
+// valid (done), copies them into memory that they share, carved from mem:
+// no allocation of their own, and nothing carved for a record that fails a
+// rule.
 type rowText struct {
+	mem  *rowMemory
 	n    int
 	size int
 	dst  [rowTextViews]*string
@@ -448,7 +449,7 @@ func (t *rowText) done() {
 	if t.size == 0 {
 		return // only empty strings: the destinations hold "" already
 	}
-	buf := make([]byte, 0, t.size)
+	buf := t.mem.bytes(t.size)
 	for _, b := range t.src[:t.n] {
 		buf = append(buf, b...)
 	}

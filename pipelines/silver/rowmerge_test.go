@@ -151,8 +151,8 @@ func BenchmarkWindowFold(b *testing.B) {
 	}
 }
 
-// The stage's rows own their strings (copied out of the record into one
-// allocation per row): overwriting the record's bytes afterwards, as a
+// The stage's rows own their strings (copied out of the record into
+// memory of the stage's): overwriting the record's bytes afterwards, as a
 // reused fetch buffer would, changes no row.
 func TestRowsOwnTheirStrings(t *testing.T) {
 	t.Parallel()

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -90,10 +91,14 @@ func WithMarketLocation(loc *time.Location) Option {
 }
 
 // Validator applies the sanity rules and maps payloads to rows. It is
-// immutable after construction and safe for concurrent use.
+// safe for concurrent use (the runtime calls its stage from every
+// partition's worker at once): its settings are immutable after
+// construction, and each call takes the memory its row is carved from
+// (rowMemory) from a pool for its duration.
 type Validator struct {
 	now func() time.Time
 	loc *time.Location
+	mem sync.Pool // of *rowMemory
 }
 
 // NewValidator returns a validator with the given options.
@@ -133,6 +138,10 @@ func (v *Validator) Stage(_ context.Context, m stages.Msg[Envelope]) ([]Row, err
 // Transform validates env and maps it to its row. recordTime is the Kafka
 // record timestamp (zero when unknown), used only as a fallback for
 // ta first_seen_time. Errors are classified with [stages.DeadLetter].
+//
+// The row owns its memory (nothing of env's bytes), but shares the chunks
+// it is carved from with the rows made just before and after it: keeping
+// one row for long keeps tens of rows' worth of memory (see rowMemory).
 func (v *Validator) Transform(env Envelope, recordTime time.Time) (Row, error) {
 	rows, err := v.transform(&env, recordTime)
 	if err != nil {
@@ -142,17 +151,23 @@ func (v *Validator) Transform(env Envelope, recordTime time.Time) (Row, error) {
 }
 
 // transform is Transform returning the row as a one-element slice, which
-// shares its allocation with the row.
+// shares its memory with the row.
 func (v *Validator) transform(env *Envelope, recordTime time.Time) ([]Row, error) {
 	var p payload
 	if err := p.index(env); err != nil {
 		return nil, err
 	}
 	switch env.TaskType {
-	case TaskTA:
-		return v.transformTA(&p, env, recordTime)
-	case TaskSA:
-		return v.transformSA(&p, env)
+	case TaskTA, TaskSA:
+		mem, _ := v.mem.Get().(*rowMemory)
+		if mem == nil {
+			mem = &rowMemory{}
+		}
+		defer v.mem.Put(mem)
+		if env.TaskType == TaskTA {
+			return v.transformTA(&p, env, recordTime, mem)
+		}
+		return v.transformSA(&p, env, mem)
 	}
 	return nil, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("unknown task_type %q", env.TaskType))
 }
@@ -177,7 +192,7 @@ func decodeFail(err error) error {
 }
 
 // taOut is a ta row together with what its pointer columns point to and the
-// slice Stage returns, so that they are one allocation.
+// slice Stage returns, so that they are one object (of a rowMemory chunk).
 type taOut struct {
 	rows                [1]Row
 	row                 TARow
@@ -194,10 +209,10 @@ type saOut struct {
 	weights                       bool
 }
 
-func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time) ([]Row, error) {
-	out := &taOut{}
+func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time, mem *rowMemory) ([]Row, error) {
+	out := mem.newTA()
 	r := &out.row
-	var text rowText
+	text := rowText{mem: mem}
 
 	// ta.symbol
 	sym, err := p.requiredString(fSymbol)
@@ -323,14 +338,15 @@ func (v *Validator) transformTA(p *payload, env *Envelope, recordTime time.Time)
 		r.FirstSeenTime = v.now().Truncate(time.Microsecond)
 	}
 	text.done()
+	mem.keepTA()
 	out.rows[0].TA = r
 	return out.rows[:], nil
 }
 
-func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
-	out := &saOut{}
+func (v *Validator) transformSA(p *payload, env *Envelope, mem *rowMemory) ([]Row, error) {
+	out := mem.newSA()
 	r := &out.row
-	var text rowText
+	text := rowText{mem: mem}
 
 	// sa.url
 	u, err := p.requiredString(fURLCanonical)
@@ -463,6 +479,7 @@ func (v *Validator) transformSA(p *payload, env *Envelope) ([]Row, error) {
 		return nil, decodeFail(err)
 	}
 	text.done()
+	mem.keepSA()
 	out.rows[0].SA = r
 	return out.rows[:], nil
 }

@@ -1,0 +1,114 @@
+package silver
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/stages"
+)
+
+// The rows of one stage, called from several goroutines at once (as the
+// runtime's partition workers do) on records of which many fail a rule,
+// keep their values while later rows are built: each row equals the copy
+// taken (encoded) right after it was made, once every goroutine is done.
+// Arrays and texts larger than the shared chunks, and empty arrays, are
+// among them.
+func TestRowsKeepTheirMemory(t *testing.T) {
+	t.Parallel()
+	stage := Stage(WithClock(func() time.Time { return time.Date(2025, 6, 10, 12, 0, 0, 0, time.UTC) }))
+	var rt router
+	big := map[string]any{
+		"symbols":         strings.Split(strings.Repeat("VNM,FPT,", 20)+"HPG", ","),
+		"topic_tags":      []string{},
+		"text_normalized": strings.Repeat("Thị trường ", 600),
+	}
+	extra := [][]byte{envelope(t, TaskSA, saBase(), big, nil), envelope(t, TaskSA, saBase(), map[string]any{"topic_tags": make([]string, 40)}, nil)}
+	const workers = 4
+	type kept struct {
+		row Row
+		enc []byte
+	}
+	got := make([][]kept, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			recs := GenerateCorpus(int64(20+w), 3000, 0.3)
+			for i, rec := range recs {
+				value := rec.Value
+				if i%97 == 0 {
+					value = extra[i%2]
+				}
+				env, err := Decode([]byte(rec.Key), value)
+				if err != nil {
+					continue
+				}
+				rows, err := stage(context.Background(), stages.Msg[Envelope]{Value: env})
+				if err != nil {
+					continue
+				}
+				got[w] = append(got[w], kept{rows[0], rt.AppendEncoded(nil, rows[0])})
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	for w := range workers {
+		for i, k := range got[w] {
+			want, err := rt.Decode(k.enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := sameRow(k.row, want); d != "" {
+				t.Fatalf("worker %d, row %d: %s changed after the row was made", w, i, d)
+			}
+			n++
+		}
+	}
+	if n < workers*1500 {
+		t.Fatalf("only %d rows", n)
+	}
+}
+
+// A valid record costs the stage no allocation of its own: its row, arrays
+// and text are carved from chunks shared with the next rows.
+func TestRowsShareChunks(t *testing.T) {
+	v := NewValidator(WithClock(testClock))
+	for _, task := range []string{TaskTA, TaskSA} {
+		base := taBase()
+		if task == TaskSA {
+			base = saBase()
+			base["topic_tags"] = []string{"thi-truong", "vi-mo"}
+			base["title"] = "Bản tin"
+		}
+		env, err := Decode(nil, envelope(t, task, base, nil, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mem := &rowMemory{}
+		rows := 0
+		allocs := testing.AllocsPerRun(rowChunk*4, func() {
+			var p payload
+			if err := p.index(&env); err != nil {
+				t.Fatal(err)
+			}
+			var out []Row
+			if task == TaskTA {
+				out, err = v.transformTA(&p, &env, time.Time{}, mem)
+			} else {
+				out, err = v.transformSA(&p, &env, mem)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows += len(out)
+		})
+		if allocs != 0 || rows == 0 {
+			t.Errorf("%s: %v allocations per row (%d rows), want less than one", task, allocs, rows)
+		}
+	}
+}
