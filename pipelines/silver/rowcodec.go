@@ -217,35 +217,52 @@ func (e *rowEncoder) time(t time.Time) {
 // errCorruptRow reports an encoding Decode cannot read.
 var errCorruptRow = errors.New("silver: corrupt row encoding")
 
-// Decode implements run.Encoder.
+// Decode implements run.Encoder. The row's memory (none of it b's) is
+// carved from chunks shared with the rows decoded before and after it
+// (rowMemory), so that a row costs no allocation of its own: the rows of
+// a window part live until the part is written.
 func (r *router) Decode(b []byte) (Row, error) {
 	if len(b) == 0 {
 		return Row{}, errCorruptRow
 	}
-	d := rowDecoder{b: b, pos: 1}
 	switch b[0] {
 	case rowEmpty:
 		return Row{}, nil
-	case rowTA:
-		box := &taBox{}
+	case rowTA, rowSA:
+	default:
+		return Row{}, fmt.Errorf("%w: tag %d", errCorruptRow, b[0])
+	}
+	mem := r.memory()
+	defer r.mem.Put(mem)
+	d := rowDecoder{b: b, pos: 1, mem: mem}
+	if b[0] == rowTA {
+		box := mem.newTA()
 		if err := d.ta(box); err != nil {
 			return Row{}, err
 		}
+		mem.keepTA()
 		return Row{TA: &box.row}, nil
-	case rowSA:
-		box := &saBox{}
-		if err := d.sa(box); err != nil {
-			return Row{}, err
-		}
-		return Row{SA: &box.row}, nil
 	}
-	return Row{}, fmt.Errorf("%w: tag %d", errCorruptRow, b[0])
+	box := mem.newSA()
+	if err := d.sa(box); err != nil {
+		return Row{}, err
+	}
+	mem.keepSA()
+	return Row{SA: &box.row}, nil
+}
+
+// memory returns a rowMemory of the router's pool, to be put back.
+func (r *router) memory() *rowMemory {
+	if mem, ok := r.mem.Get().(*rowMemory); ok {
+		return mem
+	}
+	return &rowMemory{}
 }
 
 // AppendMerged implements run.EncodedMerger: it appends the encoding of
 // Merge(Decode(old), next), decoding old's strings as views of old (they
 // are copied into dst by the encoding) into a row that does not outlive
-// the call.
+// the call (in memory of the router's pool, cleared after use).
 func (r *router) AppendMerged(dst, old []byte, next Row) ([]byte, error) {
 	if len(old) == 0 {
 		return dst, errCorruptRow
@@ -254,15 +271,23 @@ func (r *router) AppendMerged(dst, old []byte, next Row) ([]byte, error) {
 	switch {
 	case old[0] == rowTA && next.TA != nil:
 		// MergeTA takes every column from next but first_seen_time.
-		fst := d.taFirstSeen()
+		_, _, fst := d.taKey()
 		if d.err != nil {
 			return dst, d.err
 		}
 		m := MergeTA(TARow{FirstSeenTime: fst}, *next.TA)
 		return r.AppendEncoded(dst, Row{TA: &m}), nil
 	case old[0] == rowSA && next.SA != nil:
-		var box saBox
-		if err := d.sa(&box); err != nil {
+		mem := r.memory()
+		defer r.mem.Put(mem)
+		d.mem = mem
+		box := mem.newSA()
+		defer func() { // keep no views of old
+			*box = saOut{}
+			clear(mem.views)
+			mem.views = mem.views[:0]
+		}()
+		if err := d.sa(box); err != nil {
 			return dst, err
 		}
 		m := MergeSA(box.row, *next.SA)
@@ -278,7 +303,7 @@ func (r *router) AppendMerged(dst, old []byte, next Row) ([]byte, error) {
 var _ run.EncodedMerger[Row] = (*router)(nil)
 
 // ta decodes a ta row (after its tag) into box.
-func (d *rowDecoder) ta(box *taBox) error {
+func (d *rowDecoder) ta(box *taOut) error {
 	t := &box.row
 	sym := d.str()
 	t.TradeDate = d.time()
@@ -299,12 +324,12 @@ func (d *rowDecoder) ta(box *taBox) error {
 	return d.err
 }
 
-// taFirstSeen reads the columns of a ta row (after its tag) up to
-// first_seen_time, which it returns.
-func (d *rowDecoder) taFirstSeen() time.Time {
+// taKey reads the columns of a ta row (after its tag) and returns the
+// length of its symbol, its trade date and its first_seen_time.
+func (d *rowDecoder) taKey() (sym int, date, firstSeen time.Time) {
 	var f float64
-	d.str()
-	d.time()
+	sym = d.str()
+	date = d.time()
 	d.float()
 	d.float()
 	d.float()
@@ -315,11 +340,14 @@ func (d *rowDecoder) taFirstSeen() time.Time {
 	d.str()
 	d.float()
 	d.optStr()
-	return d.time()
+	firstSeen = d.time()
+	d.time()
+	d.optStr()
+	return sym, date, firstSeen
 }
 
 // sa decodes an sa row (after its tag) into box.
-func (d *rowDecoder) sa(box *saBox) error {
+func (d *rowDecoder) sa(box *saOut) error {
 	s := &box.row
 	url, dom := d.str(), d.str()
 	s.PublisherTime, s.FirstSeenTime = d.time(), d.time()
@@ -351,21 +379,6 @@ func (d *rowDecoder) sa(box *saBox) error {
 	return d.err
 }
 
-// taBox and saBox hold a decoded row and the values its nullable columns
-// point to, in one allocation.
-type taBox struct {
-	row                 TARow
-	vwap, adjClose      float64
-	source, contentHash string
-}
-
-type saBox struct {
-	row                           SARow
-	language, title, text, author string
-	hype                          [3]float64
-	weights                       bool
-}
-
 // rowDecoder reads an encoding: first the columns (string lengths among
 // them), then, after strings(), the string bytes in the same order.
 type rowDecoder struct {
@@ -377,6 +390,9 @@ type rowDecoder struct {
 	// view makes the strings views of b instead of a copy: the decoded
 	// row must then not outlive b's contents (AppendMerged).
 	view bool
+	// mem is where a copy's string bytes and arrays are carved from (its
+	// views hold a view's arrays); nil: allocated.
+	mem *rowMemory
 	// lens holds the element lengths of the row's arrays (strs), nlens of
 	// them used, sparing an allocation per array.
 	lens  [16]int
@@ -500,6 +516,9 @@ func (d *rowDecoder) strings() {
 	case d.err != nil || d.pos == len(d.b):
 	case d.view:
 		d.blob = unsafe.String(&d.b[d.pos], len(d.b)-d.pos)
+	case d.mem != nil:
+		buf := append(d.mem.bytes(len(d.b)-d.pos), d.b[d.pos:]...)
+		d.blob = unsafe.String(unsafe.SliceData(buf), len(buf)) // never modified again
 	default:
 		d.blob = string(d.b[d.pos:])
 	}
@@ -523,10 +542,17 @@ func (d *rowDecoder) takeOpt(n int, dst *string) *string {
 }
 
 func (d *rowDecoder) takeStrs(lens []int) []string {
-	if lens == nil {
+	var out []string
+	switch {
+	case lens == nil:
 		return nil
+	case d.mem == nil:
+		out = make([]string, len(lens))
+	case d.view:
+		out = d.mem.view(len(lens))
+	default:
+		out = d.mem.strings(len(lens))
 	}
-	out := make([]string, len(lens))
 	for i, n := range lens {
 		out[i] = d.take(n)
 	}

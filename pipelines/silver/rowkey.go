@@ -23,11 +23,13 @@ func (r *router) AppendEncodedKey(dst, enc []byte) ([]byte, error) {
 	case rowEmpty:
 		return dst, nil
 	case rowTA:
-		var box taBox
-		if err := d.ta(&box); err != nil {
-			return dst, err
+		sym, date, _ := d.taKey()
+		d.strings()
+		s := d.take(sym)
+		if d.err != nil {
+			return dst, d.err
 		}
-		return appendTAKey(dst, &box.row), nil
+		return appendTAKey(dst, &TARow{Symbol: s, TradeDate: date}), nil
 	case rowSA:
 		url := d.saURL()
 		d.strings()

@@ -3,6 +3,7 @@ package silver
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 // The key read from a row's encoding is the row's MergeKey, for the
@@ -63,6 +64,25 @@ func TestAppendEncodedKeyIsMergeKey(t *testing.T) {
 	for _, bad := range [][]byte{nil, {rowTA, 3}, {rowSA}, {rowSA, 200}, {9}} {
 		if _, err := rt.AppendEncodedKey(nil, bad); !errors.Is(err, errCorruptRow) {
 			t.Errorf("AppendEncodedKey(%q): %v, want errCorruptRow", bad, err)
+		}
+	}
+}
+
+// A ta row's key spells its trade date as time.DateOnly does, in the
+// date's own zone, for years of four digits and beyond.
+func TestTAKeyDate(t *testing.T) {
+	t.Parallel()
+	ict := time.FixedZone("ICT", 7*3600)
+	for _, d := range []time.Time{
+		time.Date(2025, 5, 30, 0, 0, 0, 0, time.UTC), time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC),
+		time.Date(7, 7, 7, 0, 0, 0, 0, time.UTC), {}, time.Date(2025, 5, 30, 23, 0, 0, 0, ict),
+		time.Date(2025, 5, 30, 23, 0, 0, 0, time.UTC).In(ict),
+	} {
+		r := TARow{Symbol: "VNM", TradeDate: d}
+		if got, want := r.Key(), "VNM|"+d.Format(time.DateOnly); got != want {
+			t.Errorf("Key of %v = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -1,5 +1,7 @@
 package silver
 
+import "slices"
+
 // rowMemory hands out the memory of the validator's rows from chunks of
 // many rows: a row's struct (taOut, saOut), its string arrays and the
 // bytes of its strings are carved from the current chunk of each kind
@@ -19,6 +21,9 @@ type rowMemory struct {
 	sa   []saOut  // sa[0] likewise
 	strs []string // string arrays
 	text []byte   // bytes of strings: text[len(text):cap(text)] is free
+	// views holds the arrays of a row decoded as views (router.AppendMerged),
+	// reused by the next one.
+	views []string
 }
 
 // Chunk sizes: rows per chunk of taOut (248 bytes) and saOut (344 bytes),
@@ -76,4 +81,13 @@ func (m *rowMemory) bytes(n int) []byte {
 	at := len(m.text)
 	m.text = m.text[:at+n]
 	return m.text[at:at:(at + n)]
+}
+
+// view returns n strings of m.views, for a row that does not outlive the
+// call that decoded it: they follow the ones views returned since the
+// last clear of views (a row's two arrays).
+func (m *rowMemory) view(n int) []string {
+	at := len(m.views)
+	m.views = slices.Grow(m.views, n)[:at+n]
+	return m.views[at : at+n : at+n]
 }

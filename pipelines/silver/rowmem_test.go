@@ -112,3 +112,33 @@ func TestRowsShareChunks(t *testing.T) {
 		}
 	}
 }
+
+// Decode's rows refer to none of the encoding's memory (the window reuses
+// it) and keep their values while later rows are decoded: each decoded
+// row equals the row encoded, once all are decoded and their encodings
+// overwritten.
+func TestDecodedRowsKeepTheirMemory(t *testing.T) {
+	t.Parallel()
+	var rt router
+	rows := corpusRows(t, 23, 2000, 300)
+	rows = append(rows, Row{SA: &SARow{URLCanonical: "https://e.x/big", Symbols: make([]string, 40), TopicTags: []string{},
+		TextNormalized: new(strings.Repeat("ệ", 3000))}})
+	decoded := make([]Row, len(rows))
+	buf := make([]byte, 0, 1<<16)
+	for i, row := range rows {
+		buf = rt.AppendEncoded(buf[:0], row)
+		d, err := rt.Decode(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded[i] = d
+		for j := range buf {
+			buf[j] = 0xff
+		}
+	}
+	for i := range rows {
+		if d := sameRow(decoded[i], rows[i]); d != "" {
+			t.Fatalf("row %d: decoded %s differs", i, d)
+		}
+	}
+}

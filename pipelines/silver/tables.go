@@ -191,6 +191,10 @@ func NewSink(db pgsink.Beginner, opts ...pgsink.Option) (stages.Sink[Row], error
 type router struct {
 	ta stages.Sink[TARow]
 	sa stages.Sink[SARow]
+	// mem holds the *rowMemory that Decode carves rows from and that
+	// AppendMerged decodes into, one per call at a time (the window's
+	// methods run on every partition's worker at once).
+	mem sync.Pool
 }
 
 // MergeKey and Merge make the silver sink a [run.Merger]: outputs coalesce
@@ -226,10 +230,17 @@ func (r *router) AppendMergeKey(dst []byte, row Row) []byte {
 	return dst
 }
 
-// appendTAKey appends r.Key() to dst.
+// appendTAKey appends r.Key() to dst: the trade date as
+// time.Time.AppendFormat(time.DateOnly) writes it, digit by digit for a
+// year of four digits.
 func appendTAKey(dst []byte, r *TARow) []byte {
 	dst = append(append(dst, r.Symbol...), '|')
-	return r.TradeDate.AppendFormat(dst, time.DateOnly)
+	y, m, d := r.TradeDate.Date()
+	if y < 0 || y > 9999 {
+		return r.TradeDate.AppendFormat(dst, time.DateOnly)
+	}
+	return append(dst, byte('0'+y/1000), byte('0'+y/100%10), byte('0'+y/10%10), byte('0'+y%10), '-',
+		byte('0'+m/10), byte('0'+m%10), '-', byte('0'+d/10), byte('0'+d%10))
 }
 
 var _ run.KeyAppender[Row] = (*router)(nil)
