@@ -199,10 +199,13 @@ func (e *rowEncoder) optFloat(f *float64) {
 // is not a whole minute keeps the instant in UTC (the columns are
 // timestamptz or a date at midnight UTC).
 func (e *rowEncoder) time(t time.Time) {
-	_, off := t.Zone()
 	utc := t.Location() == time.UTC
-	if off%60 != 0 || off/60 < math.MinInt16 || off/60 > math.MaxInt16 {
-		t, utc = t.UTC(), true
+	off := 0
+	if !utc { // the common case needs no zone lookup
+		_, off = t.Zone()
+		if off%60 != 0 || off/60 < math.MinInt16 || off/60 > math.MaxInt16 {
+			t, utc = t.UTC(), true
+		}
 	}
 	e.head = binary.AppendVarint(e.head, t.Unix())
 	ns := uint64(t.Nanosecond()) << 1
