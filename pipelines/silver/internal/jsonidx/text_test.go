@@ -55,7 +55,8 @@ func TestSpecialBytes(t *testing.T) {
 
 // TestRuneLen: runeLen accepts exactly the sequences unicode/utf8 decodes
 // (every lead byte ≥ 0x80 with continuation bytes at the range limits),
-// including sequences cut short by the end of the input.
+// including sequences cut short by the end of the input or by an ASCII
+// byte.
 func TestRuneLen(t *testing.T) {
 	t.Parallel()
 	next := []byte{0x00, 0x41, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc2, 0xe0, 0xf0, 0xff}
@@ -72,6 +73,10 @@ func TestRuneLen(t *testing.T) {
 						}
 						if got := runeLen(b, 0); got != want {
 							t.Fatalf("runeLen(% x) = %d, want %d", b, got, want)
+						}
+						// Followed by more bytes (read four at a time).
+						if got := runeLen(append(b[:n:n], "\"abc"...), 0); got != want {
+							t.Fatalf("runeLen(% x, then \"abc) = %d, want %d", b, got, want)
 						}
 					}
 				}
