@@ -83,10 +83,13 @@ func (m *rowMemory) bytes(n int) []byte {
 	return m.text[at:at:(at + n)]
 }
 
-// view returns n strings of m.views, for a row that does not outlive the
-// call that decoded it: they follow the ones views returned since the
-// last clear of views (a row's two arrays).
+// view returns n strings of m.views (not nil for n = 0), for a row that
+// does not outlive the call that decoded it: they follow the ones view
+// returned since views was last emptied (a row's two arrays).
 func (m *rowMemory) view(n int) []string {
+	if n == 0 {
+		return []string{} // '{}', not NULL
+	}
 	at := len(m.views)
 	m.views = slices.Grow(m.views, n)[:at+n]
 	return m.views[at : at+n : at+n]

@@ -142,3 +142,28 @@ func TestDecodedRowsKeepTheirMemory(t *testing.T) {
 		}
 	}
 }
+
+// An empty array ('{}') stays empty, not NULL, when AppendMerged keeps
+// the old row's, also as the first merge of a router (its pooled memory
+// fresh).
+func TestAppendMergedKeepsEmptyArrays(t *testing.T) {
+	t.Parallel()
+	for _, oldSyms := range [][]string{{}, nil, {"VNM"}} {
+		old := Row{SA: &SARow{URLCanonical: "https://e.x/a", Symbols: oldSyms, TopicTags: []string{}}}
+		next := Row{SA: &SARow{URLCanonical: "https://e.x/a", ContentHash: "h"}}
+		var rt router
+		enc := rt.AppendEncoded(nil, old)
+		got, err := rt.AppendMerged(nil, enc, next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ref router
+		o, err := ref.Decode(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := ref.AppendEncoded(nil, ref.Merge(o, next)); string(got) != string(want) {
+			t.Errorf("old symbols %#v: AppendMerged %q, want %q", oldSyms, got, want)
+		}
+	}
+}
