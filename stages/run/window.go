@@ -676,6 +676,7 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 		}
 	}
 	batch, p, done, stopErr := w.process(batch) // not grown: windows keep their batches
+	defer p.reset()
 	// A worker asked to stop (errAbandoned without a cancel: revocation or
 	// shutdown, during a stage retry) keeps the records it did and closes
 	// the window below, as the batch path flushes the done part of its
