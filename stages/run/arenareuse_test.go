@@ -100,16 +100,7 @@ func TestWindowPartsFollowTheArena(t *testing.T) {
 	t.Parallel()
 	mem := &heldBytes{b: NewBudget(1 << 30)}
 	win, _ := scatteredWindow(t, mem)
-	want := windowValues(t, win)
-	win.countParts()
-	done := make([]bool, win.keys())
-	for from := 0; from < win.keys(); {
-		to, _ := win.partEnd(from, 64<<10)
-		win.written(from, to)
-		for i := from; i < to; i++ {
-			done[win.partOutput(i)] = true
-		}
-		from = to
+	writeInParts(t, win, 64<<10, func(to int) {
 		partial := 0
 		for c := range win.arena {
 			if win.arena[c] != nil && int(win.unwritten[c]) < win.countIn(c) {
@@ -119,16 +110,7 @@ func TestWindowPartsFollowTheArena(t *testing.T) {
 		if partial > 1 {
 			t.Fatalf("after %d of %d outputs: %d chunks partly written", to, win.keys(), partial)
 		}
-		for i := range win.keys() {
-			if done[i] {
-				continue
-			}
-			o, err := win.decode(i)
-			if err != nil || want[o.K] != o.V {
-				t.Fatalf("output %d unwritten after %d: %q, %v", i, to, o.K, err)
-			}
-		}
-	}
+	})
 	if win.arenaBytes != 0 || mem.windows.Load() != win.size {
 		t.Fatalf("every part written: arena %d bytes, budget %d, size %d", win.arenaBytes, mem.windows.Load(), win.size)
 	}
@@ -144,4 +126,72 @@ func (win *window[Out]) countIn(c int) int {
 		}
 	}
 	return n
+}
+
+// Windows sharing a chunk pool (a runner's) take the chunks another
+// window's written parts gave back: a chunk is given back only once every
+// output in it is written, so a window filling its new chunks while
+// another is written part by part never overwrites an output not yet
+// written, and the chunks do get reused.
+func TestWindowChunkPoolReusesOnlyWrittenChunks(t *testing.T) {
+	t.Parallel()
+	var pool chunkPool
+	var keys atomic.Int64
+	mem := &heldBytes{b: NewBudget(1 << 30)}
+	a, _ := scatteredWindow(t, mem)
+	a.pool = &pool
+	b := newWindow[kv](kvMerger{}, &keys, mem)
+	b.pool = &pool
+	given := map[*byte]bool{}
+	for _, c := range a.arena {
+		given[chunkBase(c)] = true
+	}
+	reused := 0
+	writeInParts(t, a, 4<<10, func(to int) {
+		// b takes a chunk from the pool (the one given back last, if
+		// any) and fills it.
+		fill := strings.Repeat("#", arenaChunk-64)
+		addKV(t, b, []int64{int64(to)}, [][]kv{{{fmt.Sprintf("b%06d", to), fill}}})
+		if given[chunkBase(b.arena[0])] {
+			reused++
+		}
+		if o, err := b.decode(0); err != nil || o.V != fill {
+			t.Fatalf("second window: %q, %v", o.K, err)
+		}
+		b.reset()
+	})
+	if reused == 0 {
+		t.Fatal("the second window never took a chunk the first gave back")
+	}
+	a.reset()
+	b.reset()
+}
+
+// writeInParts has win's outputs written part by part (parts of about
+// partBytes, in order), calling after with the position written up to
+// after each part, then checking that every output not yet written still
+// decodes to its value before the first part.
+func writeInParts(t *testing.T, win *window[kv], partBytes int64, after func(to int)) {
+	t.Helper()
+	want := windowValues(t, win)
+	win.countParts()
+	done := make([]bool, win.keys())
+	for from := 0; from < win.keys(); {
+		to, _ := win.partEnd(from, partBytes)
+		win.written(from, to)
+		for i := from; i < to; i++ {
+			done[win.partOutput(i)] = true
+		}
+		from = to
+		after(to)
+		for i := range win.keys() {
+			if done[i] {
+				continue
+			}
+			o, err := win.decode(i)
+			if err != nil || want[o.K] != o.V {
+				t.Fatalf("output %d unwritten after %d: %q, %v", i, to, o.K, err)
+			}
+		}
+	}
 }

@@ -165,6 +165,7 @@ type window[Out any] struct {
 	closing    int64         // bytes counted as being written in Budget.closing (closeWindow)
 	unwritten  []int32       // per arena chunk, its outputs not yet written (closeWindow)
 	parts      []int32       // the encoded outputs in the order they are written, by arena chunk (countParts)
+	pool       *chunkPool    // where freed chunks of arenaChunk bytes go, and new ones come from (nil: none)
 	partMu     sync.Mutex    // guards unwritten, the arena's freed chunks, size and closing while parts are written (written)
 
 	// encMerge is the sink when it is an Encoder implementing EncodedMerger.
@@ -511,6 +512,9 @@ func (win *window[Out]) compact() {
 			spare = append(spare, chunk[:0])
 		}
 	}
+	for _, chunk := range spare {
+		win.pool.put(chunk)
+	}
 }
 
 // compactInto is alloc for compact: the end of the arena, whose next chunk
@@ -586,6 +590,7 @@ func (win *window[Out]) written(from, to int) (freed int64) {
 		c := win.spans[win.parts[i]].chunk
 		if win.unwritten[c]--; win.unwritten[c] == 0 {
 			freed += int64(cap(win.arena[c]))
+			win.pool.put(win.arena[c]) // no output is read from it again
 			win.arena[c] = nil
 		}
 	}

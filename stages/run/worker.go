@@ -142,6 +142,7 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 	w.owner = &txnOwner{tp: k}
 	if r.merger != nil {
 		w.win = newWindow(r.merger, &r.m.windowKeys, r.mem)
+		w.win.pool = &r.chunks
 	}
 	// State stores and timers: the stage's context carries the partition's
 	// stores and ownership; the restore is pending until the loop ran it.
