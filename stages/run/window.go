@@ -580,9 +580,10 @@ func (win *window[Out]) partOutput(i int) int32 {
 }
 
 // written frees the arena chunks whose outputs are all written once the
-// outputs at positions from..to of win.parts are, gives their bytes back to the budget, and returns
-// them: a window written in parts releases its memory part by part, so
-// that the runner polls again before the whole window is written.
+// outputs at positions from..to of win.parts are (to win.pool), gives
+// their bytes back to the budget, and returns them: a window written in
+// parts releases its memory part by part, so that the runner polls again
+// before the whole window is written.
 func (win *window[Out]) written(from, to int) (freed int64) {
 	win.partMu.Lock()
 	defer win.partMu.Unlock()
@@ -917,9 +918,10 @@ func (w *worker[In, Out]) writeParts() error {
 const partWriters = 2
 
 // writePart decodes and writes the window's encoded outputs at positions
-// from..to of win.parts (n bytes of encodings) with one Write, then frees the arena chunks that
-// held only written outputs. Safe for concurrent use on distinct parts;
-// rejMu serialises the dead-lettering of rejections.
+// from..to of win.parts (n bytes of encodings) with one Write, then frees
+// the arena chunks that held only written outputs. Safe for concurrent
+// use on distinct parts; rejMu serialises the dead-lettering of
+// rejections.
 func (w *worker[In, Out]) writePart(from, to int, n int64, rejMu *sync.Mutex) error {
 	r, win := w.r, w.win
 	if err := r.budget.acquireWrite(w.ctx, n); err != nil {
