@@ -15,8 +15,24 @@ type pending[Out any] struct {
 	owners []int // owners[i] is the batch index of the record that produced outs[i]
 	dlq    []*kgo.Record
 	labels [][2]string // reason and rule of dlq[i], for the metrics
-	dlqIdx map[int]bool
+	dlqIdx []uint64    // bit i: batch record i has its dead letter in dlq
 }
+
+// reset empties p for the next batch of a worker (see worker.pending),
+// dropping its references to outputs and dead letters, and arrays that
+// grew beyond keepPending entries.
+func (p *pending[Out]) reset() {
+	clear(p.outs)
+	clear(p.dlq)
+	p.outs, p.owners, p.dlq, p.labels, p.dlqIdx = p.outs[:0], p.owners[:0], p.dlq[:0], p.labels[:0], p.dlqIdx[:0]
+	if cap(p.outs) > keepPending || cap(p.dlq) > keepPending || cap(p.owners) > keepPending || cap(p.labels) > keepPending {
+		*p = pending[Out]{}
+	}
+}
+
+// keepPending bounds the entries of the slices a worker's pending keeps
+// from one batch to the next.
+const keepPending = 1 << 14
 
 // handle processes a batch. Records before a stop or a fatal error are still
 // flushed and committed; the rest is left for redelivery.
@@ -41,6 +57,13 @@ func (w *worker[In, Out]) process(batch []*kgo.Record) (_ []*kgo.Record, p *pend
 	r.m.batchSize.Observe(float64(len(batch)))
 	r.m.in.WithLabelValues(w.tp.topic).Add(float64(dataRecords(batch)))
 	p = &pending[Out]{}
+	if w.win != nil {
+		// A window takes the batch's outputs (window.add) and dead
+		// letters (produceDLQ) before its next batch: handleWindowed
+		// resets w.pend after it. A batch's outputs go to the sink,
+		// which may keep their slice.
+		p = &w.pend
+	}
 	start := time.Now()
 	defer func() { r.m.batchDur.WithLabelValues("process").Observe(time.Since(start).Seconds()) }()
 	if r.cfg.KeyConcurrency > 1 {
@@ -72,13 +95,14 @@ func (p *pending[Out]) add(i int, outs []Out, dl dlqItem) {
 
 // addDLQ queues the dead letter d of batch record i, once per record.
 func (p *pending[Out]) addDLQ(i int, d dlqItem) {
-	if p.dlqIdx == nil {
-		p.dlqIdx = map[int]bool{}
+	word, bit := i/64, uint64(1)<<(i%64)
+	if word >= len(p.dlqIdx) {
+		p.dlqIdx = append(p.dlqIdx, make([]uint64, word+1-len(p.dlqIdx))...)
 	}
-	if p.dlqIdx[i] {
+	if p.dlqIdx[word]&bit != 0 {
 		return
 	}
-	p.dlqIdx[i] = true
+	p.dlqIdx[word] |= bit
 	p.dlq = append(p.dlq, d.rec)
 	p.labels = append(p.labels, [2]string{string(d.reason), d.rule})
 }

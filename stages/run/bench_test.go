@@ -81,19 +81,7 @@ func BenchmarkRuntimePerRecord(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- r.Run(ctx) }()
-		for sink.Len() < b.N {
-			time.Sleep(time.Millisecond)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
+		benchRun(b, r, func() bool { return sink.Len() >= b.N })
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	})
 }

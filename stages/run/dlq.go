@@ -1,7 +1,6 @@
 package run
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,24 +60,28 @@ func designReasons() []stages.Reason {
 // dlqRecord builds the dead letter of rec: original key, value and
 // non-DLQ headers, plus the DLQ headers (see DLQHeaders). A redrive count header
 // from an earlier redrive is kept for the redrive loop guard.
+//
+// The dead letter shares rec's key, value and header values: it is
+// produced (or, with DLQTransactional, packed into the worker's held
+// block, heldDLQ.hold, which copies it) before the batch behind it is
+// released, so it keeps no fetched batch alive.
 func (w *worker[In, Out]) dlqRecord(rec *kgo.Record, c *stages.Error, attempts int, stage string) dlqItem {
-	// The dead letter is held until its batch (or window) commits: copy
-	// what it takes from the source record, whose bytes point into the
-	// fetched batch and would keep the whole batch alive until then.
-	own := make([]stages.Header, len(rec.Headers))
-	for i, h := range rec.Headers {
-		own[i] = stages.Header{Key: strings.Clone(h.Key), Value: bytes.Clone(h.Value)}
-	}
 	msg := ""
 	if c.Err != nil {
 		msg = c.Err.Error()
 	}
-	hs := DLQHeaders(own, DLQMeta{
+	hs := make([]kgo.RecordHeader, 0, len(rec.Headers)+dlqMetaHeaders)
+	for _, h := range rec.Headers {
+		if keepSourceHeader(h.Key) {
+			hs = append(hs, h)
+		}
+	}
+	hs = appendDLQMeta(hs, DLQMeta{
 		Reason: c.Reason, Rule: c.Rule, Error: msg, Stage: stage,
 		Source:   stages.Source{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp},
 		Attempts: attempts, FailedAt: time.Now(),
 	})
-	return dlqItem{rec: &kgo.Record{Topic: w.r.cfg.DLQTopic, Key: bytes.Clone(rec.Key), Value: bytes.Clone(rec.Value), Headers: hs}, reason: c.Reason, rule: c.Rule}
+	return dlqItem{rec: &kgo.Record{Topic: w.r.cfg.DLQTopic, Key: rec.Key, Value: rec.Value, Headers: hs}, reason: c.Reason, rule: c.Rule}
 }
 
 // maxDLQError bounds the dlq.error header: an error message that quotes its
@@ -291,26 +294,63 @@ type DLQMeta struct {
 // timestamp, dlq.source.timestamp. Every DLQ writer of sluice builds its
 // headers with it, so they all write the same set.
 func DLQHeaders(own []stages.Header, d DLQMeta) []kgo.RecordHeader {
-	hs := make([]kgo.RecordHeader, 0, len(own)+10)
+	hs := make([]kgo.RecordHeader, 0, len(own)+dlqMetaHeaders)
 	for _, h := range own {
-		if strings.HasPrefix(h.Key, "dlq.") && h.Key != stages.HeaderRedriveCount {
-			continue
+		if keepSourceHeader(h.Key) {
+			hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 		}
-		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
-	hs = append(hs,
-		kgo.RecordHeader{Key: stages.HeaderReason, Value: []byte(d.Reason)},
-		kgo.RecordHeader{Key: stages.HeaderRule, Value: []byte(d.Rule)},
-		kgo.RecordHeader{Key: stages.HeaderError, Value: []byte(truncateError(d.Error))},
-		kgo.RecordHeader{Key: stages.HeaderStage, Value: []byte(d.Stage)},
-		kgo.RecordHeader{Key: stages.HeaderSourceTopic, Value: []byte(d.Source.Topic)},
-		kgo.RecordHeader{Key: stages.HeaderSourcePartition, Value: []byte(strconv.Itoa(int(d.Source.Partition)))},
-		kgo.RecordHeader{Key: stages.HeaderSourceOffset, Value: []byte(strconv.FormatInt(d.Source.Offset, 10))},
-		kgo.RecordHeader{Key: stages.HeaderAttempts, Value: []byte(strconv.Itoa(d.Attempts))},
-		kgo.RecordHeader{Key: stages.HeaderFailedAt, Value: []byte(d.FailedAt.UTC().Format(time.RFC3339))},
-	)
-	if ts, ok := stages.SourceTimestamp(d.Source.Timestamp); ok {
-		hs = append(hs, kgo.RecordHeader{Key: stages.HeaderSourceTimestamp, Value: []byte(ts)})
+	return appendDLQMeta(hs, d)
+}
+
+// keepSourceHeader reports whether a source record's header named key
+// goes into its dead letter: all but earlier dlq.* ones, save
+// dlq.redrive_count.
+func keepSourceHeader(key string) bool {
+	return !strings.HasPrefix(key, "dlq.") || key == stages.HeaderRedriveCount
+}
+
+// dlqMetaHeaders is how many headers appendDLQMeta appends at most.
+const dlqMetaHeaders = 10
+
+// appendDLQMeta appends the dlq.* headers of d (see DLQHeaders) to hs.
+// Their values share one allocation, each capped at its length.
+func appendDLQMeta(hs []kgo.RecordHeader, d DLQMeta) []kgo.RecordHeader {
+	ts, hasTS := stages.SourceTimestamp(d.Source.Timestamp)
+	msg := truncateError(d.Error)
+	keys := [dlqMetaHeaders]string{stages.HeaderReason, stages.HeaderRule, stages.HeaderError, stages.HeaderStage,
+		stages.HeaderSourceTopic, stages.HeaderSourcePartition, stages.HeaderSourceOffset, stages.HeaderAttempts,
+		stages.HeaderFailedAt, stages.HeaderSourceTimestamp}
+	var ends [dlqMetaHeaders]int
+	b := make([]byte, 0, len(d.Reason)+len(d.Rule)+len(msg)+len(d.Stage)+len(d.Source.Topic)+len(ts)+64)
+	b = append(b, d.Reason...)
+	ends[0] = len(b)
+	b = append(b, d.Rule...)
+	ends[1] = len(b)
+	b = append(b, msg...)
+	ends[2] = len(b)
+	b = append(b, d.Stage...)
+	ends[3] = len(b)
+	b = append(b, d.Source.Topic...)
+	ends[4] = len(b)
+	b = strconv.AppendInt(b, int64(d.Source.Partition), 10)
+	ends[5] = len(b)
+	b = strconv.AppendInt(b, d.Source.Offset, 10)
+	ends[6] = len(b)
+	b = strconv.AppendInt(b, int64(d.Attempts), 10)
+	ends[7] = len(b)
+	b = d.FailedAt.UTC().AppendFormat(b, time.RFC3339)
+	ends[8] = len(b)
+	b = append(b, ts...)
+	ends[9] = len(b)
+	n := dlqMetaHeaders
+	if !hasTS {
+		n-- // no dlq.source.timestamp
+	}
+	from := 0
+	for i, end := range ends[:n] {
+		hs = append(hs, kgo.RecordHeader{Key: keys[i], Value: b[from:end:end]})
+		from = end
 	}
 	return hs
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/klauspost/compress/s2"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/stages"
 )
 
 // heldOverhead is what a held dead letter counts in the memory budget
@@ -50,16 +52,44 @@ func (h *heldDLQ) hold(dlq []*kgo.Record, labels [][2]string) int64 {
 // maxHeldScratch bounds the buffers a worker keeps for hold between batches.
 const maxHeldScratch = 1 << 20
 
-// appendPacked appends rec's packDeadLetter encoding to b, preceded by
-// its length (uvarint).
+// appendPacked appends rec's packed encoding to b, preceded by its length
+// (uvarint): its key, value and headers (not its topic), each as a uvarint
+// of its length plus one (0: nil) and its bytes, the headers preceded by
+// their count.
 func appendPacked(b []byte, rec *kgo.Record) []byte {
-	pk := packDeadLetter(rec)
-	return append(binary.AppendUvarint(b, uint64(len(pk))), pk...)
+	b = binary.AppendUvarint(b, uint64(packedLen(rec)))
+	b = appendNullable(b, rec.Key, rec.Key == nil)
+	b = appendNullable(b, rec.Value, rec.Value == nil)
+	b = binary.AppendUvarint(b, uint64(len(rec.Headers)))
+	for _, hd := range rec.Headers {
+		b = append(binary.AppendUvarint(b, uint64(len(hd.Key))+1), hd.Key...)
+		b = appendNullable(b, hd.Value, hd.Value == nil)
+	}
+	return b
+}
+
+// packedLen returns the length of rec's packed encoding (appendPacked).
+func packedLen(rec *kgo.Record) int {
+	n := nullableLen(len(rec.Key), rec.Key == nil) + nullableLen(len(rec.Value), rec.Value == nil) + uvarintLen(len(rec.Headers))
+	for _, hd := range rec.Headers {
+		n += nullableLen(len(hd.Key), false) + nullableLen(len(hd.Value), hd.Value == nil)
+	}
+	return n
+}
+
+// nullableLen returns the length of appendNullable's encoding of n bytes.
+func nullableLen(n int, null bool) int {
+	if null {
+		return 1
+	}
+	return uvarintLen(n+1) + n
 }
 
 // records returns the held dead letters as records of topic.
 func (h *heldDLQ) records(topic string) ([]*kgo.Record, error) {
 	recs := make([]*kgo.Record, 0, len(h.labels))
+	all := make([]kgo.Record, len(h.labels)) // the records, one per label
+	var hdrs []kgo.RecordHeader              // their headers, sharing larger arrays
 	for _, block := range h.dlq {
 		raw, err := s2.Decode(nil, block)
 		if err != nil {
@@ -70,8 +100,11 @@ func (h *heldDLQ) records(topic string) ([]*kgo.Record, error) {
 			if k <= 0 || n > uint64(len(raw)-k) {
 				return nil, fmt.Errorf("held dead letters: corrupt block")
 			}
-			rec, err := unpackDeadLetter(raw[k : k+int(n) : k+int(n)])
-			if err != nil {
+			rec := &kgo.Record{}
+			if len(recs) < len(all) {
+				rec = &all[len(recs)]
+			}
+			if err := unpackDeadLetter(raw[k:k+int(n):k+int(n)], rec, &hdrs); err != nil {
 				return nil, err
 			}
 			rec.Topic = topic
@@ -82,25 +115,6 @@ func (h *heldDLQ) records(topic string) ([]*kgo.Record, error) {
 	return recs, nil
 }
 
-// packDeadLetter encodes rec's key, value and headers (not its topic) in
-// one byte slice: each as a uvarint of its length plus one (0: nil) and
-// its bytes, the headers preceded by their count.
-func packDeadLetter(rec *kgo.Record) []byte {
-	size := len(rec.Key) + len(rec.Value) + 3*binary.MaxVarintLen32
-	for _, hd := range rec.Headers {
-		size += len(hd.Key) + len(hd.Value) + 2*binary.MaxVarintLen32
-	}
-	b := make([]byte, 0, size)
-	b = appendNullable(b, rec.Key, rec.Key == nil)
-	b = appendNullable(b, rec.Value, rec.Value == nil)
-	b = binary.AppendUvarint(b, uint64(len(rec.Headers)))
-	for _, hd := range rec.Headers {
-		b = appendNullable(b, []byte(hd.Key), false)
-		b = appendNullable(b, hd.Value, hd.Value == nil)
-	}
-	return b
-}
-
 func appendNullable(b, v []byte, null bool) []byte {
 	if null {
 		return binary.AppendUvarint(b, 0)
@@ -108,9 +122,11 @@ func appendNullable(b, v []byte, null bool) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(v))+1), v...)
 }
 
-// unpackDeadLetter decodes a packDeadLetter encoding; the record's key,
-// value and header values refer to b.
-func unpackDeadLetter(b []byte) (*kgo.Record, error) {
+// unpackDeadLetter decodes a packed encoding (appendPacked) into rec; the
+// record's key, value and header values refer to b, its headers are taken
+// from the free capacity of *hdrs (a new array of at least
+// unpackHeaders when too small).
+func unpackDeadLetter(b []byte, rec *kgo.Record, hdrs *[]kgo.RecordHeader) error {
 	next := func() ([]byte, error) {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || (n > 0 && uint64(len(b)-k) < n-1) {
@@ -124,32 +140,69 @@ func unpackDeadLetter(b []byte) (*kgo.Record, error) {
 		b = b[n-1:]
 		return v, nil
 	}
-	rec := &kgo.Record{}
 	var err error
 	if rec.Key, err = next(); err != nil {
-		return nil, err
+		return err
 	}
 	if rec.Value, err = next(); err != nil {
-		return nil, err
+		return err
 	}
 	nh, k := binary.Uvarint(b)
 	if k <= 0 || nh > uint64(len(b)) {
-		return nil, fmt.Errorf("held dead letter: corrupt header count")
+		return fmt.Errorf("held dead letter: corrupt header count")
 	}
 	b = b[k:]
-	rec.Headers = make([]kgo.RecordHeader, nh)
+	if cap(*hdrs)-len(*hdrs) < int(nh) {
+		*hdrs = make([]kgo.RecordHeader, 0, max(int(nh), unpackHeaders))
+	}
+	at := len(*hdrs)
+	*hdrs = (*hdrs)[:at+int(nh)]
+	rec.Headers = (*hdrs)[at : at+int(nh) : at+int(nh)]
 	for i := range rec.Headers {
 		key, err := next()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if rec.Headers[i].Value, err = next(); err != nil {
-			return nil, err
+			return err
 		}
-		rec.Headers[i].Key = string(key)
+		rec.Headers[i].Key = headerKey(key)
 	}
 	if len(b) != 0 {
-		return nil, fmt.Errorf("held dead letter: %d trailing bytes", len(b))
+		return fmt.Errorf("held dead letter: %d trailing bytes", len(b))
 	}
-	return rec, nil
+	return nil
+}
+
+// unpackHeaders is the smallest array of headers unpackDeadLetter takes.
+const unpackHeaders = 1024
+
+// headerKey returns key as a string, the constant one without an
+// allocation for the dlq.* headers every dead letter carries.
+func headerKey(key []byte) string {
+	switch string(key) {
+	case stages.HeaderReason:
+		return stages.HeaderReason
+	case stages.HeaderRule:
+		return stages.HeaderRule
+	case stages.HeaderError:
+		return stages.HeaderError
+	case stages.HeaderStage:
+		return stages.HeaderStage
+	case stages.HeaderSourceTopic:
+		return stages.HeaderSourceTopic
+	case stages.HeaderSourcePartition:
+		return stages.HeaderSourcePartition
+	case stages.HeaderSourceOffset:
+		return stages.HeaderSourceOffset
+	case stages.HeaderAttempts:
+		return stages.HeaderAttempts
+	case stages.HeaderFailedAt:
+		return stages.HeaderFailedAt
+	case stages.HeaderSourceTimestamp:
+		return stages.HeaderSourceTimestamp
+	case stages.HeaderRedriveCount:
+		return stages.HeaderRedriveCount
+	}
+	return string(key)
 }

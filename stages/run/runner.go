@@ -23,6 +23,7 @@ type Runner[In, Out any] struct {
 	stage  stages.Func[In, Out]
 	sink   stages.Sink[Out]
 	merger Merger[Out]    // the sink, when coalescing windows are on
+	chunks chunkPool      // arena chunks the windows written gave back, for the next ones (see chunkPool)
 	pub    Publisher[Out] // the sink, when it publishes records (publish.go)
 	o      options
 	m      *metrics

@@ -164,6 +164,8 @@ type window[Out any] struct {
 	size       int64         // bytes the window holds, as counted in the budget
 	closing    int64         // bytes counted as being written in Budget.closing (closeWindow)
 	unwritten  []int32       // per arena chunk, its outputs not yet written (closeWindow)
+	parts      []int32       // the encoded outputs in the order they are written, by arena chunk (countParts)
+	pool       *chunkPool    // where freed chunks of arenaChunk bytes go, and new ones come from (nil: none)
 	partMu     sync.Mutex    // guards unwritten, the arena's freed chunks, size and closing while parts are written (written)
 
 	// encMerge is the sink when it is an Encoder implementing EncodedMerger.
@@ -478,51 +480,118 @@ func uvarintLen(x int) int {
 // 1/compactShare of it, and at least arenaChunk (bench-silver's sa rows,
 // whose text changes length from one scrape to the next, left a fifth of
 // the arena dead on average with a threshold of a half, before holes were
-// reused).
+// reused). The entries are copied chunk by chunk, in arena order, and
+// each old chunk of arenaChunk bytes, once its entries are copied, takes
+// the next ones (compactInto): a compaction allocates a chunk or two
+// instead of a whole new arena.
 func (win *window[Out]) compact() {
 	if win.dead < arenaChunk || compactShare*win.dead < win.arenaBytes {
 		return
 	}
 	old := win.arena
-	win.arena, win.dead = nil, 0
-	win.size -= win.arenaBytes
-	win.arenaBytes = 0
+	order, starts := win.byChunk()
+	win.arena, win.dead = make([][]byte, 0, len(old)), 0
 	win.clearHoles()
-	for i, s := range win.spans {
-		e := old[s.chunk][s.off : s.off+s.room]
-		_, at := entryKey(e)
-		used := at + int(s.n)
-		ns := win.alloc(used)
-		copy(win.arena[ns.chunk][ns.off:], e[:used])
-		ns.n = s.n
-		win.spans[i] = ns
+	var spare [][]byte // old chunks whose entries are all copied
+	for c, chunk := range old {
+		for _, i := range order[starts[c]:starts[c+1]] {
+			s := win.spans[i]
+			e := chunk[s.off : s.off+s.room]
+			_, at := entryKey(e)
+			used := at + int(s.n)
+			var ns span
+			ns, spare = win.compactInto(used, spare)
+			copy(win.arena[ns.chunk][ns.off:], e[:used])
+			ns.n = s.n
+			win.spans[i] = ns
+		}
+		old[c] = nil
+		win.size -= int64(cap(chunk))
+		win.arenaBytes -= int64(cap(chunk))
+		if cap(chunk) == arenaChunk {
+			spare = append(spare, chunk[:0])
+		}
+	}
+	for _, chunk := range spare {
+		win.pool.put(chunk)
 	}
 }
 
-// countParts counts, before the window is written, the outputs of each
-// arena chunk (see written).
+// compactInto is alloc for compact: the end of the arena, whose next chunk
+// is an old one from spare when there is one (its bytes count again in
+// win.size and win.arenaBytes), else a new one. It returns spare without
+// the chunk taken.
+func (win *window[Out]) compactInto(need int, spare [][]byte) (span, [][]byte) {
+	last := len(win.arena) - 1
+	if need <= arenaChunk && len(spare) > 0 && (last < 0 || cap(win.arena[last])-len(win.arena[last]) < need) {
+		win.arena = append(win.arena, spare[len(spare)-1])
+		spare[len(spare)-1] = nil
+		spare = spare[:len(spare)-1]
+		win.size += arenaChunk
+		win.arenaBytes += arenaChunk
+	}
+	return win.alloc(need), spare
+}
+
+// byChunk returns the indexes of the outputs (encoded window) ordered by
+// arena chunk, those of chunk c at order[starts[c]:starts[c+1]], each
+// chunk's in output order.
+func (win *window[Out]) byChunk() (order, starts []int32) {
+	starts = make([]int32, len(win.arena)+1)
+	for _, s := range win.spans {
+		starts[s.chunk+1]++
+	}
+	for c := 1; c < len(starts); c++ {
+		starts[c] += starts[c-1]
+	}
+	order = make([]int32, len(win.spans))
+	next := slices.Clone(starts[:len(starts)-1])
+	for i, s := range win.spans {
+		order[next[s.chunk]] = int32(i)
+		next[s.chunk]++
+	}
+	return order, starts
+}
+
+// countParts orders, before the window is written, its encoded outputs
+// by arena chunk (win.parts: the parts are runs of it, so that each frees
+// its chunks as it is written; compact keeps the arena's order, not the
+// outputs') and counts the outputs of each chunk (see written).
 func (win *window[Out]) countParts() {
 	if win.enc == nil {
 		return
 	}
+	order, starts := win.byChunk()
+	win.parts = order
 	win.unwritten = slices.Grow(win.unwritten[:0], len(win.arena))[:len(win.arena)]
-	clear(win.unwritten)
-	for _, s := range win.spans {
-		win.unwritten[s.chunk]++
+	for c := range win.unwritten {
+		win.unwritten[c] = starts[c+1] - starts[c]
 	}
 }
 
+// partOutput returns the index of the output at position i of the
+// window's write: of win.parts once countParts ordered an encoded
+// window's outputs, else i (outputs held as values are written in order).
+func (win *window[Out]) partOutput(i int) int32 {
+	if win.parts == nil {
+		return int32(i)
+	}
+	return win.parts[i]
+}
+
 // written frees the arena chunks whose outputs are all written once the
-// outputs from..to are, gives their bytes back to the budget, and returns
-// them: a window written in parts releases its memory part by part, so
-// that the runner polls again before the whole window is written.
+// outputs at positions from..to of win.parts are (to win.pool), gives
+// their bytes back to the budget, and returns them: a window written in
+// parts releases its memory part by part, so that the runner polls again
+// before the whole window is written.
 func (win *window[Out]) written(from, to int) (freed int64) {
 	win.partMu.Lock()
 	defer win.partMu.Unlock()
 	for i := from; i < to; i++ {
-		c := win.spans[i].chunk
+		c := win.spans[win.parts[i]].chunk
 		if win.unwritten[c]--; win.unwritten[c] == 0 {
 			freed += int64(cap(win.arena[c]))
+			win.pool.put(win.arena[c]) // no output is read from it again
 			win.arena[c] = nil
 		}
 	}
@@ -538,13 +607,13 @@ func (win *window[Out]) written(from, to int) (freed int64) {
 	return freed
 }
 
-// partEnd returns the index after the last encoded output of the part
-// that starts at from and holds about maxBytes (at least one output), and
-// its encoded bytes.
+// partEnd returns the position (in win.parts) after the last encoded
+// output of the part that starts at from and holds about maxBytes (at
+// least one output), and its encoded bytes.
 func (win *window[Out]) partEnd(from int, maxBytes int64) (to int, size int64) {
 	to = from
-	for to < len(win.spans) && (to == from || size+int64(win.spans[to].n) <= maxBytes) {
-		size += int64(win.spans[to].n)
+	for to < len(win.parts) && (to == from || size+int64(win.spans[win.parts[to]].n) <= maxBytes) {
+		size += int64(win.spans[win.parts[to]].n)
 		to++
 	}
 	return to, size
@@ -563,6 +632,7 @@ func (win *window[Out]) reset() {
 	clear(win.outs)
 	win.outs = win.outs[:0]
 	win.spans, win.arena, win.arenaBytes, win.dead, win.size = shrink(win.spans), nil, 0, 0, 0
+	win.parts = nil
 	win.clearHoles()
 	clear(win.byKey)
 	win.idx.reset()
@@ -612,6 +682,7 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 		}
 	}
 	batch, p, done, stopErr := w.process(batch) // not grown: windows keep their batches
+	defer p.reset()
 	// A worker asked to stop (errAbandoned without a cancel: revocation or
 	// shutdown, during a stage retry) keeps the records it did and closes
 	// the window below, as the batch path flushes the done part of its
@@ -846,10 +917,11 @@ func (w *worker[In, Out]) writeParts() error {
 // across the process.
 const partWriters = 2
 
-// writePart decodes and writes the window's encoded outputs from..to (n
-// bytes of encodings) with one Write, then frees the arena chunks that
-// held only written outputs. Safe for concurrent use on distinct parts;
-// rejMu serialises the dead-lettering of rejections.
+// writePart decodes and writes the window's encoded outputs at positions
+// from..to of win.parts (n bytes of encodings) with one Write, then frees
+// the arena chunks that held only written outputs. Safe for concurrent
+// use on distinct parts; rejMu serialises the dead-lettering of
+// rejections.
 func (w *worker[In, Out]) writePart(from, to int, n int64, rejMu *sync.Mutex) error {
 	r, win := w.r, w.win
 	if err := r.budget.acquireWrite(w.ctx, n); err != nil {
@@ -858,7 +930,7 @@ func (w *worker[In, Out]) writePart(from, to int, n int64, rejMu *sync.Mutex) er
 	defer r.budget.releaseWrite(n)
 	outs := make([]Out, 0, to-from)
 	for i := from; i < to; i++ {
-		o, err := win.decode(i)
+		o, err := win.decode(int(win.parts[i]))
 		if err != nil {
 			return stages.Fatal(err)
 		}
@@ -880,7 +952,7 @@ func (w *worker[In, Out]) writePart(from, to int, n int64, rejMu *sync.Mutex) er
 // produces them to the DLQ, classified by sinkRejection (sink_rejected
 // unless the rejection's error is a dead letter with its own reason). The
 // rejection's indexes are into a Write of n outputs, the window's outputs
-// from base on.
+// from position base of its write on (partOutput).
 func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt, base, n int) error {
 	r, win := w.r, w.win
 	type reason struct {
@@ -896,8 +968,9 @@ func (w *worker[In, Out]) deadLetterRejected(rej *stages.Rejections, attempt, ba
 		if it.Index < 0 || it.Index >= n {
 			return fmt.Errorf("%w: item %d of a %d-item batch", errInvalidRejection, it.Index, n)
 		}
-		if _, ok := byOut[int32(base+it.Index)]; !ok {
-			byOut[int32(base+it.Index)] = reason{it.Rule, it.Err, i}
+		g := win.partOutput(base + it.Index)
+		if _, ok := byOut[g]; !ok {
+			byOut[g] = reason{it.Rule, it.Err, i}
 		}
 	}
 	why := map[int64]reason{}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"sync"
 )
 
 // A window that holds encoded outputs (see [Encoder]) keeps each output's
@@ -191,7 +192,7 @@ func (win *window[Out]) alloc(need int) span {
 	last := len(win.arena) - 1
 	if last < 0 || cap(win.arena[last])-len(win.arena[last]) < need {
 		c := max(arenaChunk, need)
-		win.arena = append(win.arena, make([]byte, 0, c))
+		win.arena = append(win.arena, win.pool.get(c))
 		win.size += int64(c)
 		win.arenaBytes += int64(c)
 		last++
@@ -236,3 +237,33 @@ func (win *window[Out]) recBytes() int64 {
 // compactShare: the arena is compacted once its dead bytes are
 // 1/compactShare of it.
 const compactShare = 16
+
+// chunkPool keeps the arena chunks (of arenaChunk bytes) that windows
+// freed, for the chunks they allocate next: a backlog's windows otherwise
+// allocate (and clear) their arena anew one after the other. A chunk is
+// put only once no entry in it is read again (window.written: its outputs
+// are written and decoded, and a decoding never refers to the encoding,
+// see [Encoder]; compact: its entries are copied). The pool's chunks are
+// not counted in the memory budget, as the garbage they would otherwise
+// be is not: a sync.Pool gives them up to the garbage collector within
+// two collections when no window takes them. Safe for concurrent use.
+type chunkPool struct{ p sync.Pool }
+
+// get returns an empty chunk of capacity c: a pooled one when c is
+// arenaChunk and the pool has one, else a new one.
+func (cp *chunkPool) get(c int) []byte {
+	if cp != nil && c == arenaChunk {
+		if a, ok := cp.p.Get().(*[arenaChunk]byte); ok {
+			return a[:0]
+		}
+	}
+	return make([]byte, 0, c)
+}
+
+// put gives chunk back for reuse when it is of arenaChunk bytes; the
+// caller no longer reads or writes it.
+func (cp *chunkPool) put(chunk []byte) {
+	if cp != nil && cap(chunk) == arenaChunk {
+		cp.p.Put((*[arenaChunk]byte)(chunk[:arenaChunk]))
+	}
+}

@@ -317,7 +317,7 @@ func TestWindowPartsFreeOnlyWrittenChunks(t *testing.T) {
 			}
 			win.written(p[0], p[1])
 			for i := p[0]; i < p[1]; i++ {
-				done[i] = true
+				done[win.partOutput(i)] = true
 			}
 		}
 		if win.arenaBytes != 0 || win.size != win.metaBytes() || mem.windows.Load() != win.size {

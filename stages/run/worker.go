@@ -56,8 +56,9 @@ type worker[In, Out any] struct {
 	// -1 before the first push (see Runner.watchLag).
 	pos atomic.Int64
 
-	win *window[Out] // open coalescing window; nil when windows are off
-	rec recordHold   // memory budget: bytes of the records pushed and not yet processed
+	win  *window[Out] // open coalescing window; nil when windows are off
+	pend pending[Out] // the effects of the batch being processed into win (see process)
+	rec  recordHold   // memory budget: bytes of the records pushed and not yet processed
 
 	// State stores and timers (state.go, timer.go, fence.go).
 	st        *partitionState // the partition's stores; nil without stores and timers
@@ -83,7 +84,7 @@ type worker[In, Out any] struct {
 // its sink's published records (see [Publisher]) until the offset after
 // them is handed to the committer (see worker.markDone).
 type heldDLQ struct {
-	dlq    [][]byte      // blocks of packDeadLetter encodings, compressed (hold)
+	dlq    [][]byte      // blocks of packed dead letters (appendPacked), compressed (hold)
 	labels [][2]string   // reason and rule of each held dead letter, in order
 	events []*kgo.Record // a Publisher sink's records
 	bytes  int64         // of dlq and events, counted in the memory budget's records
@@ -141,6 +142,7 @@ func newWorker[In, Out any](r *Runner[In, Out], k tp) *worker[In, Out] {
 	w.owner = &txnOwner{tp: k}
 	if r.merger != nil {
 		w.win = newWindow(r.merger, &r.m.windowKeys, r.mem)
+		w.win.pool = &r.chunks
 	}
 	// State stores and timers: the stage's context carries the partition's
 	// stores and ownership; the restore is pending until the loop ran it.
