@@ -60,8 +60,9 @@ func (w *worker[In, Out]) process(batch []*kgo.Record) (_ []*kgo.Record, p *pend
 	if w.win != nil {
 		// A window takes the batch's outputs (window.add) and dead
 		// letters (produceDLQ) before its next batch: handleWindowed
-		// resets w.pend after it. A batch's outputs go to the sink,
-		// which may keep their slice.
+		// resets w.pend once they are taken, before the window may be
+		// written. A batch's outputs go to the sink, which may keep
+		// their slice.
 		p = &w.pend
 	}
 	start := time.Now()

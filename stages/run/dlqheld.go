@@ -104,7 +104,7 @@ func (h *heldDLQ) records(topic string) ([]*kgo.Record, error) {
 			if len(recs) < len(all) {
 				rec = &all[len(recs)]
 			}
-			if err := unpackDeadLetter(raw[k:k+int(n):k+int(n)], rec, &hdrs); err != nil {
+			if err := unpackDeadLetter(raw[k:k+int(n):k+int(n)], rec, &hdrs, len(h.labels)-len(recs)); err != nil {
 				return nil, err
 			}
 			rec.Topic = topic
@@ -124,9 +124,12 @@ func appendNullable(b, v []byte, null bool) []byte {
 
 // unpackDeadLetter decodes a packed encoding (appendPacked) into rec; the
 // record's key, value and header values refer to b, its headers are taken
-// from the free capacity of *hdrs (a new array of at least
-// unpackHeaders when too small).
-func unpackDeadLetter(b []byte, rec *kgo.Record, hdrs *[]kgo.RecordHeader) error {
+// from the free capacity of *hdrs. When that is too small, a new array
+// takes them, sized for the left records to unpack (this one included)
+// with as many headers each, up to unpackHeaders: a few dead letters do
+// not hold an array much larger than the bytes they count in the
+// committer's bound (recordsBytes).
+func unpackDeadLetter(b []byte, rec *kgo.Record, hdrs *[]kgo.RecordHeader, left int) error {
 	next := func() ([]byte, error) {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || (n > 0 && uint64(len(b)-k) < n-1) {
@@ -153,7 +156,7 @@ func unpackDeadLetter(b []byte, rec *kgo.Record, hdrs *[]kgo.RecordHeader) error
 	}
 	b = b[k:]
 	if cap(*hdrs)-len(*hdrs) < int(nh) {
-		*hdrs = make([]kgo.RecordHeader, 0, max(int(nh), unpackHeaders))
+		*hdrs = make([]kgo.RecordHeader, 0, max(int(nh), min(unpackHeaders, int(nh)*max(left, 1))))
 	}
 	at := len(*hdrs)
 	*hdrs = (*hdrs)[:at+int(nh)]
@@ -174,7 +177,8 @@ func unpackDeadLetter(b []byte, rec *kgo.Record, hdrs *[]kgo.RecordHeader) error
 	return nil
 }
 
-// unpackHeaders is the smallest array of headers unpackDeadLetter takes.
+// unpackHeaders bounds the headers of the arrays unpackDeadLetter sizes
+// for the records left (a record with more takes an array of its own).
 const unpackHeaders = 1024
 
 // headerKey returns key as a string, the constant one without an

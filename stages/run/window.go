@@ -702,7 +702,11 @@ func (w *worker[In, Out]) handleWindowed(batch []*kgo.Record) error {
 			return stages.Fatal(err)
 		}
 	}
-	// The batch's records are processed: what they hold now is in the window.
+	// The batch's records are processed: what they hold now is in the
+	// window. So are its outputs and dead letters: p lets go of them
+	// before the window may be written (they would stay referenced,
+	// outside the budget, until the write ended).
+	p.reset()
 	w.releaseRecords(recordsBytes(batch))
 	overTotal := r.cfg.Window.MaxTotalKeys > 0 && held >= int64(r.cfg.Window.MaxTotalKeys)
 	bounded := stopErr != nil || w.win.keys() >= r.cfg.Window.MaxKeys || overTotal ||
