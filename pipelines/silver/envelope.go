@@ -110,7 +110,11 @@ var payloadNames = jsonidx.NewNames(fieldNames[:]...)
 type payloadFields struct {
 	// size is the length of the payload object the spans index, 0 when not
 	// indexed (an object is at least 2 bytes long).
-	size  int
+	size int
+	// at is the object's first byte: a Payload replaced by other bytes of
+	// the same size is not the one indexed (its spans may mark as plain a
+	// string that now holds an escape or bytes that are not UTF-8).
+	at    *byte
 	spans [numFields]jsonidx.Span
 }
 
@@ -144,6 +148,7 @@ func Decode(key, value []byte) (Envelope, error) {
 		return Envelope{}, stages.DeadLetter(stages.ReasonDecodeError, "", fmt.Errorf("envelope: payload must be a JSON object, got %s", jsonidx.Describe(payload)))
 	}
 	env.Payload = payload
+	env.fields.at = unsafe.SliceData(payload)
 	if raw, ok := top.raw(envTaskID); ok {
 		switch jsonidx.KindOf(raw) {
 		case jsonidx.String:
@@ -248,7 +253,7 @@ type payload struct {
 // exactly one JSON object.
 func (p *payload) index(env *Envelope) error {
 	p.b = env.Payload
-	if env.fields.size != 0 && env.fields.size == len(env.Payload) {
+	if env.fields.size != 0 && env.fields.size == len(env.Payload) && env.fields.at == unsafe.SliceData(env.Payload) {
 		p.fields = env.fields
 		return nil
 	}

@@ -27,11 +27,7 @@ func TestRowsKeepTheirMemory(t *testing.T) {
 	}
 	extra := [][]byte{envelope(t, TaskSA, saBase(), big, nil), envelope(t, TaskSA, saBase(), map[string]any{"topic_tags": make([]string, 40)}, nil)}
 	const workers = 4
-	type kept struct {
-		row Row
-		enc []byte
-	}
-	got := make([][]kept, workers)
+	got := make([][]keptRow, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -51,25 +47,12 @@ func TestRowsKeepTheirMemory(t *testing.T) {
 				if err != nil {
 					continue
 				}
-				got[w] = append(got[w], kept{rows[0], rt.AppendEncoded(nil, rows[0])})
+				got[w] = append(got[w], keptRow{rows[0], rt.AppendEncoded(nil, rows[0])})
 			}
 		}()
 	}
 	wg.Wait()
-	n := 0
-	for w := range workers {
-		for i, k := range got[w] {
-			want, err := rt.Decode(k.enc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := sameRow(k.row, want); d != "" {
-				t.Fatalf("worker %d, row %d: %s changed after the row was made", w, i, d)
-			}
-			n++
-		}
-	}
-	if n < workers*1500 {
+	if n := checkKeptRows(t, got); n < workers*1500 {
 		t.Fatalf("only %d rows", n)
 	}
 }
