@@ -200,6 +200,23 @@ func (w *worker[In, Out]) full(share int64) bool {
 	return w.paused&pauseBackpressure == 0
 }
 
+// hungry reports whether a poll would feed the worker: its partition has
+// records beyond those pushed (w.next below the high watermark of the last
+// fetch), its queue is below the marks at which a paused partition resumes
+// (half of MaxInFlight and of share), and its fetches are not paused. Used
+// by the poll loop only (it owns w.next).
+func (w *worker[In, Out]) hungry(share int64) bool {
+	if w.next < 0 || w.next >= w.hwm.Load() {
+		return false
+	}
+	if w.queued() > w.r.cfg.MaxInFlight/2 || w.queuedBytes() > share/2 {
+		return false
+	}
+	w.pmu.Lock()
+	defer w.pmu.Unlock()
+	return w.paused == 0
+}
+
 func (w *worker[In, Out]) queued() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -1,0 +1,83 @@
+package run
+
+import (
+	"context"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The poll loop's backpressure pauses a full partition at once when another
+// partition is hungry (records beyond those pushed, a short queue): waiting
+// for the full one to drain would starve the hungry one's worker, as the
+// loop polls for every partition. When none is hungry it keeps waiting
+// before it pauses (the context, cancelled here, ends the wait first), so
+// a full queue that drains in time is not paused.
+func TestBackpressurePausesFullPartitionAtOnceWhenAnotherIsHungry(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		next, hwm   int64 // partition 1's position and high watermark
+		queued      int   // partition 1's queue
+		pausedOther bool  // partition 1 paused already
+		wantPaused  bool  // partition 0 paused when waitForCapacity returns
+	}{
+		{name: "other behind, queue empty", next: 10, hwm: 500, wantPaused: true},
+		{name: "other behind, queue below half", next: 10, hwm: 500, queued: 3, wantPaused: true},
+		{name: "other caught up", next: 500, hwm: 500},
+		{name: "other never fetched", next: -1, hwm: 0},
+		{name: "other behind, queue above half", next: 10, hwm: 500, queued: 6},
+		{name: "other behind but paused", next: 10, hwm: 500, pausedOther: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("in"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			m, err := newMetrics(nil, "bp", []string{"in"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &Runner[string, string]{cl: cl, m: m, base: t.Context(), budget: NewBudget(DefaultBudget),
+				workers: map[tp]*worker[string, string]{}, drained: make(chan struct{}, 1)}
+			r.cfg.MaxInFlight = 10
+			full, other := newWorker(r, tp{"in", 0}), newWorker(r, tp{"in", 1})
+			r.workers[full.tp], r.workers[other.tp] = full, other
+			fill := func(w *worker[string, string], n int) {
+				for i := range n {
+					w.queue = append(w.queue, &kgo.Record{Topic: "in", Partition: w.tp.partition, Offset: int64(i), Value: []byte("v")})
+				}
+			}
+			fill(full, 10) // at MaxInFlight
+			full.next = 10
+			full.hwm.Store(1000)
+			fill(other, tc.queued)
+			other.next = tc.next
+			other.hwm.Store(tc.hwm)
+			if tc.pausedOther {
+				other.setPause(pauseRetry, true)
+			}
+
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel() // a wait returns at once, without pausing
+			r.waitForCapacity(ctx)
+
+			paused := cl.PauseFetchPartitions(nil)["in"]
+			got := false
+			for _, p := range paused {
+				got = got || p == 0
+			}
+			if got != tc.wantPaused {
+				t.Fatalf("full partition paused = %v (paused: %v), want %v", got, paused, tc.wantPaused)
+			}
+		})
+	}
+}
