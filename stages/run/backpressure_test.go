@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -32,20 +31,7 @@ func TestBackpressurePausesFullPartitionAtOnceWhenAnotherIsHungry(t *testing.T) 
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("in"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
-			m, err := newMetrics(nil, "bp", []string{"in"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			cl, m := pauseClient(t, 2)
 			r := &Runner[string, string]{cl: cl, m: m, base: t.Context(), budget: NewBudget(DefaultBudget),
 				workers: map[tp]*worker[string, string]{}, drained: make(chan struct{}, 1)}
 			r.cfg.MaxInFlight = 10

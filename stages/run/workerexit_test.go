@@ -14,20 +14,7 @@ import (
 // pause, so the partition would never be fetched again on this member.
 func TestSetPauseAfterWorkerExitIsNoOp(t *testing.T) {
 	t.Parallel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	m, err := newMetrics(nil, "exit", []string{"in"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, m := pauseClient(t, 1)
 	r := &Runner[string, string]{cl: cl, m: m, base: t.Context()}
 	w := newWorker(r, tp{"in", 0})
 	m.assigned.Inc()
@@ -54,4 +41,26 @@ func TestSetPauseAfterWorkerExitIsNoOp(t *testing.T) {
 	default:
 		t.Fatal("exit did not close done")
 	}
+}
+
+// pauseClient returns a client of a kfake cluster with topic "in" of
+// partitions partitions, for tests of fetch pauses (PauseFetchPartitions(nil)
+// lists them), and the runner metrics to go with it. Both close with t.
+func pauseClient(t *testing.T, partitions int32) (*kgo.Client, *metrics) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	m, err := newMetrics(nil, "pause", []string{"in"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl, m
 }
