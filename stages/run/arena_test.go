@@ -47,7 +47,7 @@ func windowValues(t *testing.T, win *window[kv]) map[string]string {
 
 // A window that holds encodings replaces an output whose new encoding is
 // longer at the end of its arena; the bytes left behind are copied out
-// (the arena compacted) once they take a quarter of it, so replaced
+// (the arena compacted) once they take 1/compactShare of it, so replaced
 // encodings do not grow the window's memory without bound, and every
 // output still decodes to its key's newest value.
 func TestWindowArenaCompacts(t *testing.T) {

@@ -273,7 +273,7 @@ func maxMessageBytes(ctx context.Context, cl *kgo.Client, topic string) string {
 	return "unknown: not described"
 }
 
-// DeadLetter describes one dead letter for [DLQHeaders].
+// DLQMeta describes one dead letter for [DLQHeaders].
 type DLQMeta struct {
 	Reason   stages.Reason
 	Rule     string // empty when no rule applies
