@@ -33,6 +33,13 @@ func newAssembleFixture(t *testing.T, cfg AssembleConfig) *assembleFixture {
 	k := testkit.NewKafka(t)
 	f := &assembleFixture{ctx: ctx, pool: pool, kafka: k, topic: k.Topic(t, "modules.refresh", 3), reg: prometheus.NewRegistry()}
 	cfg.RefreshTopic = f.topic
+	if cfg.Budget == 0 {
+		// These tests check what an assemble answers, not its 5 s default
+		// budget (TestAssembleSlowSynthesizer sets its own): under a loaded
+		// CI run the first produce to the shared broker once took most of
+		// it, and the synthesis came too late.
+		cfg.Budget = time.Minute
+	}
 	asm, err := NewAssembler(pool, k.Client(t), f.reg, cfg)
 	if err != nil {
 		t.Fatal(err)
