@@ -235,8 +235,8 @@ func (r *router) Decode(b []byte) (Row, error) {
 	default:
 		return Row{}, fmt.Errorf("%w: tag %d", errCorruptRow, b[0])
 	}
-	mem := r.memory()
-	defer r.mem.Put(mem)
+	mem := r.mem.get()
+	defer r.mem.put(mem)
 	d := rowDecoder{b: b, pos: 1, mem: mem}
 	if b[0] == rowTA {
 		box := mem.newTA()
@@ -252,14 +252,6 @@ func (r *router) Decode(b []byte) (Row, error) {
 	}
 	mem.keepSA()
 	return Row{SA: &box.row}, nil
-}
-
-// memory returns a rowMemory of the router's pool, to be put back.
-func (r *router) memory() *rowMemory {
-	if mem, ok := r.mem.Get().(*rowMemory); ok {
-		return mem
-	}
-	return &rowMemory{}
 }
 
 // AppendMerged implements run.EncodedMerger: it appends the encoding of
@@ -281,8 +273,8 @@ func (r *router) AppendMerged(dst, old []byte, next Row) ([]byte, error) {
 		m := MergeTA(TARow{FirstSeenTime: fst}, *next.TA)
 		return r.AppendEncoded(dst, Row{TA: &m}), nil
 	case old[0] == rowSA && next.SA != nil:
-		mem := r.memory()
-		defer r.mem.Put(mem)
+		mem := r.mem.get()
+		defer r.mem.put(mem)
 		d.mem = mem
 		box := mem.newSA()
 		defer func() { // keep no views of old

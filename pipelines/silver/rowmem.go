@@ -1,6 +1,9 @@
 package silver
 
-import "slices"
+import (
+	"slices"
+	"sync"
+)
 
 // rowMemory hands out the memory of the validator's rows from chunks of
 // many rows: a row's struct (taOut, saOut), its string arrays and the
@@ -94,3 +97,18 @@ func (m *rowMemory) view(n int) []string {
 	m.views = slices.Grow(m.views, n)[:at+n]
 	return m.views[at : at+n : at+n]
 }
+
+// rowMemPool keeps the rowMemory of callers that run at once (a
+// Validator's stage, a router's window methods, on every partition's
+// worker). Safe for concurrent use; not to be copied after use.
+type rowMemPool struct{ p sync.Pool }
+
+// get returns a rowMemory for one call, to be put back when it is done.
+func (mp *rowMemPool) get() *rowMemory {
+	if m, ok := mp.p.Get().(*rowMemory); ok {
+		return m
+	}
+	return &rowMemory{}
+}
+
+func (mp *rowMemPool) put(m *rowMemory) { mp.p.Put(m) }

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
@@ -98,7 +97,7 @@ func WithMarketLocation(loc *time.Location) Option {
 type Validator struct {
 	now func() time.Time
 	loc *time.Location
-	mem sync.Pool // of *rowMemory
+	mem rowMemPool
 }
 
 // NewValidator returns a validator with the given options.
@@ -159,11 +158,8 @@ func (v *Validator) transform(env *Envelope, recordTime time.Time) ([]Row, error
 	}
 	switch env.TaskType {
 	case TaskTA, TaskSA:
-		mem, _ := v.mem.Get().(*rowMemory)
-		if mem == nil {
-			mem = &rowMemory{}
-		}
-		defer v.mem.Put(mem)
+		mem := v.mem.get()
+		defer v.mem.put(mem)
 		if env.TaskType == TaskTA {
 			return v.transformTA(&p, env, recordTime, mem)
 		}

@@ -194,7 +194,7 @@ type router struct {
 	// mem holds the *rowMemory that Decode carves rows from and that
 	// AppendMerged decodes into, one per call at a time (the window's
 	// methods run on every partition's worker at once).
-	mem sync.Pool
+	mem rowMemPool
 }
 
 // MergeKey and Merge make the silver sink a [run.Merger]: outputs coalesce

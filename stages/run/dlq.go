@@ -313,14 +313,20 @@ func keepSourceHeader(key string) bool {
 // dlqMetaHeaders is how many headers appendDLQMeta appends at most.
 const dlqMetaHeaders = 10
 
+// dlqMetaKeys returns the keys of the headers appendDLQMeta appends, in
+// its order (the last only when the source record has a timestamp).
+func dlqMetaKeys() [dlqMetaHeaders]string {
+	return [dlqMetaHeaders]string{stages.HeaderReason, stages.HeaderRule, stages.HeaderError, stages.HeaderStage,
+		stages.HeaderSourceTopic, stages.HeaderSourcePartition, stages.HeaderSourceOffset, stages.HeaderAttempts,
+		stages.HeaderFailedAt, stages.HeaderSourceTimestamp}
+}
+
 // appendDLQMeta appends the dlq.* headers of d (see DLQHeaders) to hs.
 // Their values share one allocation, each capped at its length.
 func appendDLQMeta(hs []kgo.RecordHeader, d DLQMeta) []kgo.RecordHeader {
 	ts, hasTS := stages.SourceTimestamp(d.Source.Timestamp)
 	msg := truncateError(d.Error)
-	keys := [dlqMetaHeaders]string{stages.HeaderReason, stages.HeaderRule, stages.HeaderError, stages.HeaderStage,
-		stages.HeaderSourceTopic, stages.HeaderSourcePartition, stages.HeaderSourceOffset, stages.HeaderAttempts,
-		stages.HeaderFailedAt, stages.HeaderSourceTimestamp}
+	keys := dlqMetaKeys()
 	var ends [dlqMetaHeaders]int
 	b := make([]byte, 0, len(d.Reason)+len(d.Rule)+len(msg)+len(d.Stage)+len(d.Source.Topic)+len(ts)+64)
 	b = append(b, d.Reason...)

@@ -184,28 +184,12 @@ const unpackHeaders = 1024
 // headerKey returns key as a string, the constant one without an
 // allocation for the dlq.* headers every dead letter carries.
 func headerKey(key []byte) string {
-	switch string(key) {
-	case stages.HeaderReason:
-		return stages.HeaderReason
-	case stages.HeaderRule:
-		return stages.HeaderRule
-	case stages.HeaderError:
-		return stages.HeaderError
-	case stages.HeaderStage:
-		return stages.HeaderStage
-	case stages.HeaderSourceTopic:
-		return stages.HeaderSourceTopic
-	case stages.HeaderSourcePartition:
-		return stages.HeaderSourcePartition
-	case stages.HeaderSourceOffset:
-		return stages.HeaderSourceOffset
-	case stages.HeaderAttempts:
-		return stages.HeaderAttempts
-	case stages.HeaderFailedAt:
-		return stages.HeaderFailedAt
-	case stages.HeaderSourceTimestamp:
-		return stages.HeaderSourceTimestamp
-	case stages.HeaderRedriveCount:
+	for _, k := range dlqMetaKeys() {
+		if string(key) == k {
+			return k
+		}
+	}
+	if string(key) == stages.HeaderRedriveCount {
 		return stages.HeaderRedriveCount
 	}
 	return string(key)
