@@ -67,3 +67,50 @@ func TestBackpressurePausesFullPartitionAtOnceWhenAnotherIsHungry(t *testing.T) 
 		})
 	}
 }
+
+// A full queue that its worker drains while the poll loop decides to pause
+// it must not stay paused: the partition's fetches resume only when the
+// worker dequeues, and a drained worker dequeues no more, so a pause that
+// lands after the last dequeue stops the partition for good (its records
+// are never fetched, its window never closes). Each round races the loop's
+// waitForCapacity (another partition is hungry, so it pauses at once)
+// against a worker that dequeues the whole queue; whichever wins, the
+// drained partition must end up fetching.
+func TestBackpressureNeverLeavesADrainedQueuePaused(t *testing.T) {
+	t.Parallel()
+	cl, m := pauseClient(t, 2)
+	r := &Runner[string, string]{cl: cl, m: m, base: t.Context(), budget: NewBudget(DefaultBudget),
+		workers: map[tp]*worker[string, string]{}, drained: make(chan struct{}, 1)}
+	r.cfg.MaxInFlight = 10
+	full, other := newWorker(r, tp{"in", 0}), newWorker(r, tp{"in", 1})
+	r.workers[full.tp], r.workers[other.tp] = full, other
+	other.next = 10 // hungry: behind its high watermark, queue empty
+	other.hwm.Store(500)
+	full.hwm.Store(1 << 40)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	const rounds = 20_000
+	for round := range rounds {
+		full.mu.Lock()
+		for i := range r.cfg.MaxInFlight {
+			full.queue = append(full.queue, &kgo.Record{Topic: "in", Offset: int64(i), Value: []byte("v")})
+		}
+		full.mu.Unlock()
+		full.next = int64(r.cfg.MaxInFlight)
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
+			for full.queued() > 0 {
+				full.dequeue(r.cfg.MaxInFlight, 1<<30, true)
+			}
+		}()
+		r.waitForCapacity(ctx)
+		<-drained
+		full.pmu.Lock()
+		paused := full.paused
+		full.pmu.Unlock()
+		if paused != 0 {
+			t.Fatalf("round %d of %d: the queue drained and its partition stayed paused (%b)", round, rounds, paused)
+		}
+	}
+}
