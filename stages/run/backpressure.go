@@ -38,7 +38,7 @@ func (r *Runner[In, Out]) waitForCapacity(ctx context.Context) {
 		}
 		if hungry {
 			for _, w := range full {
-				w.setPause(pauseBackpressure, true)
+				w.pauseIfFull(share)
 			}
 			return
 		}
@@ -53,11 +53,26 @@ func (r *Runner[In, Out]) waitForCapacity(ctx context.Context) {
 			return
 		case <-deadline:
 			for _, w := range full {
-				w.setPause(pauseBackpressure, true)
+				w.pauseIfFull(share)
 			}
 			return
 		}
 	}
+}
+
+// pauseIfFull pauses w's fetches for backpressure if its queue is still
+// full (see worker.full). The check and the pause hold the queue's lock, so
+// a dequeue either ran before them (and the queue is seen drained) or runs
+// after the pause (and resumes it when enough has drained): a pause cannot
+// land after the dequeue that emptied the queue, which would leave the
+// partition paused with no worker left to resume it.
+func (w *worker[In, Out]) pauseIfFull(share int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.queue) < w.r.cfg.MaxInFlight && w.qbytes < share {
+		return
+	}
+	w.setPause(pauseBackpressure, true)
 }
 
 // backpressureWait is how long the poll loop waits for a full partition queue

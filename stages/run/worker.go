@@ -32,7 +32,7 @@ type worker[In, Out any] struct {
 	qbytes int64         // recordBytes of queue, guarded by mu
 	wake   chan struct{} // cap 1: records were pushed
 	paused uint8         // pause reasons, guarded by pmu
-	pmu    sync.Mutex
+	pmu    sync.Mutex    // taken after mu when both are held (pauseIfFull)
 	// sleepers (guarded by pmu) counts the calls of sleep under way; the
 	// partition is paused for retries while it is above 0.
 	sleepers int
