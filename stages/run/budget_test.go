@@ -49,7 +49,11 @@ type blobState struct {
 	last  uint64 // hash of the newest value
 }
 
-func newBlobSink() *blobSink { return &blobSink{state: map[string]blobState{}} }
+// newBlobSink returns a sink sized for keys keys, so that its map does not
+// grow during a run (the heap test counts what grows).
+func newBlobSink(keys int) *blobSink {
+	return &blobSink{state: make(map[string]blobState, keys)}
+}
 
 func (s *blobSink) MergeKey(b blob) string { return b.Key }
 
@@ -217,7 +221,7 @@ func TestBudgetBoundsHeapUnderBacklog(t *testing.T) {
 			cfg.BatchMaxRecords, cfg.MaxInFlight = 200, 400
 			cfg.Window = run.WindowConfig{MaxKeys: 1 << 20, MaxAge: 10 * time.Minute}
 			want := produceBlobs(t, k, cfg.Topics[0], n, keys, size)
-			sink := newBlobSink()
+			sink := newBlobSink(keys)
 			reg := prometheus.NewRegistry()
 			base := liveHeap(time.Hour)()
 			peakOf := liveHeap(20 * time.Millisecond)
@@ -291,7 +295,7 @@ func TestEncodedWindowWrittenInPartsMapsRejections(t *testing.T) {
 	k, cfg, want := partsBacklog(t)
 	const n, keys = partsN, partsKeys
 	const refused = "k-02999" // first seen last: in the last part of the window
-	sink := newBlobSink()
+	sink := newBlobSink(keys)
 	sink.reject = refused
 	_, stop := start(t, k, cfg, toBlob, stages.Sink[blob](encodedBlobSink{sink}), run.WithBudget(run.NewBudget(64<<20)))
 	testkit.WaitFor(t, time.Minute, "commit of every record", func() bool {

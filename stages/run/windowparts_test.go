@@ -53,7 +53,7 @@ func TestEncodedWindowPartsWrittenConcurrently(t *testing.T) {
 	t.Parallel()
 	k, cfg, want := partsBacklog(t)
 	const n, keys = partsN, partsKeys
-	sink := &overlapSink{encodedBlobSink: encodedBlobSink{newBlobSink()}, overlap: make(chan struct{})}
+	sink := &overlapSink{encodedBlobSink: encodedBlobSink{newBlobSink(0)}, overlap: make(chan struct{})}
 	_, stop := start(t, k, cfg, toBlob, stages.Sink[blob](sink), run.WithBudget(run.NewBudget(64<<20)))
 	select {
 	case <-sink.overlap:
