@@ -1,0 +1,57 @@
+package run
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// doneSignal is a context whose Done reports, once, that the caller
+// reached its select: the waiter checked the budget and is about to block.
+type doneSignal struct {
+	context.Context
+	once    sync.Once
+	reached chan struct{}
+}
+
+func (c *doneSignal) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.reached) })
+	return c.Context.Done()
+}
+
+// TestBudgetWaitSeesAFullnessItsUpdateNeverNotified: a goroutine adds to
+// the budget, filling it, and is preempted before its update; the poll
+// loop sees the counters full and waits; another goroutine releases as
+// much, and both updates run. The state notified never changed (not full,
+// then not full), so nothing closes the channel the poll loop waits on: it
+// must not have waited on a fullness that was never notified, or it polls
+// never again (every later change leaves the budget not full).
+func TestBudgetWaitSeesAFullnessItsUpdateNeverNotified(t *testing.T) {
+	t.Parallel()
+	b := NewBudget(MinBudget)
+	r := &Runner[string, string]{budget: b}
+	b.records.Add(b.limit) // a worker's hold, its update not run yet
+	ctx := &doneSignal{Context: t.Context(), reached: make(chan struct{})}
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		r.waitForBudget(ctx)
+	}()
+	select {
+	case <-returned:
+		return // it polls: the fullness was never notified
+	case <-ctx.reached:
+	}
+	b.records.Add(-b.limit) // another worker's release, and its update
+	b.update()
+	b.update() // the first worker's update
+	if !b.pollable() {
+		t.Fatal("the budget is full after the release")
+	}
+	select {
+	case <-returned:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the budget is not full and every update ran, yet the poll loop still waits for a state change that will never come")
+	}
+}
