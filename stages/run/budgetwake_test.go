@@ -55,3 +55,30 @@ func TestBudgetWaitSeesAFullnessItsUpdateNeverNotified(t *testing.T) {
 		t.Fatal("the budget is not full and every update ran, yet the poll loop still waits for a state change that will never come")
 	}
 }
+
+// TestBudgetWaitHoldsThePollUntilARelease: with the budget full (and
+// notified so), the poll loop waits, and a release that leaves it not
+// full ends the wait.
+func TestBudgetWaitHoldsThePollUntilARelease(t *testing.T) {
+	t.Parallel()
+	b := NewBudget(MinBudget)
+	r := &Runner[string, string]{budget: b}
+	b.addRecords(b.limit)
+	ctx := &doneSignal{Context: t.Context(), reached: make(chan struct{})}
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		r.waitForBudget(ctx)
+	}()
+	select {
+	case <-returned:
+		t.Fatal("the poll loop polled with the budget full")
+	case <-ctx.reached:
+	}
+	b.addRecords(-1)
+	select {
+	case <-returned:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a release left the budget not full, and the poll loop still waits")
+	}
+}
