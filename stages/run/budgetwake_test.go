@@ -20,6 +20,18 @@ func (c *doneSignal) Done() <-chan struct{} {
 	return c.Context.Done()
 }
 
+// waitForBudgetAsync runs r.waitForBudget in a goroutine; returned is
+// closed when it returns, ctx.reached when it is about to block.
+func waitForBudgetAsync(t *testing.T, r *Runner[string, string]) (ctx *doneSignal, returned chan struct{}) {
+	ctx = &doneSignal{Context: t.Context(), reached: make(chan struct{})}
+	returned = make(chan struct{})
+	go func() {
+		defer close(returned)
+		r.waitForBudget(ctx)
+	}()
+	return ctx, returned
+}
+
 // TestBudgetWaitSeesAFullnessItsUpdateNeverNotified: a goroutine adds to
 // the budget, filling it, and is preempted before its update; the poll
 // loop sees the counters full and waits; another goroutine releases as
@@ -32,12 +44,7 @@ func TestBudgetWaitSeesAFullnessItsUpdateNeverNotified(t *testing.T) {
 	b := NewBudget(MinBudget)
 	r := &Runner[string, string]{budget: b}
 	b.records.Add(b.limit) // a worker's hold, its update not run yet
-	ctx := &doneSignal{Context: t.Context(), reached: make(chan struct{})}
-	returned := make(chan struct{})
-	go func() {
-		defer close(returned)
-		r.waitForBudget(ctx)
-	}()
+	ctx, returned := waitForBudgetAsync(t, r)
 	select {
 	case <-returned:
 		return // it polls: the fullness was never notified
@@ -64,12 +71,7 @@ func TestBudgetWaitHoldsThePollUntilARelease(t *testing.T) {
 	b := NewBudget(MinBudget)
 	r := &Runner[string, string]{budget: b}
 	b.addRecords(b.limit)
-	ctx := &doneSignal{Context: t.Context(), reached: make(chan struct{})}
-	returned := make(chan struct{})
-	go func() {
-		defer close(returned)
-		r.waitForBudget(ctx)
-	}()
+	ctx, returned := waitForBudgetAsync(t, r)
 	select {
 	case <-returned:
 		t.Fatal("the poll loop polled with the budget full")
