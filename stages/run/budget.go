@@ -102,9 +102,20 @@ func (b *Budget) update() {
 // wait returns a channel closed at the next state change. Take it before
 // checking the state, so that no change is missed.
 func (b *Budget) wait() <-chan struct{} {
+	ch, _ := b.notified()
+	return ch
+}
+
+// notified returns the channel closed at the next state change and the
+// state last notified, taken together. A waiter that blocks must decide on
+// that state, not on the counters: counters read between a change and its
+// update may show a state that is never notified (a hold fills the budget,
+// a release empties it again, and both updates see it not full), and the
+// channel is closed only when the notified state changes.
+func (b *Budget) notified() (<-chan struct{}, uint32) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.changed
+	return b.changed, b.state
 }
 
 // pollable reports whether a runner may poll: the budget is not full.
@@ -305,8 +316,8 @@ func (r *Runner[In, Out]) initBudget(reg prometheus.Registerer) error {
 // already fetched are never dropped.
 func (r *Runner[In, Out]) waitForBudget(ctx context.Context) {
 	for {
-		changed := r.budget.wait()
-		if r.budget.pollable() {
+		changed, state := r.budget.notified()
+		if state&budgetFull == 0 {
 			return
 		}
 		select {
