@@ -228,12 +228,7 @@ func TestBudgetBoundsHeapUnderBacklog(t *testing.T) {
 			_, stop := start(t, k, cfg, toBlob, tc.sink(sink), run.WithRegisterer(reg), run.WithBudget(run.NewBudget(budget)))
 			testkit.WaitFor(t, 2*time.Minute, "every record written", func() bool { return sink.total() == n })
 			peak := peakOf()
-			testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
-				return sum(testkit.Committed(t, k.Admin(t), cfg.Group, cfg.Topics[0])) == n
-			})
-			if err := stop(); err != nil {
-				t.Fatal(err)
-			}
+			stopWhenCommitted(t, k, cfg, n, 30*time.Second, stop)
 			grown := int64(peak) - int64(base)
 			t.Logf("live heap %d MiB before, peak %d MiB (+%d MiB) for %d MiB of records with a %d MiB budget; %d writes",
 				base>>20, peak>>20, grown>>20, n*size*3/4>>20, budget>>20, len(sink.writes))
@@ -298,12 +293,7 @@ func TestEncodedWindowWrittenInPartsMapsRejections(t *testing.T) {
 	sink := newBlobSink(keys)
 	sink.reject = refused
 	_, stop := start(t, k, cfg, toBlob, stages.Sink[blob](encodedBlobSink{sink}), run.WithBudget(run.NewBudget(64<<20)))
-	testkit.WaitFor(t, time.Minute, "commit of every record", func() bool {
-		return sum(testkit.Committed(t, k.Admin(t), cfg.Group, cfg.Topics[0])) == n
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopWhenCommitted(t, k, cfg, n, time.Minute, stop)
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	if len(sink.writes) < 3 {

@@ -58,6 +58,20 @@ func start[Out any](t *testing.T, k *testkit.Kafka, cfg run.Config, stage stages
 	return r, testkit.RunInBackground(t, "runner", r.Run)
 }
 
+// stopWhenCommitted waits, up to timeout, until cfg's group committed n
+// records of cfg.Topics[0] (offsets from 0), then stops the runner with
+// stop and fails the test on its error.
+func stopWhenCommitted(t *testing.T, k *testkit.Kafka, cfg run.Config, n int, timeout time.Duration, stop func() error) {
+	t.Helper()
+	adm := k.Admin(t)
+	testkit.WaitFor(t, timeout, "commit of every record", func() bool {
+		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == int64(n)
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func sum(m map[int32]int64) int64 {
 	s := int64(0)
 	for _, v := range m {

@@ -132,7 +132,7 @@ func TestPoisonRecordDeadLettered(t *testing.T) {
 	t.Parallel()
 	k := testkit.NewKafka(t, testkit.FakeOK())
 	cfg := baseConfig(t, k, 3)
-	cl, adm := k.Client(t), k.Admin(t)
+	cl := k.Client(t)
 	const n = 300
 	recs := produce(t, cl, cfg.Topics[0], n, 10, func(i int) string {
 		if i == 10 || i == 150 {
@@ -150,12 +150,7 @@ func TestPoisonRecordDeadLettered(t *testing.T) {
 	before := time.Now().Add(-time.Second).UTC().Truncate(time.Second)
 	_, stop := start(t, k, cfg, stage, sink)
 	testkit.WaitFor(t, 60*time.Second, "valid records", func() bool { return sink.Len() == n-2 })
-	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
-		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopWhenCommitted(t, k, cfg, n, 30*time.Second, stop)
 	dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted())
 	if len(dlq) != 2 {
 		t.Fatalf("DLQ has %d records, want 2", len(dlq))

@@ -104,18 +104,13 @@ func TestWindowCoalescesAcrossBatches(t *testing.T) {
 	k := testkit.NewKafka(t, testkit.FakeOK())
 	cfg := baseConfig(t, k, 2)
 	cfg.Window = run.WindowConfig{MaxKeys: 1000, MaxAge: time.Minute}
-	cl, adm := k.Client(t), k.Admin(t)
+	cl := k.Client(t)
 	const n, keys = 3000, 40
 	recs := produce(t, cl, cfg.Topics[0], n, keys, nil)
 	sink := &tallySink{state: map[string]tally{}}
 	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink))
 	testkit.WaitFor(t, 60*time.Second, "every record written", func() bool { return sink.total() == n })
-	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
-		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopWhenCommitted(t, k, cfg, n, 30*time.Second, stop)
 	state, writes := sink.snapshot()
 	want := map[string]tally{}
 	for _, r := range recs {
@@ -322,12 +317,7 @@ func TestWindowTransientFailureHoldsCommit(t *testing.T) {
 		t.Fatalf("committed %d records before the window was written", c)
 	}
 	testkit.WaitFor(t, 60*time.Second, "every record written", func() bool { return sink.total() == n })
-	testkit.WaitFor(t, 30*time.Second, "commit of every record", func() bool {
-		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopWhenCommitted(t, k, cfg, n, 30*time.Second, stop)
 	if dlq := k.ReadTopic(t, cfg.DLQTopic, testkit.ReadCommitted()); len(dlq) != 0 {
 		t.Fatalf("%d records dead-lettered for a transient failure", len(dlq))
 	}
@@ -341,7 +331,7 @@ func TestWindowRejectionDeadLettersEveryRecordOfTheKey(t *testing.T) {
 	k := testkit.NewKafka(t, testkit.FakeOK())
 	cfg := baseConfig(t, k, 2)
 	cfg.Window = run.WindowConfig{MaxKeys: 1000, MaxAge: time.Minute}
-	cl, adm := k.Client(t), k.Admin(t)
+	cl := k.Client(t)
 	const n, keys = 1000, 10
 	recs := make([]*kgo.Record, n)
 	for i := range recs {
@@ -355,12 +345,7 @@ func TestWindowRejectionDeadLettersEveryRecordOfTheKey(t *testing.T) {
 	}
 	sink := &tallySink{state: map[string]tally{}, reject: "k-3"}
 	_, stop := start(t, k, cfg, toTally, stages.Sink[tally](sink))
-	testkit.WaitFor(t, 60*time.Second, "commit of every record", func() bool {
-		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopWhenCommitted(t, k, cfg, n, 60*time.Second, stop)
 	if got, want := sink.total(), n-n/keys; got != want {
 		t.Errorf("sink holds %d records, want %d", got, want)
 	}
@@ -505,12 +490,7 @@ func TestWindowRejectionOfDeletedRecordsDeadLettersStubs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("delete records: %v", err)
 	}
-	testkit.WaitFor(t, 60*time.Second, "commit of every record", func() bool {
-		return sum(testkit.Committed(t, adm, cfg.Group, cfg.Topics[0])) == n
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopWhenCommitted(t, k, cfg, n, 60*time.Second, stop)
 	if got := sink.total(); got != n-n/keys {
 		t.Errorf("sink holds %d records, want %d", got, n-n/keys)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/testkit"
 	"github.com/sluicehq/sluice/stages"
 	"github.com/sluicehq/sluice/stages/run"
 )
@@ -61,12 +60,7 @@ func TestEncodedWindowPartsWrittenConcurrently(t *testing.T) {
 		_ = stop()
 		t.Fatal("no two Writes of the window's parts were under way at once")
 	}
-	testkit.WaitFor(t, time.Minute, "commit of every record", func() bool {
-		return sum(testkit.Committed(t, k.Admin(t), cfg.Group, cfg.Topics[0])) == n
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopWhenCommitted(t, k, cfg, n, time.Minute, stop)
 	sink.mu.Lock()
 	peak := sink.peak
 	sink.mu.Unlock()

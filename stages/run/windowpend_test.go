@@ -88,12 +88,7 @@ func TestWindowWriteKeepsNoBatchOutputs(t *testing.T) {
 	produce(t, k.Client(t), cfg.Topics[0], n, n, nil)
 	sink := &heavySink{}
 	_, stop := start(t, k, cfg, sink.stage, stages.Sink[*heavy](sink))
-	testkit.WaitFor(t, time.Minute, "commit of every record", func() bool {
-		return sum(testkit.Committed(t, k.Admin(t), cfg.Group, cfg.Topics[0])) == n
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopWhenCommitted(t, k, cfg, n, time.Minute, stop)
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	if sink.written != n || len(sink.made) != n {
