@@ -1,6 +1,7 @@
 package trades
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -27,5 +28,38 @@ func TestDigestChangelogIsZstd(t *testing.T) {
 		if c := r.Attrs.CompressionType(); c != 4 {
 			t.Fatalf("changelog record %s: compression codec %d, want 4 (zstd)", r.Key, c)
 		}
+	}
+}
+
+// The digest runner builds several clients from its options at once (one
+// per partition restore), so the options must not hold a slice that
+// kgo.NewClient rewrites: kgo.ProducerBatchCompression's codec list is
+// deduplicated in place while a client is built, which the race detector
+// reported from concurrent restores. Two clients of the options must not
+// share their codec list, and their compressor must write zstd.
+func TestDigestKafkaOptsShareNothingKgoRewrites(t *testing.T) {
+	t.Parallel()
+	opts, err := digestKafkaOpts([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codecs [2][]kgo.CompressionCodec
+	for i := range codecs {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codecs[i] = cl.OptValue(kgo.ProducerBatchCompression).([]kgo.CompressionCodec)
+		c, _ := cl.OptValue(kgo.WithCompressor).(kgo.Compressor)
+		cl.Close()
+		if c == nil {
+			t.Fatal("the options build no compressor")
+		}
+		if _, codec := c.Compress(new(bytes.Buffer), bytes.Repeat([]byte("digest "), 64)); codec != kgo.CodecZstd {
+			t.Fatalf("compressor writes codec %d, want zstd (%d)", codec, kgo.CodecZstd)
+		}
+	}
+	if len(codecs[0]) > 0 && len(codecs[1]) > 0 && &codecs[0][0] == &codecs[1][0] {
+		t.Fatal("two clients of the digest options share kgo.ProducerBatchCompression's codec list, which kgo.NewClient rewrites in place")
 	}
 }
