@@ -130,7 +130,14 @@ func buildDigest(env pipelines.Env, cfg Config, names func(string) string, r *pi
 // digestKafkaOpts returns base with the compression of the digest runner's
 // client, which writes the digest store's changelog: zstd stores its
 // contribution sets in about 20 % fewer bytes than kgo's default snappy
-// (BenchmarkDigestChangelogBytes).
+// (BenchmarkDigestChangelogBytes). The compressor is built here, once, and
+// given built (kgo.WithCompressor) rather than as a codec preference
+// (kgo.ProducerBatchCompression): kgo.NewClient rewrites that list in place,
+// and the runner builds clients from its options concurrently.
 func digestKafkaOpts(base []kgo.Opt) ([]kgo.Opt, error) {
-	return append(base, kgo.ProducerBatchCompression(kgo.ZstdCompression(), kgo.NoCompression())), nil
+	c, err := kgo.DefaultCompressor(kgo.ZstdCompression(), kgo.NoCompression())
+	if err != nil {
+		return nil, fmt.Errorf("zstd compressor: %w", err)
+	}
+	return append(base, kgo.WithCompressor(c)), nil
 }

@@ -49,6 +49,11 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // records: never decoded, nothing produced) and commit their offsets with
 // their batch, so that a group that consumed a partition up to a trailing
 // marker commits the partition's end, not the marker's offset.
+// The runner builds several clients of these options, some at once
+// (partition restores, re-reads): give a compression built
+// (kgo.WithCompressor(kgo.DefaultCompressor(...))), not as
+// kgo.ProducerBatchCompression, whose codec list kgo.NewClient rewrites in
+// place (a data race between those clients).
 func WithKafkaOpts(opts ...kgo.Opt) Option {
 	return func(o *options) { o.kopts = append(o.kopts, opts...) }
 }
