@@ -31,12 +31,7 @@ func TestBackpressurePausesFullPartitionAtOnceWhenAnotherIsHungry(t *testing.T) 
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cl, m := pauseClient(t, 2)
-			r := &Runner[string, string]{cl: cl, m: m, base: t.Context(), budget: NewBudget(DefaultBudget),
-				workers: map[tp]*worker[string, string]{}, drained: make(chan struct{}, 1)}
-			r.cfg.MaxInFlight = 10
-			full, other := newWorker(r, tp{"in", 0}), newWorker(r, tp{"in", 1})
-			r.workers[full.tp], r.workers[other.tp] = full, other
+			r, full, other, cl := twoPartitionRunner(t)
 			fill := func(w *worker[string, string], n int) {
 				for i := range n {
 					w.queue = append(w.queue, &kgo.Record{Topic: "in", Partition: w.tp.partition, Offset: int64(i), Value: []byte("v")})
@@ -78,12 +73,7 @@ func TestBackpressurePausesFullPartitionAtOnceWhenAnotherIsHungry(t *testing.T) 
 // drained partition must end up fetching.
 func TestBackpressureNeverLeavesADrainedQueuePaused(t *testing.T) {
 	t.Parallel()
-	cl, m := pauseClient(t, 2)
-	r := &Runner[string, string]{cl: cl, m: m, base: t.Context(), budget: NewBudget(DefaultBudget),
-		workers: map[tp]*worker[string, string]{}, drained: make(chan struct{}, 1)}
-	r.cfg.MaxInFlight = 10
-	full, other := newWorker(r, tp{"in", 0}), newWorker(r, tp{"in", 1})
-	r.workers[full.tp], r.workers[other.tp] = full, other
+	r, full, other, _ := twoPartitionRunner(t)
 	other.next = 10 // hungry: behind its high watermark, queue empty
 	other.hwm.Store(500)
 	full.hwm.Store(1 << 40)
@@ -113,4 +103,17 @@ func TestBackpressureNeverLeavesADrainedQueuePaused(t *testing.T) {
 			t.Fatalf("round %d of %d: the queue drained and its partition stayed paused (%b)", round, rounds, paused)
 		}
 	}
+}
+
+// twoPartitionRunner returns a runner of a kfake client (see pauseClient)
+// with MaxInFlight 10 and workers for partitions 0 and 1 of topic "in".
+func twoPartitionRunner(t *testing.T) (r *Runner[string, string], p0, p1 *worker[string, string], cl *kgo.Client) {
+	t.Helper()
+	cl, m := pauseClient(t, 2)
+	r = &Runner[string, string]{cl: cl, m: m, base: t.Context(), budget: NewBudget(DefaultBudget),
+		workers: map[tp]*worker[string, string]{}, drained: make(chan struct{}, 1)}
+	r.cfg.MaxInFlight = 10
+	p0, p1 = newWorker(r, tp{"in", 0}), newWorker(r, tp{"in", 1})
+	r.workers[p0.tp], r.workers[p1.tp] = p0, p1
+	return r, p0, p1, cl
 }
