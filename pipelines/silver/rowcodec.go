@@ -228,30 +228,29 @@ func (r *router) Decode(b []byte) (Row, error) {
 	if len(b) == 0 {
 		return Row{}, errCorruptRow
 	}
-	switch b[0] {
-	case rowEmpty:
+	if b[0] == rowEmpty {
 		return Row{}, nil
-	case rowTA, rowSA:
-	default:
-		return Row{}, fmt.Errorf("%w: tag %d", errCorruptRow, b[0])
 	}
 	mem := r.mem.get()
 	defer r.mem.put(mem)
 	d := rowDecoder{b: b, pos: 1, mem: mem}
-	if b[0] == rowTA {
+	switch b[0] {
+	case rowTA:
 		box := mem.newTA()
 		if err := d.ta(box); err != nil {
 			return Row{}, err
 		}
 		mem.keepTA()
 		return Row{TA: &box.row}, nil
+	case rowSA:
+		box := mem.newSA()
+		if err := d.sa(box); err != nil {
+			return Row{}, err
+		}
+		mem.keepSA()
+		return Row{SA: &box.row}, nil
 	}
-	box := mem.newSA()
-	if err := d.sa(box); err != nil {
-		return Row{}, err
-	}
-	mem.keepSA()
-	return Row{SA: &box.row}, nil
+	return Row{}, fmt.Errorf("%w: tag %d", errCorruptRow, b[0])
 }
 
 // AppendMerged implements run.EncodedMerger: it appends the encoding of

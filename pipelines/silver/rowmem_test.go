@@ -115,9 +115,7 @@ func TestDecodedRowsKeepTheirMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		decoded[i] = d
-		for j := range buf {
-			buf[j] = 0xff
-		}
+		scribble(buf)
 	}
 	for i := range rows {
 		if d := sameRow(decoded[i], rows[i]); d != "" {

@@ -156,13 +156,12 @@ func (v *Validator) transform(env *Envelope, recordTime time.Time) ([]Row, error
 	if err := p.index(env); err != nil {
 		return nil, err
 	}
+	mem := v.mem.get()
+	defer v.mem.put(mem)
 	switch env.TaskType {
-	case TaskTA, TaskSA:
-		mem := v.mem.get()
-		defer v.mem.put(mem)
-		if env.TaskType == TaskTA {
-			return v.transformTA(&p, env, recordTime, mem)
-		}
+	case TaskTA:
+		return v.transformTA(&p, env, recordTime, mem)
+	case TaskSA:
 		return v.transformSA(&p, env, mem)
 	}
 	return nil, stages.DeadLetter(stages.ReasonUnknownTaskType, "", fmt.Errorf("unknown task_type %q", env.TaskType))

@@ -36,27 +36,24 @@ func (r *Runner[In, Out]) waitForCapacity(ctx context.Context) {
 		if len(full) == 0 {
 			return
 		}
-		if hungry {
-			for _, w := range full {
-				w.pauseIfFull(share)
+		if !hungry {
+			if deadline == nil {
+				t := time.NewTimer(backpressureWait)
+				defer t.Stop()
+				deadline = t.C
 			}
-			return
-		}
-		if deadline == nil {
-			t := time.NewTimer(backpressureWait)
-			defer t.Stop()
-			deadline = t.C
-		}
-		select {
-		case <-r.drained:
-		case <-ctx.Done():
-			return
-		case <-deadline:
-			for _, w := range full {
-				w.pauseIfFull(share)
+			select {
+			case <-r.drained:
+				continue
+			case <-ctx.Done():
+				return
+			case <-deadline:
 			}
-			return
 		}
+		for _, w := range full {
+			w.pauseIfFull(share)
+		}
+		return
 	}
 }
 
@@ -69,10 +66,9 @@ func (r *Runner[In, Out]) waitForCapacity(ctx context.Context) {
 func (w *worker[In, Out]) pauseIfFull(share int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.queue) < w.r.cfg.MaxInFlight && w.qbytes < share {
-		return
+	if w.atFullMark(len(w.queue), w.qbytes, share) {
+		w.setPause(pauseBackpressure, true)
 	}
-	w.setPause(pauseBackpressure, true)
 }
 
 // backpressureWait is how long the poll loop waits for a full partition queue

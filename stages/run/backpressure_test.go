@@ -32,11 +32,6 @@ func TestBackpressurePausesFullPartitionAtOnceWhenAnotherIsHungry(t *testing.T) 
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r, full, other, cl := twoPartitionRunner(t)
-			fill := func(w *worker[string, string], n int) {
-				for i := range n {
-					w.queue = append(w.queue, &kgo.Record{Topic: "in", Partition: w.tp.partition, Offset: int64(i), Value: []byte("v")})
-				}
-			}
 			fill(full, 10) // at MaxInFlight
 			full.next = 10
 			full.hwm.Store(1000)
@@ -81,11 +76,7 @@ func TestBackpressureNeverLeavesADrainedQueuePaused(t *testing.T) {
 	cancel()
 	const rounds = 20_000
 	for round := range rounds {
-		full.mu.Lock()
-		for i := range r.cfg.MaxInFlight {
-			full.queue = append(full.queue, &kgo.Record{Topic: "in", Offset: int64(i), Value: []byte("v")})
-		}
-		full.mu.Unlock()
+		fill(full, r.cfg.MaxInFlight)
 		full.next = int64(r.cfg.MaxInFlight)
 		drained := make(chan struct{})
 		go func() {
@@ -116,4 +107,13 @@ func twoPartitionRunner(t *testing.T) (r *Runner[string, string], p0, p1 *worker
 	p0, p1 = newWorker(r, tp{"in", 0}), newWorker(r, tp{"in", 1})
 	r.workers[p0.tp], r.workers[p1.tp] = p0, p1
 	return r, p0, p1, cl
+}
+
+// fill appends n records of w's partition to its queue.
+func fill(w *worker[string, string], n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range n {
+		w.queue = append(w.queue, &kgo.Record{Topic: "in", Partition: w.tp.partition, Offset: int64(i), Value: []byte("v")})
+	}
 }

@@ -361,11 +361,11 @@ func (w *worker[In, Out]) holdRecords(n int64) { w.rec.change(w.r.mem, n) }
 // releaseRecords gives back n bytes of processed records of w.
 func (w *worker[In, Out]) releaseRecords(n int64) { w.rec.change(w.r.mem, -n) }
 
-// queuedBytes returns the bytes of the records in w's queue.
-func (w *worker[In, Out]) queuedBytes() int64 {
+// queueSize returns the records in w's queue and their bytes, read together.
+func (w *worker[In, Out]) queueSize() (int, int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.qbytes
+	return len(w.queue), w.qbytes
 }
 
 func (h *recordHold) change(mem *heldBytes, n int64) {

@@ -192,7 +192,7 @@ func (w *worker[In, Out]) push(recs []*kgo.Record, hwm int64) {
 // share bytes (see Runner.partitionShare), and the partition is not already
 // paused for backpressure.
 func (w *worker[In, Out]) full(share int64) bool {
-	if w.queued() < w.r.cfg.MaxInFlight && w.queuedBytes() < share {
+	if n, bytes := w.queueSize(); !w.atFullMark(n, bytes, share) {
 		return false
 	}
 	w.pmu.Lock()
@@ -209,12 +209,24 @@ func (w *worker[In, Out]) hungry(share int64) bool {
 	if w.next < 0 || w.next >= w.hwm.Load() {
 		return false
 	}
-	if w.queued() > w.r.cfg.MaxInFlight/2 || w.queuedBytes() > share/2 {
+	if n, bytes := w.queueSize(); !w.atResumeMark(n, bytes, share) {
 		return false
 	}
 	w.pmu.Lock()
 	defer w.pmu.Unlock()
 	return w.paused == 0
+}
+
+// atFullMark reports whether a queue of n records holding bytes is full:
+// at MaxInFlight records, or at share bytes (backpressure pauses it).
+func (w *worker[In, Out]) atFullMark(n int, bytes, share int64) bool {
+	return n >= w.r.cfg.MaxInFlight || bytes >= share
+}
+
+// atResumeMark reports whether a queue of n records holding bytes drained
+// to half of MaxInFlight and of share (a backpressure pause is lifted).
+func (w *worker[In, Out]) atResumeMark(n int, bytes, share int64) bool {
+	return n <= w.r.cfg.MaxInFlight/2 && bytes <= share/2
 }
 
 func (w *worker[In, Out]) queued() int {
@@ -368,7 +380,6 @@ func (w *worker[In, Out]) takeNow(maxRecords, maxBytes int) []*kgo.Record {
 // the partition's fetches once the queue drained below half its bounds,
 // and returns the records.
 func (w *worker[In, Out]) dequeue(maxRecords, maxBytes int, first bool) []*kgo.Record {
-	cfg := &w.r.cfg
 	w.mu.Lock()
 	n, bytes, qb := 0, 0, int64(0)
 	for n < len(w.queue) && n < maxRecords {
@@ -388,7 +399,7 @@ func (w *worker[In, Out]) dequeue(maxRecords, maxBytes int, first bool) []*kgo.R
 	w.queue = w.queue[:rest]
 	left := rest
 	w.mu.Unlock()
-	if left <= cfg.MaxInFlight/2 && leftBytes <= w.r.partShare.Load()/2 {
+	if w.atResumeMark(left, leftBytes, w.r.partShare.Load()) {
 		w.setPause(pauseBackpressure, false)
 	}
 	select {
